@@ -1,0 +1,153 @@
+"""Argument checks shared by every public entry point.
+
+Every check raises ``TypeError`` (wrong kind of object or dtype) or ``ValueError``
+(right kind, wrong value or shape) with a message that names the argument and says
+what was expected. Nothing here silently repairs an input.
+"""
+from __future__ import annotations
+
+import warnings
+from numbers import Real
+
+import torch
+from torch import nn
+
+__all__ = [
+    "check_inputs",
+    "check_model",
+    "broadcast_baselines",
+    "model_output",
+    "resolve_target",
+    "select_output",
+    "check_positive_int",
+]
+
+_FLOAT_DTYPES = (torch.float32, torch.float64)
+
+
+def check_model(model, name: str = "model") -> None:
+    """Require a callable; warn when an ``nn.Module`` is in train mode."""
+    if not callable(model):
+        raise TypeError(f"{name} must be a callable (an nn.Module), got {type(model).__name__}")
+    if isinstance(model, nn.Module) and model.training:
+        warnings.warn(
+            f"{name} is in train mode; dropout and batch statistics make attributions "
+            "non-deterministic and non-exact. Call model.eval() first.",
+            stacklevel=3,
+        )
+
+
+def check_inputs(inputs, name: str = "inputs") -> torch.Tensor:
+    """A batch-first float32/float64 tensor with at least one sample, all finite."""
+    if not isinstance(inputs, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(inputs).__name__}")
+    if inputs.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{name} must have dtype float32 or float64, got {inputs.dtype}")
+    if inputs.dim() < 2:
+        raise ValueError(
+            f"{name} must be batch-first with at least 2 dimensions [B, ...], got shape "
+            f"{tuple(inputs.shape)}"
+        )
+    if inputs.shape[0] == 0:
+        raise ValueError(f"{name} must hold at least one sample, got an empty batch")
+    if inputs.numel() == 0:
+        raise ValueError(f"{name} must have at least one feature, got shape {tuple(inputs.shape)}")
+    if not torch.isfinite(inputs).all():
+        raise ValueError(f"{name} must be finite; it contains NaN or inf")
+    return inputs
+
+
+def broadcast_baselines(baselines, inputs: torch.Tensor, name: str = "baselines") -> torch.Tensor:
+    """Expand a scalar, a tensor broadcastable to ``inputs``, or a per-sample tensor.
+
+    Returns a tensor with exactly the shape, dtype and device of ``inputs``.
+    """
+    if isinstance(baselines, bool) or not isinstance(baselines, (Real, torch.Tensor)):
+        raise TypeError(
+            f"{name} must be a real scalar or a torch.Tensor, got {type(baselines).__name__}"
+        )
+    if isinstance(baselines, Real):
+        b = torch.full_like(inputs, float(baselines))
+    else:
+        if not (baselines.is_floating_point() or baselines.dtype in (torch.int64, torch.int32)):
+            raise TypeError(f"{name} must be a float tensor, got dtype {baselines.dtype}")
+        if baselines.dtype in (torch.float16, torch.bfloat16):
+            raise TypeError(f"{name} must have dtype float32 or float64, got {baselines.dtype}")
+        try:
+            b = torch.broadcast_to(baselines.to(inputs), inputs.shape).clone()
+        except RuntimeError:
+            raise ValueError(
+                f"{name} of shape {tuple(baselines.shape)} does not broadcast to inputs of shape "
+                f"{tuple(inputs.shape)}; give a scalar, a tensor of shape {tuple(inputs.shape[1:])}, "
+                f"or one baseline per sample {tuple(inputs.shape)}"
+            ) from None
+    if not torch.isfinite(b).all():
+        raise ValueError(f"{name} must be finite; it contains NaN or inf")
+    return b
+
+
+def model_output(model, inputs: torch.Tensor, name: str = "model") -> torch.Tensor:
+    """Run ``model`` and require an output of shape [B] or [B, C] that is finite."""
+    out = model(inputs)
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{name} must return a torch.Tensor, got {type(out).__name__}")
+    if out.dim() not in (1, 2) or out.shape[0] != inputs.shape[0]:
+        raise ValueError(
+            f"{name} must map inputs [B, ...] to an output of shape [B] or [B, C]; for B="
+            f"{inputs.shape[0]} it returned shape {tuple(out.shape)}"
+        )
+    if not torch.isfinite(out).all():
+        raise ValueError(f"{name} returned NaN or inf for the given inputs")
+    return out
+
+
+def resolve_target(target, output: torch.Tensor, name: str = "target") -> torch.Tensor | None:
+    """Turn ``target`` (None, int, or a [B] integer tensor) into a [B] long tensor.
+
+    For a [B] output the target must be None and ``None`` is returned. For [B, C] outputs
+    ``None`` means the argmax class of each sample.
+    """
+    batch = output.shape[0]
+    if output.dim() == 1:
+        if target is not None:
+            raise ValueError(f"{name} must be None for a model with output shape [B], got {target!r}")
+        return None
+    n_classes = output.shape[1]
+    if target is None:
+        return output.detach().argmax(dim=1)
+    if isinstance(target, bool):
+        raise TypeError(f"{name} must be None, an int or a [B] integer tensor, got bool")
+    if isinstance(target, int):
+        t = torch.full((batch,), target, dtype=torch.long, device=output.device)
+    elif isinstance(target, torch.Tensor):
+        if target.dtype.is_floating_point or target.dtype == torch.bool or target.is_complex():
+            raise TypeError(f"{name} must be an integer tensor, got dtype {target.dtype}")
+        if target.dim() == 0:
+            t = target.to(output.device, torch.long).expand(batch).clone()
+        elif target.shape == (batch,):
+            t = target.to(output.device, torch.long)
+        else:
+            raise ValueError(
+                f"{name} must be an int or a tensor of shape [{batch}], got shape {tuple(target.shape)}"
+            )
+    else:
+        raise TypeError(f"{name} must be None, an int or a [B] integer tensor, got {type(target).__name__}")
+    if ((t < 0) | (t >= n_classes)).any():
+        raise ValueError(f"{name} must lie in [0, {n_classes}), got {t.tolist()}")
+    return t
+
+
+def select_output(output: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+    """The explained scalar per sample: ``output[b, target[b]]`` (or ``output`` when [B])."""
+    if target is None:
+        return output
+    return output.gather(1, target.view(-1, 1)).squeeze(1)
+
+
+def check_positive_int(value, name: str) -> int:
+    """Require an int >= 1."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value

@@ -1,0 +1,137 @@
+"""Arithmetic on truncated univariate Taylor series (Taylor mode, as in ``jax.experimental.jet``).
+
+A series is a list ``[x_0, x_1, ..., x_K]`` of tensors standing for
+
+    x(t) = sum_{k=0..K} x_k t^k  (mod t^(K+1)).
+
+The coefficients only need to broadcast against each other (the engine keeps ``x_0``
+as ``[B, 1, ...]`` and ``x_k`` as ``[B, m, ...]`` for ``m`` directions). Every rule is
+an exact recurrence, so one order costs O(K) tensor products instead of the nested
+derivatives of repeated ``jvp``:
+
+* product (Cauchy):  (ab)_k = sum_{j=0..k} a_j b_{k-j}
+* quotient:          z_k = (a_k - sum_{j=1..k} b_j z_{k-j}) / b_0
+* y = phi(x) with phi'(x) = g(x):  y_k = (1/k) sum_{j=1..k} j x_j g_{k-j}
+  (exp: g = y;  sigmoid: g = y - y^2;  tanh: g = 1 - y^2;  softplus: g = sigmoid(x);
+  log: g = 1/x)
+* real power:        y_k = 1/(k x_0) sum_{j=1..k} (p j - (k - j)) x_j y_{k-j}
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+Series = list  # list[torch.Tensor], coefficient k at index k
+
+
+def mul(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], op=torch.mul) -> Series:
+    """Cauchy product ``(ab)_k = sum_j op(a_j, b_{k-j})``; ``op`` may be ``torch.matmul``."""
+    return [sum(op(a[j], b[k - j]) for j in range(k + 1)) for k in range(len(a))]
+
+
+def div(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> Series:
+    """Quotient ``a / b`` by ``z_k = (a_k - sum_{j=1..k} b_j z_{k-j}) / b_0``."""
+    z: Series = []
+    for k in range(len(a)):
+        acc = a[k]
+        for j in range(1, k + 1):
+            acc = acc - b[j] * z[k - j]
+        z.append(acc / b[0])
+    return z
+
+
+def compose(x: Sequence[torch.Tensor], y0: torch.Tensor,
+            slope: Callable[[int, Series], torch.Tensor]) -> Series:
+    """Series of ``y = phi(x)`` from ``y_0 = phi(x_0)`` and the series ``g`` of ``phi'(x)``.
+
+    ``slope(m, y)`` returns ``g_m`` given ``y_0..y_m``; then
+    ``y_k = (1/k) sum_{j=1..k} j x_j g_{k-j}``.
+    """
+    y: Series = [y0]
+    g: Series = []
+    for k in range(1, len(x)):
+        g.append(slope(k - 1, y))
+        y.append(sum(j * x[j] * g[k - j] for j in range(1, k + 1)) / k)
+    return y
+
+
+def _self_product(y: Series, m: int) -> torch.Tensor:
+    return sum(y[i] * y[m - i] for i in range(m + 1))
+
+
+def exp(x: Sequence[torch.Tensor]) -> Series:
+    """``exp(x)``: phi' = phi."""
+    return compose(x, torch.exp(x[0]), lambda m, y: y[m])
+
+
+def sigmoid(x: Sequence[torch.Tensor]) -> Series:
+    """``sigmoid(x)``: phi' = phi - phi^2."""
+    return compose(x, torch.sigmoid(x[0]), lambda m, y: y[m] - _self_product(y, m))
+
+
+def tanh(x: Sequence[torch.Tensor]) -> Series:
+    """``tanh(x)``: phi' = 1 - phi^2."""
+    def slope(m, y):
+        sq = _self_product(y, m)
+        return 1.0 - sq if m == 0 else -sq
+    return compose(x, torch.tanh(x[0]), slope)
+
+
+def softplus(x: Sequence[torch.Tensor], beta: float = 1.0, threshold: float = 20.0) -> Series:
+    """``softplus(x) = log(1 + exp(beta x)) / beta``: phi' = sigmoid(beta x).
+
+    Where ``beta * x_0 > threshold`` PyTorch returns ``x`` itself, and so do we.
+    """
+    bx = [beta * c for c in x]
+    s = sigmoid(bx)
+    y = compose(x, torch.nn.functional.softplus(x[0], beta, threshold), lambda m, _: s[m])
+    linear = beta * x[0] > threshold
+    if not bool(linear.any()):
+        return y
+    return [torch.where(linear, xk, yk) for xk, yk in zip(x, y)]
+
+
+def log(x: Sequence[torch.Tensor]) -> Series:
+    """``log(x)``: phi' = 1/x."""
+    one = [torch.ones_like(x[0])] + [torch.zeros_like(c) for c in x[1:]]
+    inv = div(one, x)
+    return compose(x, torch.log(x[0]), lambda m, _: inv[m])
+
+
+def power(x: Sequence[torch.Tensor], p: float) -> Series:
+    """``x ** p``: repeated products for integer ``p >= 0`` (exact at ``x_0 = 0``), else
+    ``y_k = 1/(k x_0) sum_{j=1..k} (p j - (k - j)) x_j y_{k-j}``."""
+    if float(p).is_integer() and p >= 0:
+        result: Series = [torch.ones_like(x[0])] + [torch.zeros_like(c) for c in x[1:]]
+        base, n = list(x), int(p)
+        while n:
+            if n & 1:
+                result = mul(result, base)
+            n >>= 1
+            if n:
+                base = mul(base, base)
+        return result
+    y: Series = [torch.pow(x[0], p)]
+    for k in range(1, len(x)):
+        acc = sum((p * j - (k - j)) * x[j] * y[k - j] for j in range(1, k + 1))
+        y.append(acc / (k * x[0]))
+    return y
+
+
+def polynomial(x: Sequence[torch.Tensor], coeffs: Sequence[float]) -> Series:
+    """``sum_k coeffs[k] x^k`` by Horner's rule on series."""
+    result: Series = [torch.full_like(x[0], float(coeffs[-1]))] + [torch.zeros_like(c) for c in x[1:]]
+    for c in reversed(coeffs[:-1]):
+        result = mul(result, x)
+        result[0] = result[0] + float(c)
+    return result
+
+
+def masked(x: Sequence[torch.Tensor], keep: torch.Tensor, y0: torch.Tensor) -> Series:
+    """Piecewise-linear functions (ReLU, ReLU6): ``y_k = x_k * keep`` for ``k >= 1``.
+
+    Exact wherever ``x_0`` is not on a kink; higher derivatives there are zero.
+    """
+    keep = keep.to(x[0].dtype)
+    return [y0] + [c * keep for c in x[1:]]

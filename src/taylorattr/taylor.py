@@ -1,0 +1,161 @@
+"""Exact order-K Taylor terms of a model's output change (DESIGN.md section 1).
+
+With ``delta = x - x~`` and the explained output ``f`` (a logit by default),
+
+    df = f(x) - f(x~) = sum_{k>=1} P_k,   P_k = (-1)^(k+1)/k! D^k f(x)[delta, ..., delta]
+
+and, per feature ``i``,
+
+    first_i          = d_i f(x) delta_i
+    independent_i    = sum_{k=2..K} (-1)^(k+1)/k! d_i^k f(x) delta_i^k
+    attribution_i    = sum_{k=1..K} (1/k) delta_i d_i( D^(k-1) f(x)[delta^(k-1)] ) (-1)^(k+1)/(k-1)!
+                     (the Integrated-Gradients share of every order, Theorem 5)
+    interactive_ig_i = attribution_i - first_i - independent_i
+    interactive      = g_K - sum_i (first_i + independent_i),   g_K = sum_{k=1..K} P_k
+    error            = df - g_K
+
+How: one Taylor-mode pass along ``-delta`` gives ``c_k = D^k f(x)[(-delta)^k]/k! = -P_k``.
+The IG share of order ``k`` equals ``delta_i d/dx_i c_{k-1}(x) / k`` with ``delta`` held
+fixed, so one backward pass through that same pass gives every share at once. The
+independent terms are ``n`` univariate expansions along ``-delta_i e_i``, propagated
+``chunk_size`` directions at a time (the primal is shared, so memory stays bounded).
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+from tqdm.auto import tqdm
+
+from . import _validation as V
+from .taylor_mode import piecewise_linear_ops, propagate, trace
+
+__all__ = ["TaylorTerms", "taylor_terms"]
+
+
+@dataclass(frozen=True)
+class TaylorTerms:
+    """Taylor decomposition of ``f(x) - f(x~)`` up to order ``order``.
+
+    Per-feature fields are shaped like the inputs, per-sample fields are ``[B]``;
+    ``orders[:, k-1]`` is ``P_k``.
+    """
+
+    order: int
+    first: torch.Tensor
+    independent: torch.Tensor
+    interactive_ig: torch.Tensor
+    interactive: torch.Tensor
+    total: torch.Tensor
+    output_change: torch.Tensor
+    error: torch.Tensor
+    orders: torch.Tensor
+
+    def attribution(self) -> torch.Tensor:
+        """``first + independent + interactive_ig``: the order-K IG reformulation; sums to ``total``."""
+        return self.first + self.independent + self.interactive_ig
+
+    def relative_error(self) -> torch.Tensor:
+        """``|error| / |output_change|`` per sample."""
+        return self.error.abs() / self.output_change.abs()
+
+
+def _select(out: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+    """Pick the target column of ``[B, C]`` or ``[K, B, m, C]``; leave ``[B]``/``[K, B, m]`` alone."""
+    if target is None:
+        return out
+    if out.dim() == 2:
+        return V.select_output(out, target)
+    index = target.view(1, -1, 1, 1).expand(*out.shape[:3], 1)
+    return out.gather(-1, index).squeeze(-1)
+
+
+def _default_chunk(order: int, batch: int, n_features: int) -> int:
+    return max(1, min(n_features, 8192 // (order * batch)))
+
+
+def _independent_terms(gm, inputs, delta, target, order, chunk_size, show_progress) -> torch.Tensor:
+    """``sum_{k=2..K} P_k`` of each univariate expansion along ``-delta_i e_i``."""
+    B = inputs.shape[0]
+    flat_delta = delta.reshape(B, -1)
+    n = flat_delta.shape[1]
+    result = torch.empty_like(flat_delta)
+    starts = range(0, n, chunk_size)
+    for start in tqdm(starts, desc="independent terms", disable=not show_progress, leave=False):
+        idx = torch.arange(start, min(start + chunk_size, n), device=inputs.device)
+        directions = torch.zeros(B, len(idx), n, dtype=inputs.dtype, device=inputs.device)
+        directions[:, torch.arange(len(idx)), idx] = -flat_delta[:, idx]
+        jet = propagate(gm, inputs, directions.view(B, len(idx), *inputs.shape[1:]), order)
+        coeffs = _select(jet.series, target)  # [K, B, m]
+        result[:, idx] = -coeffs[1:].sum(0)
+    return result.view_as(delta)
+
+
+def taylor_terms(model, inputs: torch.Tensor, baselines=0.0, target=None, order: int = 2,
+                 chunk_size: int | None = None, show_progress: bool = False) -> TaylorTerms:
+    """Exact order-``order`` Taylor terms of ``f(inputs) - f(baselines)``.
+
+    Args:
+        model: an ``nn.Module`` mapping ``[B, ...]`` to ``[B, C]`` or ``[B]``, traceable by
+            torch.fx and built from the operations listed in :mod:`taylorattr.taylor_mode`.
+        inputs: ``[B, ...]`` float32/float64 tensor.
+        baselines: scalar, tensor broadcastable to ``inputs``, or one baseline per sample.
+        target: ``None`` (argmax class), an int, or a ``[B]`` tensor; ``None`` for ``[B]`` outputs.
+        order: K >= 1.
+        chunk_size: feature directions propagated together for the independent terms
+            (default: about 8192 / (K * B)); smaller uses less memory.
+        show_progress: tqdm bar over the chunks.
+    """
+    V.check_model(model)
+    V.check_inputs(inputs)
+    V.check_positive_int(order, "order")
+    if chunk_size is not None:
+        V.check_positive_int(chunk_size, "chunk_size")
+    baselines = V.broadcast_baselines(baselines, inputs)
+    gm = trace(model)
+    if order >= 2:
+        kinks = piecewise_linear_ops(gm)
+        if kinks:
+            warnings.warn(
+                f"model contains piecewise-linear operations ({', '.join(kinks[:5])}); their "
+                f"derivatives of order >= 2 are zero almost everywhere, so the order-{order} terms "
+                "reduce to first order inside each linear region. Use a smooth surrogate "
+                "(e.g. nn.Softplus) to see higher-order terms.", stacklevel=2)
+    inputs = inputs.detach()
+    delta = inputs - baselines
+    with torch.no_grad():
+        target = V.resolve_target(target, V.model_output(model, inputs))
+        f_base = V.select_output(V.model_output(model, baselines, name="model (at baselines)"), target)
+
+    x = inputs.clone().requires_grad_(True)
+    jet = propagate(gm, x, -delta.unsqueeze(1), order)
+    f_x = _select(jet.primal, target)
+    c = _select(jet.series, target)[:, :, 0]  # [K, B]: c_k = -P_k
+    (grad,) = torch.autograd.grad(f_x.sum(), x, retain_graph=True)
+    shares = f_x + sum(c[k - 1] / (k + 1) for k in range(1, order))  # sum_k c_{k-1}/k
+    (share_grad,) = torch.autograd.grad(shares.sum(), x)
+
+    first = (grad * delta).detach()
+    attribution = (share_grad * delta).detach()
+    orders = -c.detach().T.contiguous()  # [B, K]
+    total = orders.sum(1)
+    if order >= 2:
+        cs = chunk_size or _default_chunk(order, inputs.shape[0], delta[0].numel())
+        with torch.no_grad():
+            independent = _independent_terms(gm, inputs, delta, target, order, cs, show_progress)
+    else:
+        independent = torch.zeros_like(first)
+    output_change = f_x.detach() - f_base
+    per_feature = (first + independent).flatten(1).sum(1)
+    return TaylorTerms(
+        order=order,
+        first=first,
+        independent=independent,
+        interactive_ig=attribution - first - independent,
+        interactive=total - per_feature,
+        total=total,
+        output_change=output_change,
+        error=output_change - total,
+        orders=orders,
+    )
