@@ -160,9 +160,9 @@ def _reshape(x: Jet, *shape) -> Jet:
 
 
 def _flatten(x: Jet, start_dim=0, end_dim=-1) -> Jet:
-    if start_dim % x.primal.dim() == 0:
-        raise UnsupportedOperation("flatten including the batch dimension (start_dim=0)")
-    return x.linear(lambda t: torch.flatten(t, start_dim, end_dim))
+    if start_dim % x.primal.dim() != 0:
+        return x.linear(lambda t: torch.flatten(t, start_dim, end_dim))
+    return _reshape(x, torch.flatten(x.primal, start_dim, end_dim).shape)  # e.g. [B, 1] -> [B]
 
 
 def _getitem(x, index):
@@ -196,6 +196,20 @@ def _reduce(name: str):
         for d in dims:
             _batch_dim(d, x.primal.dim(), name)
         return x.linear(lambda t: getattr(torch, name)(t, dim, keepdim=keepdim, **kw))
+    return rule
+
+
+def _axes(name: str, extra: int = 0):
+    """A linear axis manipulation (transpose, permute, unsqueeze, squeeze) that keeps dim 0."""
+    def rule(x: Jet, *dims):
+        flat = dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+        if name == "permute":
+            if flat[0] % x.primal.dim() != 0:
+                raise UnsupportedOperation(f"permute {tuple(flat)} moves the batch dimension")
+        else:
+            for d in flat:
+                _batch_dim(d, x.primal.dim() + extra, name)
+        return x.linear(lambda t: getattr(t, name)(*dims))
     return rule
 
 
@@ -301,6 +315,10 @@ _UNARY = {
     "flatten": _flatten,
     "reshape": _reshape,
     "view": _reshape,
+    "transpose": _axes("transpose"),
+    "permute": _axes("permute"),
+    "unsqueeze": _axes("unsqueeze", extra=1),
+    "squeeze": _axes("squeeze"),
 }
 
 FUNCTION_RULES: dict[Callable, Callable] = {
