@@ -228,6 +228,28 @@ def test_max_pool_and_relu_follow_the_linear_region():
     assert terms.independent.abs().max() == 0
 
 
+def test_group_expansion_equals_autograd_along_the_masked_change():
+    """Occluding a patch: P_k of the change restricted to the patch (Theorem 3, corrected)."""
+    model = _sigmoid_cnn()
+    x, base = torch.rand(2, 1, 8, 8, dtype=DT), torch.rand(2, 1, 8, 8, dtype=DT)
+    groups = (torch.arange(8)[:, None] // 4 * 2 + torch.arange(8)[None, :] // 4).view(1, 8, 8)
+    got = ta.taylor.group_expansions(model, x, base, target=2, order=3, groups=groups, chunk_size=3)
+    assert got.shape == (2, 4, 3)
+    for b in range(2):
+        for g in range(4):
+            d = (x[b] - base[b]) * (groups == g)
+            ref = _autograd_orders(lambda z: model(z[None])[0, 2], x[b], d, 3)
+            torch.testing.assert_close(got[b, g], ref, rtol=1e-8, atol=1e-14)
+
+
+def test_taylor_attribution_is_the_terms_attribution():
+    model = _sigmoid_cnn()
+    x = torch.rand(2, 1, 8, 8, dtype=DT)
+    for K in (1, 2, 4):
+        terms = ta.taylor_terms(model, x, 0.1, order=K, target=0)
+        torch.testing.assert_close(ta.taylor.taylor_attribution(model, x, 0.1, 0, K), terms.attribution())
+
+
 def test_batched_matches_per_sample_and_chunking_is_invisible():
     model = _sigmoid_cnn()
     x = torch.rand(3, 1, 8, 8, dtype=DT)

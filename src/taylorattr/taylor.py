@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from . import _validation as V
 from .taylor_mode import piecewise_linear_ops, propagate, trace
 
-__all__ = ["TaylorTerms", "taylor_terms"]
+__all__ = ["TaylorTerms", "taylor_terms", "taylor_attribution", "group_expansions"]
 
 
 @dataclass(frozen=True)
@@ -75,21 +75,98 @@ def _default_chunk(order: int, batch: int, n_features: int) -> int:
     return max(1, min(n_features, 8192 // (order * batch)))
 
 
-def _independent_terms(gm, inputs, delta, target, order, chunk_size, show_progress) -> torch.Tensor:
-    """``sum_{k=2..K} P_k`` of each univariate expansion along ``-delta_i e_i``."""
+def _group_orders(gm, inputs, delta, target, groups, order, chunk_size, show_progress) -> torch.Tensor:
+    """``P_k`` of the expansion along ``-delta`` restricted to each group: ``[B, G, K]``.
+
+    ``groups`` holds a group id in ``0..G-1`` for every feature (shape ``inputs.shape[1:]``);
+    the expansion of group ``g`` moves only its features, as occluding the group does.
+    """
     B = inputs.shape[0]
+    ids = groups.reshape(-1).to(inputs.device)
+    n_groups = int(ids.max()) + 1
     flat_delta = delta.reshape(B, -1)
-    n = flat_delta.shape[1]
-    result = torch.empty_like(flat_delta)
-    starts = range(0, n, chunk_size)
-    for start in tqdm(starts, desc="independent terms", disable=not show_progress, leave=False):
-        idx = torch.arange(start, min(start + chunk_size, n), device=inputs.device)
-        directions = torch.zeros(B, len(idx), n, dtype=inputs.dtype, device=inputs.device)
-        directions[:, torch.arange(len(idx)), idx] = -flat_delta[:, idx]
-        jet = propagate(gm, inputs, directions.view(B, len(idx), *inputs.shape[1:]), order)
-        coeffs = _select(jet.series, target)  # [K, B, m]
-        result[:, idx] = -coeffs[1:].sum(0)
-    return result.view_as(delta)
+    result = torch.empty(B, n_groups, order, dtype=inputs.dtype, device=inputs.device)
+    starts = range(0, n_groups, chunk_size)
+    for start in tqdm(starts, desc="group expansions", disable=not show_progress, leave=False):
+        stop = min(start + chunk_size, n_groups)
+        member = ids[None, :] == torch.arange(start, stop, device=ids.device)[:, None]  # [m, n]
+        directions = -flat_delta[:, None, :] * member[None]
+        jet = propagate(gm, inputs, directions.view(B, stop - start, *inputs.shape[1:]), order)
+        result[:, start:stop] = -_select(jet.series, target).permute(1, 2, 0)
+    return result
+
+
+def _prepare(model, inputs, baselines, target, order, chunk_size=None):
+    """Shared argument checks; returns the traced model, inputs, delta, target and f(x~)."""
+    V.check_model(model)
+    V.check_inputs(inputs)
+    V.check_positive_int(order, "order")
+    if chunk_size is not None:
+        V.check_positive_int(chunk_size, "chunk_size")
+    baselines = V.broadcast_baselines(baselines, inputs)
+    gm = trace(model)
+    if order >= 2:
+        kinks = piecewise_linear_ops(gm)
+        if kinks:
+            warnings.warn(
+                f"model contains piecewise-linear operations ({', '.join(kinks[:5])}); their "
+                f"derivatives of order >= 2 are zero almost everywhere, so the order-{order} terms "
+                "reduce to first order inside each linear region. Use a smooth surrogate "
+                "(e.g. nn.Softplus) to see higher-order terms.", stacklevel=3)
+    inputs = inputs.detach()
+    with torch.no_grad():
+        target = V.resolve_target(target, V.model_output(model, inputs))
+        f_base = V.select_output(V.model_output(model, baselines, name="model (at baselines)"), target)
+    return gm, inputs, inputs - baselines, target, f_base
+
+
+def _ig_shares(gm, inputs, delta, target, order):
+    """One Taylor-mode pass along ``-delta`` and its backward: ``(f(x), first, attribution, orders)``."""
+    x = inputs.clone().requires_grad_(True)
+    jet = propagate(gm, x, -delta.unsqueeze(1), order)
+    f_x = _select(jet.primal, target)
+    c = _select(jet.series, target)[:, :, 0]  # [K, B]: c_k = -P_k
+    (grad,) = torch.autograd.grad(f_x.sum(), x, retain_graph=order > 1)
+    first = (grad * delta).detach()
+    if order > 1:
+        shares = f_x + sum(c[k - 1] / (k + 1) for k in range(1, order))  # sum_k c_{k-1}/k
+        (share_grad,) = torch.autograd.grad(shares.sum(), x)
+        attribution = (share_grad * delta).detach()
+    else:
+        attribution = first
+    return f_x.detach(), first, attribution, -c.detach().T.contiguous()
+
+
+def taylor_attribution(model, inputs: torch.Tensor, baselines=0.0, target=None,
+                       order: int = 2) -> torch.Tensor:
+    """The order-K Taylor attribution ``first + independent + interactive_ig`` alone.
+
+    Each order's monomials are shared among their features in proportion to their
+    exponents (Theorem 5), so the result sums to ``g_K``; order 1 is Gradient*Input
+    w.r.t. the baseline. Costs one Taylor-mode pass and one backward pass.
+    """
+    gm, inputs, delta, target, _ = _prepare(model, inputs, baselines, target, order)
+    return _ig_shares(gm, inputs, delta, target, order)[2]
+
+
+def group_expansions(model, inputs: torch.Tensor, baselines=0.0, target=None, order: int = 2,
+                     groups: torch.Tensor | None = None, chunk_size: int | None = None,
+                     show_progress: bool = False) -> torch.Tensor:
+    """``g_K`` of the change obtained by moving only the features of one group to the baseline.
+
+    ``groups``: integer ids ``0..G-1`` shaped like one sample (default: every feature its own
+    group). Returns ``[B, G, K]`` with ``[..., k-1] = P_k(delta restricted to the group)``;
+    summing over ``k`` gives the Taylor reformulation of occluding that group (Theorems 2, 3).
+    """
+    gm, inputs, delta, target, _ = _prepare(model, inputs, baselines, target, order, chunk_size)
+    if groups is None:
+        groups = torch.arange(delta[0].numel()).view(delta.shape[1:])
+    if groups.shape != delta.shape[1:] or groups.dtype.is_floating_point:
+        raise ValueError(f"groups must be an integer tensor of shape {tuple(delta.shape[1:])}, got "
+                         f"{groups.dtype} {tuple(groups.shape)}")
+    cs = chunk_size or _default_chunk(order, inputs.shape[0], int(groups.max()) + 1)
+    with torch.no_grad():
+        return _group_orders(gm, inputs, delta, target, groups, order, cs, show_progress)
 
 
 def taylor_terms(model, inputs: torch.Tensor, baselines=0.0, target=None, order: int = 2,
@@ -107,53 +184,26 @@ def taylor_terms(model, inputs: torch.Tensor, baselines=0.0, target=None, order:
             (default: about 8192 / (K * B)); smaller uses less memory.
         show_progress: tqdm bar over the chunks.
     """
-    V.check_model(model)
-    V.check_inputs(inputs)
-    V.check_positive_int(order, "order")
-    if chunk_size is not None:
-        V.check_positive_int(chunk_size, "chunk_size")
-    baselines = V.broadcast_baselines(baselines, inputs)
-    gm = trace(model)
-    if order >= 2:
-        kinks = piecewise_linear_ops(gm)
-        if kinks:
-            warnings.warn(
-                f"model contains piecewise-linear operations ({', '.join(kinks[:5])}); their "
-                f"derivatives of order >= 2 are zero almost everywhere, so the order-{order} terms "
-                "reduce to first order inside each linear region. Use a smooth surrogate "
-                "(e.g. nn.Softplus) to see higher-order terms.", stacklevel=2)
-    inputs = inputs.detach()
-    delta = inputs - baselines
-    with torch.no_grad():
-        target = V.resolve_target(target, V.model_output(model, inputs))
-        f_base = V.select_output(V.model_output(model, baselines, name="model (at baselines)"), target)
-
-    x = inputs.clone().requires_grad_(True)
-    jet = propagate(gm, x, -delta.unsqueeze(1), order)
-    f_x = _select(jet.primal, target)
-    c = _select(jet.series, target)[:, :, 0]  # [K, B]: c_k = -P_k
-    (grad,) = torch.autograd.grad(f_x.sum(), x, retain_graph=True)
-    shares = f_x + sum(c[k - 1] / (k + 1) for k in range(1, order))  # sum_k c_{k-1}/k
-    (share_grad,) = torch.autograd.grad(shares.sum(), x)
-
-    first = (grad * delta).detach()
-    attribution = (share_grad * delta).detach()
-    orders = -c.detach().T.contiguous()  # [B, K]
+    gm, inputs, delta, target, f_base = _prepare(model, inputs, baselines, target, order, chunk_size)
+    f_x, first, attribution, orders = _ig_shares(gm, inputs, delta, target, order)
     total = orders.sum(1)
     if order >= 2:
-        cs = chunk_size or _default_chunk(order, inputs.shape[0], delta[0].numel())
+        n = delta[0].numel()
+        singletons = torch.arange(n).view(delta.shape[1:])
+        cs = chunk_size or _default_chunk(order, inputs.shape[0], n)
         with torch.no_grad():
-            independent = _independent_terms(gm, inputs, delta, target, order, cs, show_progress)
+            per_feature = _group_orders(gm, inputs, delta, target, singletons, order, cs, show_progress)
+        independent = per_feature[..., 1:].sum(-1).view_as(delta)
     else:
         independent = torch.zeros_like(first)
-    output_change = f_x.detach() - f_base
-    per_feature = (first + independent).flatten(1).sum(1)
+    output_change = f_x - f_base
+    separable = (first + independent).flatten(1).sum(1)
     return TaylorTerms(
         order=order,
         first=first,
         independent=independent,
         interactive_ig=attribution - first - independent,
-        interactive=total - per_feature,
+        interactive=total - separable,
         total=total,
         output_change=output_change,
         error=output_change - total,

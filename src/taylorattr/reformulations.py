@@ -1,0 +1,176 @@
+"""The paper's Theorems 1-5 and the Expected Gradients corollary, as code (DESIGN.md section 2).
+
+Each reformulation rebuilds a method's attribution from exact Taylor terms of order K,
+with ``delta = x - x~`` and ``P_k`` as in :mod:`taylorattr.taylor`:
+
+=====================  ==============================================================
+gradient_input         Thm 1: ``T^a_i`` with ``x~ = 0`` (order 1, whatever K)
+occlusion_1            Thm 2: ``T^a_i + T^gd_i``: ``g_K`` of moving feature (pixel) i alone
+occlusion_patch        Thm 3 (corrected): ``g_K(delta restricted to p)``, every term
+                       inside the patch once, given to every feature of the patch
+deeplift               Thm 4, per layer: ``(z_ji - z~_ji)/(y_j - y~_j) * g_K(sigma; y_j -> y~_j)``
+epsilon_lrp            supplement, per layer: ``z_ji/(y_j + eps s) * g_K(sigma; y_j -> b_j)``
+integrated_gradients   Thm 5: ``T^a_i + T^gd_i + a^gt_i`` (each order's IG share)
+expected_gradients     the IG reformulation averaged over the same baseline draws
+=====================  ==============================================================
+
+The layer-wise originals replace the neuron's change ``x_j^(l+1) - x~_j^(l+1)`` in the
+ratio by its order-K Taylor expansion in ``y``, so per layer the original and the
+reformulation share the ratio and differ by the truncation of one activation.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from . import _validation as V
+from .taylor import group_expansions, taylor_attribution
+from .taylor_mode import propagate, trace
+
+__all__ = ["reformulate", "LayerReformulation", "occlusion_groups", "REFORMULATIONS"]
+
+
+@dataclass(frozen=True)
+class LayerReformulation:
+    """Local relevances ``a_ij^(l)`` of one layer, original and reformulated.
+
+    Both have the edge layout of :func:`taylorattr.methods.layerwise.edge_terms`
+    (``[B, out, in]`` for Linear, ``[B, C_out, L, K]`` for convolutions).
+    """
+
+    name: str
+    original: torch.Tensor
+    reformulated: torch.Tensor
+
+
+def occlusion_groups(sample_shape: tuple[int, ...], patch) -> torch.Tensor:
+    """Window id of every feature when windows of ``patch`` tile a sample (stride = patch).
+
+    Same layout as :class:`taylorattr.methods.Occlusion`: an int patch occludes the last
+    two dimensions of ``[C, H, W]`` samples (all channels together) and the last one
+    otherwise; windows that run past the edge are cut there.
+    """
+    from .methods.occlusion import window_masks
+
+    if isinstance(patch, int) and not isinstance(patch, bool):
+        d = 2 if len(sample_shape) == 3 else 1
+        patch = (patch,) * d
+    elif not (isinstance(patch, (tuple, list)) and patch and all(isinstance(p, int) for p in patch)):
+        raise TypeError(f"patch must be an int or a tuple of ints, got {patch!r}")
+    patch = tuple(patch)
+    if len(patch) > len(sample_shape) or any(p < 1 for p in patch):
+        raise ValueError(f"patch {patch} does not fit samples of shape {tuple(sample_shape)}")
+    sizes = sample_shape[len(sample_shape) - len(patch):]
+    ids = torch.zeros((), dtype=torch.long)
+    for mask in window_masks(sizes, patch, patch):
+        ids = ids.unsqueeze(-1) * mask.shape[0] + mask.long().argmax(0)
+    return ids.expand(sample_shape).contiguous()
+
+
+def _occlusion(model, inputs, baselines, target, order, patch=1, stride=None, **kw):
+    if stride is not None and stride != patch:
+        raise ValueError(f"stride must equal patch for the Taylor reformulation of occlusion "
+                         f"(tiling windows), got stride={stride!r}, patch={patch!r}")
+    V.check_inputs(inputs)
+    groups = occlusion_groups(tuple(inputs.shape[1:]), patch)
+    per_group = group_expansions(model, inputs, baselines, target, order, groups, **kw).sum(-1)
+    return per_group[:, groups.reshape(-1)].view_as(inputs)
+
+
+def _activation_expansion(activation: Callable | None, pre: torch.Tensor, change: torch.Tensor,
+                          order: int) -> torch.Tensor:
+    """``g_K`` of ``sigma(pre) - sigma(pre - change)``, expanded at ``pre``."""
+    if activation is None:
+        return change
+    module = activation if isinstance(activation, nn.Module) else _Function(activation)
+    jet = propagate(trace(_Wrapped(module)), pre, -change.unsqueeze(1), order)
+    return -jet.series[:, :, 0].sum(0)
+
+
+class _Function(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+class _Wrapped(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.act = act
+
+    def forward(self, x):
+        return self.act(x)
+
+
+def _layerwise(rule: str):
+    def run(model, inputs, baselines, target, order, **kw) -> list[LayerReformulation]:
+        from .methods import DeepLift, EpsilonLRP
+        from .methods.layerwise import denominator, edge_terms, local_relevance
+
+        if rule == "deeplift":
+            records = DeepLift(model).layer_records(inputs, baselines, target)
+        else:
+            records = EpsilonLRP(model, **kw).layer_records(inputs, target)
+        out = []
+        for rec in records:
+            if rec.activation is None:
+                continue  # no nonlinearity: original and reformulation coincide
+            g = _activation_expansion(rec.activation, rec.pre, rec.pre - rec.ref_pre, order)
+            neurons = g.reshape(*denominator(rec).shape)
+            ratio = edge_terms(rec) / denominator(rec).unsqueeze(-1)
+            out.append(LayerReformulation(rec.name, local_relevance(rec), ratio * neurons.unsqueeze(-1)))
+        return out
+    return run
+
+
+def _expected_gradients(model, inputs, baselines, target, order, n_samples=50, noise_std=None,
+                        seed=0, **kw):
+    from .methods.expected_gradients import draw
+
+    draws = draw(inputs, baselines, n_samples=n_samples, noise_std=noise_std, seed=seed)
+    with torch.no_grad():
+        target = V.resolve_target(target, V.model_output(model, inputs))
+    total = torch.zeros_like(inputs)
+    for k in range(draws.n_samples):
+        total += taylor_attribution(model, inputs, draws.baselines[:, k], target, order)
+    return total / draws.n_samples
+
+
+REFORMULATIONS: dict[str, Callable] = {
+    "gradient_input": lambda model, inputs, baselines, target, order, **kw:
+        taylor_attribution(model, inputs, 0.0, target, 1),
+    "occlusion_1": lambda *a, patch=1, **kw: _occlusion(*a, patch=1, **kw),
+    "occlusion_patch": lambda *a, patch=2, **kw: _occlusion(*a, patch=patch, **kw),
+    "deeplift": _layerwise("deeplift"),
+    "epsilon_lrp": _layerwise("epsilon_lrp"),
+    "integrated_gradients": lambda model, inputs, baselines, target, order, **kw:
+        taylor_attribution(model, inputs, baselines, target, order),
+    "expected_gradients": _expected_gradients,
+}
+
+
+def reformulate(method: str, model, inputs: torch.Tensor, baselines=0.0, target=None,
+                order: int = 2, **kwargs):
+    """The Taylor reformulation of ``method`` at order ``order``.
+
+    Returns an attribution shaped like ``inputs``, except for the layer-wise methods
+    (``deeplift``, ``epsilon_lrp``), which return one :class:`LayerReformulation` per
+    layer followed by a nonlinearity. Extra keyword arguments: ``patch`` (occlusion_patch),
+    ``n_samples``/``noise_std``/``seed`` (expected_gradients, where ``baselines`` is the
+    reference tensor or None), ``epsilon`` (epsilon_lrp), ``chunk_size`` and
+    ``show_progress`` (occlusion).
+    """
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a method name (str), got {type(method).__name__}")
+    if method not in REFORMULATIONS:
+        raise ValueError(f"method must be one of {sorted(REFORMULATIONS)}, got {method!r}")
+    V.check_positive_int(order, "order")
+    if method == "expected_gradients" and isinstance(baselines, float) and baselines == 0.0:
+        baselines = None
+    return REFORMULATIONS[method](model, inputs, baselines, target, order, **kwargs)
