@@ -1,0 +1,39 @@
+"""Resumable units of work: each finished unit is a file, written atomically.
+
+``UnitStore(folder).get(key, compute)`` returns the stored result of ``key`` when its file
+exists and otherwise computes it, writes it atomically (temporary file + rename) and
+returns it. An interrupted run therefore loses at most the unit in progress, and a rerun
+picks up where it stopped. Results are dicts of tensors and plain numbers.
+"""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .. import _io
+
+__all__ = ["UnitStore"]
+
+_SAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
+
+
+class UnitStore:
+    """A folder of finished units, one ``.pt`` file per key."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        _io.remove_stale_temporaries(self.folder)
+
+    def path(self, key: str) -> Path:
+        return self.folder / (_SAFE.sub("_", key) + ".pt")
+
+    def get(self, key: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        path = self.path(key)
+        if path.is_file():
+            return _io.load_tensors(path)
+        result = compute()
+        _io.save_tensors(result, path)
+        return result

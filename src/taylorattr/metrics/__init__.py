@@ -1,0 +1,34 @@
+"""Evaluation metrics: pure functions over batched tensors, one value per sample.
+
+``METRICS`` maps each metric's name to its function; every registered metric passes the
+common invariance test in ``tests/test_metrics.py`` (batch-order equivariance, per-sample
+independence, float32/float64 agreement, errors on mismatched shapes).
+"""
+from __future__ import annotations
+
+from .fidelity import (
+    approximation_error,
+    gaussian_perturbation,
+    infidelity,
+    percentage_change,
+    square_removal,
+)
+from .localisation import bbox_accuracy, boxes_to_mask
+
+METRICS = {
+    "percentage_change": percentage_change,
+    "approximation_error": approximation_error,
+    "infidelity": infidelity,
+    "bbox_accuracy": bbox_accuracy,
+}
+
+__all__ = [
+    "METRICS",
+    "approximation_error",
+    "bbox_accuracy",
+    "boxes_to_mask",
+    "gaussian_perturbation",
+    "infidelity",
+    "percentage_change",
+    "square_removal",
+]

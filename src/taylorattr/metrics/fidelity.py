@@ -1,0 +1,450 @@
+"""Fidelity metrics: percentage change, approximation error and infidelity.
+
+All three are pure functions of tensors that return one value per sample (shape ``[B]``);
+tables report the mean over samples. Sign convention as in ``DESIGN.md``: attributions
+explain the output drop, so a perturbation ``I`` that turns ``x`` into ``x_I`` should
+satisfy ``sum(attribution * I) ~= f(x) - f(x_I)``.
+"""
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from numbers import Real
+
+import torch
+from tqdm.auto import tqdm
+
+from .._validation import (
+    broadcast_baselines,
+    check_inputs,
+    check_model,
+    check_positive_int,
+    model_output,
+    resolve_target,
+    select_output,
+)
+
+__all__ = [
+    "approximation_error",
+    "gaussian_perturbation",
+    "infidelity",
+    "percentage_change",
+    "square_removal",
+]
+
+Perturbation = Callable[[torch.Tensor, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
+
+
+def _acc_dtype(device: torch.device) -> torch.dtype:
+    """float64 accumulation everywhere float64 exists (not on Apple's MPS)."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def _undefined_where(zero: torch.Tensor, what: str, name: str) -> None:
+    if zero.any():
+        idx = torch.nonzero(zero).flatten().tolist()
+        warnings.warn(
+            f"{what} is undefined for samples {idx}: {name} is zero there; those entries are "
+            "NaN (average the rest with torch.nanmean).",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+# --------------------------------------------------------------------------------------
+# percentage change and approximation error
+# --------------------------------------------------------------------------------------
+
+
+def percentage_change(original: torch.Tensor, reformulated: torch.Tensor) -> torch.Tensor:
+    r"""Per-sample squared relative difference, in percent (the paper's Table 3 metric).
+
+    .. math::
+
+        d_i = \frac{\lVert a_o(i) - a_r(i) \rVert_2^2}{\lVert a_o(i) \rVert_2^2} \cdot 100
+
+    with all non-batch dimensions flattened. The paper's table reports
+    ``d = mean_i d_i``; take ``percentage_change(o, r).mean()`` (or ``torch.nanmean``,
+    see below).
+
+    Args:
+        original: ``[B, ...]`` attributions of the original method ``a_o``.
+        reformulated: ``[B, ...]`` its Taylor reformulation ``a_r``, the same shape.
+
+    Returns:
+        ``[B]`` tensor of percentages, dtype the promoted dtype of the two inputs.
+
+    A sample whose original attribution is all zero has no defined relative change: its
+    entry is NaN and a ``RuntimeWarning`` names the samples (never a silent 0 or inf).
+
+    Raises:
+        TypeError: a non-tensor or non-float argument.
+        ValueError: shapes differ, an empty batch, or NaN/inf values.
+    """
+    original = check_inputs(original, "original")
+    reformulated = check_inputs(reformulated, "reformulated")
+    if original.shape != reformulated.shape:
+        raise ValueError(
+            f"original and reformulated must have the same shape, got {tuple(original.shape)} "
+            f"and {tuple(reformulated.shape)}"
+        )
+    out_dtype = torch.promote_types(original.dtype, reformulated.dtype)
+    acc = _acc_dtype(original.device)
+    o = original.detach().to(acc).flatten(1)
+    r = reformulated.detach().to(o).flatten(1)
+    num = (o - r).pow(2).sum(1)
+    den = o.pow(2).sum(1)
+    zero = den == 0
+    _undefined_where(zero, "percentage_change", "the original attribution")
+    d = torch.where(zero, torch.full_like(num, float("nan")), num / torch.where(zero, 1.0, den))
+    return (d * 100.0).to(out_dtype)
+
+
+def approximation_error(error: torch.Tensor, output_change: torch.Tensor) -> torch.Tensor:
+    r"""Per-sample relative Taylor approximation error ``|eps_i| / |df_i|``.
+
+    ``error`` is ``eps_K = df - g_K`` and ``output_change`` is ``df = f(x) - f(x~)``, as in
+    :class:`taylorattr.TaylorTerms` (``terms.error``, ``terms.output_change``). The paper
+    reports ``mean_i |eps_i| / |df_i|``: take ``.mean()`` of the result.
+
+    Args:
+        error: ``[B]`` float tensor.
+        output_change: ``[B]`` float tensor.
+
+    Returns:
+        ``[B]`` tensor, dtype the promoted dtype. A sample with ``df = 0`` gives NaN and a
+        ``RuntimeWarning`` (the relative error is undefined there).
+
+    Raises:
+        TypeError, ValueError: non-tensors, non-float dtypes, shapes other than the same
+        ``[B]``, an empty batch, or NaN/inf values.
+    """
+    for name, t in (("error", error), ("output_change", output_change)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"{name} must have dtype float32 or float64, got {t.dtype}")
+        if t.dim() != 1 or t.shape[0] == 0:
+            raise ValueError(f"{name} must have shape [B] with B >= 1, got {tuple(t.shape)}")
+        if not torch.isfinite(t).all():
+            raise ValueError(f"{name} must be finite; it contains NaN or inf")
+    if error.shape != output_change.shape:
+        raise ValueError(
+            f"error and output_change must have the same shape [B], got {tuple(error.shape)} "
+            f"and {tuple(output_change.shape)}"
+        )
+    out_dtype = torch.promote_types(error.dtype, output_change.dtype)
+    acc = _acc_dtype(error.device)
+    e = error.detach().to(acc).abs()
+    df = output_change.detach().to(e).abs()
+    zero = df == 0
+    _undefined_where(zero, "approximation_error", "output_change")
+    r = torch.where(zero, torch.full_like(e, float("nan")), e / torch.where(zero, 1.0, df))
+    return r.to(out_dtype)
+
+
+# --------------------------------------------------------------------------------------
+# perturbation sets
+# --------------------------------------------------------------------------------------
+
+
+def square_removal(height: int, width: int, max_side: int = 10) -> torch.Tensor:
+    """Every square of side ``1..max_side`` that fits in a ``height x width`` image.
+
+    Yeh et al.'s reference order (``saliency_evaluation/infid_sen_utils.py``,
+    ``get_imageset``): side outermost, then the top row, then the left column.
+
+    Returns:
+        ``[N, 3]`` long tensor of ``(side, top, left)``; square k covers rows
+        ``top:top+side`` and columns ``left:left+side``. A side larger than the image has
+        no position and contributes nothing, so
+        ``N = sum_{s=1..max_side} max(height-s+1, 0) * max(width-s+1, 0)``
+        (5,605 for 28x28 with ``max_side=10``).
+    """
+    check_positive_int(height, "height")
+    check_positive_int(width, "width")
+    check_positive_int(max_side, "max_side")
+    parts = []
+    for s in range(1, max_side + 1):
+        nh, nw = height - s + 1, width - s + 1
+        if nh <= 0 or nw <= 0:
+            break
+        top = torch.arange(nh).repeat_interleave(nw)
+        left = torch.arange(nw).repeat(nh)
+        parts.append(torch.stack([torch.full_like(top, s), top, left], dim=1))
+    return torch.cat(parts, dim=0)
+
+
+def gaussian_perturbation(noise_std: float = 0.2) -> Perturbation:
+    """A perturbation callable drawing ``I ~ N(0, noise_std^2)`` per feature.
+
+    The returned callable follows the contract of ``infidelity(perturbation=...)``: called
+    as ``perturb(inputs, generator)`` it returns ``(I, inputs - I)``. One draw of ``I``
+    (shape ``inputs.shape[1:]``) is shared by every sample of the batch (common random
+    numbers), so a sample's score never depends on the batch it is in. The draw is made
+    in float64 on the CPU ``generator`` and then cast to the inputs' dtype and device, so
+    a seed gives the same perturbations on every device and in float32 and float64.
+    """
+    if isinstance(noise_std, bool) or not isinstance(noise_std, Real):
+        raise TypeError(f"noise_std must be a positive real number, got {type(noise_std).__name__}")
+    if not (float(noise_std) > 0 and float(noise_std) < float("inf")):
+        raise ValueError(f"noise_std must be positive and finite, got {noise_std}")
+    std = float(noise_std)
+
+    def perturb(inputs: torch.Tensor, generator: torch.Generator):
+        noise = torch.randn(inputs.shape[1:], generator=generator, dtype=torch.float64) * std
+        i = noise.to(device=inputs.device, dtype=inputs.dtype).expand_as(inputs)
+        return i, inputs - i
+
+    perturb.noise_std = std
+    return perturb
+
+
+# --------------------------------------------------------------------------------------
+# infidelity
+# --------------------------------------------------------------------------------------
+
+
+def _forward_rows(model, rows, target, batch_size):
+    """Explained output of ``model`` on ``rows`` ([R, ...]) in pieces of ``batch_size``."""
+    outs = []
+    for start in range(0, rows.shape[0], batch_size):
+        piece = rows[start:start + batch_size]
+        out = model_output(model, piece)
+        t = None if target is None else target[start:start + batch_size]
+        outs.append(select_output(out, t))
+    return torch.cat(outs)
+
+
+def _square_source(inputs, attributions, baselines, max_side, per_forward, acc):
+    """Predicted changes for every square (integral image) and a chunked perturbed-row maker."""
+    b, _, h, w = inputs.shape
+    squares = square_removal(h, w, max_side).to(inputs.device)
+    side, top, left = squares.unbind(1)
+    # integral image of the channel-summed attribution: S[:, r, c] = sum of a[:, :r, :c]
+    a = attributions.to(acc).sum(1)
+    integral = torch.zeros(b, h + 1, w + 1, dtype=acc, device=inputs.device)
+    integral[:, 1:, 1:] = a.cumsum(1).cumsum(2)
+    bottom, right = top + side, left + side
+    pred = (integral[:, bottom, right] - integral[:, top, right]
+            - integral[:, bottom, left] + integral[:, top, left])  # [B, N]
+
+    base = broadcast_baselines(0.0 if baselines is None else baselines, inputs)
+    rows_idx = torch.arange(h, device=inputs.device)
+    cols_idx = torch.arange(w, device=inputs.device)
+
+    def chunks():
+        n = squares.shape[0]
+        for k0 in range(0, n, per_forward):
+            t, l_, s = top[k0:k0 + per_forward], left[k0:k0 + per_forward], side[k0:k0 + per_forward]
+            in_rows = (rows_idx >= t[:, None]) & (rows_idx < (t + s)[:, None])      # [m, H]
+            in_cols = (cols_idx >= l_[:, None]) & (cols_idx < (l_ + s)[:, None])    # [m, W]
+            mask = (in_rows[:, :, None] & in_cols[:, None, :])[None, :, None]      # [1,m,1,H,W]
+            yield torch.where(mask, base[:, None], inputs[:, None])                # [B,m,C,H,W]
+
+    n_chunks = -(-squares.shape[0] // per_forward)
+    return pred, chunks(), n_chunks
+
+
+def _draw_source(perturb, inputs, attributions, n, per_forward, seed, acc, preds):
+    """Calls ``perturb`` once per draw; appends predicted changes to ``preds`` as it goes."""
+    generator = torch.Generator().manual_seed(seed)
+    attr = attributions.to(acc).flatten(1)
+
+    def one_draw():
+        res = perturb(inputs, generator)
+        if not (isinstance(res, tuple) and len(res) == 2
+                and all(isinstance(r, torch.Tensor) for r in res)):
+            raise TypeError(
+                "perturbation must return a tuple (I, perturbed_inputs) of two tensors, got "
+                f"{type(res).__name__}"
+            )
+        pert, perturbed = res
+        if perturbed.shape != inputs.shape:
+            raise ValueError(
+                f"perturbation returned perturbed inputs of shape {tuple(perturbed.shape)}; "
+                f"expected the inputs' shape {tuple(inputs.shape)}"
+            )
+        try:
+            pert = torch.broadcast_to(pert, inputs.shape)
+        except RuntimeError:
+            raise ValueError(
+                f"perturbation returned I of shape {tuple(pert.shape)}, which does not "
+                f"broadcast to the inputs' shape {tuple(inputs.shape)}"
+            ) from None
+        if not (torch.isfinite(pert).all() and torch.isfinite(perturbed).all()):
+            raise ValueError("perturbation returned NaN or inf")
+        preds.append((attr * pert.to(device=attr.device, dtype=acc).flatten(1)).sum(1))
+        return perturbed.to(device=inputs.device, dtype=inputs.dtype)
+
+    def chunks():
+        for k0 in range(0, n, per_forward):
+            m = min(per_forward, n - k0)
+            yield torch.stack([one_draw() for _ in range(m)], dim=1)               # [B,m,...]
+
+    return chunks(), -(-n // per_forward)
+
+
+def infidelity(
+    model,
+    inputs: torch.Tensor,
+    attributions: torch.Tensor,
+    target=None,
+    perturbation: str | Perturbation = "square",
+    baselines=None,
+    normalize: bool = True,
+    max_side: int = 10,
+    n_perturb_samples: int | None = None,
+    noise_std: float | None = None,
+    seed: int = 0,
+    batch_size: int = 1024,
+    show_progress: bool = False,
+) -> torch.Tensor:
+    r"""Infidelity of attributions (Yeh et al., NeurIPS 2019), one score per sample.
+
+    For perturbations ``I_k`` that turn ``x`` into ``x_k`` (k = 1..N):
+
+    .. math::
+
+        \mathrm{pred}_k = \textstyle\sum_j a_j I_{k,j}, \qquad
+        \mathrm{true}_k = f(x) - f(x_k), \qquad
+        \mathrm{INFD} = \frac{1}{N}\sum_k (\beta\,\mathrm{pred}_k - \mathrm{true}_k)^2
+
+    with ``beta = sum_k pred_k true_k / sum_k pred_k^2`` when ``normalize`` (the optimal
+    scaling of the reference code, Captum's ``normalize=True``; ``beta = 0`` when every
+    ``pred_k`` is 0, as Captum's ``safe_div`` gives) and ``beta = 1`` otherwise. ``f`` is
+    the target logit (the model's output column, never a softmax unless the model has one).
+
+    Perturbations (``perturbation``):
+
+    * ``"square"`` (default; Yeh et al.'s "Square"): every square of side ``1..max_side``
+      at every position (:func:`square_removal`; 5,605 squares on 28x28), all channels of
+      its pixels set to ``baselines``. ``I`` is the square's indicator, so ``pred`` is the
+      sum of the attribution (all channels) over the square; it is computed for all
+      squares at once from an integral image. Inputs must be ``[B, C, H, W]``. For a
+      linear model, Gradient*Input relative to the same baseline scores exactly 0.
+    * ``"gaussian"``: ``n_perturb_samples`` draws (default 1000) of
+      ``I ~ N(0, noise_std^2)`` per feature (default ``noise_std=0.2``, the reference
+      code's scale) and ``x_k = x - I``; see :func:`gaussian_perturbation`. Draws are
+      shared by every sample of the batch and come from a CPU ``torch.Generator`` seeded
+      with ``seed``.
+    * a callable ``perturbation(inputs, generator) -> (I, perturbed)``, called
+      ``n_perturb_samples`` times (default 1000), each call one draw for the whole batch:
+      ``inputs`` is the ``[B, ...]`` batch, ``generator`` a CPU ``torch.Generator`` seeded
+      with ``seed`` (draw from it for reproducibility), ``I`` broadcasts to ``inputs``'
+      shape and ``perturbed`` has it. ``perturbed`` need not equal ``inputs - I``
+      (square removal is ``I`` = indicator, ``perturbed`` = inputs with the square
+      replaced), exactly as Captum's ``perturb_func``.
+
+    Args:
+        model: callable mapping ``[R, ...]`` to ``[R]`` or ``[R, classes]``; run without
+            gradients. It must treat the rows of a batch independently.
+        inputs: ``[B, ...]`` float tensor (``[B, C, H, W]`` for ``"square"``).
+        attributions: tensor of the shape of ``inputs`` (cast to its dtype).
+        target: None (argmax of ``model(inputs)``), an int, or a ``[B]`` integer tensor.
+        perturbation: ``"square"``, ``"gaussian"`` or a callable as above.
+        baselines: the removal value for ``"square"``: None (= 0), a scalar, or a tensor
+            broadcastable to ``inputs``. Only for ``"square"``.
+        normalize: use the optimal ``beta`` (True) or ``beta = 1`` (False).
+        max_side: largest square side for ``"square"``; sides that do not fit the image
+            have no squares.
+        n_perturb_samples: number of draws for ``"gaussian"`` or a callable; not for
+            ``"square"``, whose set is fixed.
+        noise_std: standard deviation for ``"gaussian"`` only.
+        seed: seed of the generator for ``"gaussian"`` and callables.
+        batch_size: the most perturbed copies given to ``model`` in one forward pass.
+        show_progress: show a tqdm progress bar over forward passes.
+
+    Returns:
+        ``[B]`` tensor of infidelity scores, dtype of ``inputs`` (accumulated in float64).
+
+    Raises:
+        TypeError, ValueError: naming the offending argument.
+    """
+    check_model(model)
+    inputs = check_inputs(inputs)
+    if not isinstance(attributions, torch.Tensor):
+        raise TypeError(f"attributions must be a torch.Tensor, got {type(attributions).__name__}")
+    if attributions.shape != inputs.shape:
+        raise ValueError(
+            f"attributions must have the shape of inputs {tuple(inputs.shape)}, got "
+            f"{tuple(attributions.shape)}"
+        )
+    attributions = check_inputs(attributions, "attributions").detach().to(inputs)
+    inputs = inputs.detach()
+    if not isinstance(normalize, bool):
+        raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    check_positive_int(batch_size, "batch_size")
+    check_positive_int(max_side, "max_side")
+
+    if isinstance(perturbation, str):
+        if perturbation not in ("square", "gaussian"):
+            raise ValueError(
+                f"perturbation must be 'square', 'gaussian' or a callable, got {perturbation!r}"
+            )
+    elif not callable(perturbation):
+        raise TypeError(
+            "perturbation must be 'square', 'gaussian' or a callable "
+            f"(inputs, generator) -> (I, perturbed), got {type(perturbation).__name__}"
+        )
+    is_square = perturbation == "square"
+    if is_square:
+        if inputs.dim() != 4:
+            raise ValueError(
+                "perturbation='square' needs image inputs of shape [B, C, H, W] (C may be 1), "
+                f"got inputs of shape {tuple(inputs.shape)}"
+            )
+        for name, val in (("n_perturb_samples", n_perturb_samples), ("noise_std", noise_std)):
+            if val is not None:
+                raise ValueError(
+                    f"{name} does not apply to perturbation='square' (its set of squares is "
+                    "fixed by the image size and max_side); leave it None"
+                )
+    else:
+        if baselines is not None:
+            raise ValueError("baselines only apply to perturbation='square'; leave it None")
+        if callable(perturbation) and noise_std is not None:
+            raise ValueError("noise_std only applies to perturbation='gaussian'")
+        n_perturb_samples = 1000 if n_perturb_samples is None else n_perturb_samples
+        check_positive_int(n_perturb_samples, "n_perturb_samples")
+
+    b = inputs.shape[0]
+    acc = _acc_dtype(inputs.device)
+    per_forward = max(1, batch_size // b)  # perturbations per forward pass (all samples)
+
+    with torch.no_grad():
+        out = model_output(model, inputs)
+        tgt = resolve_target(target, out)
+        f0 = select_output(out, tgt)
+
+        preds: list[torch.Tensor] = []
+        if is_square:
+            pred, chunks, n_chunks = _square_source(
+                inputs, attributions, baselines, max_side, per_forward, acc)
+        else:
+            perturb = (gaussian_perturbation(0.2 if noise_std is None else noise_std)
+                       if perturbation == "gaussian" else perturbation)
+            chunks, n_chunks = _draw_source(
+                perturb, inputs, attributions, n_perturb_samples, per_forward, seed, acc, preds)
+
+        trues = []
+        for chunk in tqdm(chunks, total=n_chunks, disable=not show_progress,
+                          desc="infidelity", leave=False):
+            m = chunk.shape[1]
+            rows = chunk.reshape(b * m, *inputs.shape[1:])
+            t = None if tgt is None else tgt.repeat_interleave(m)
+            f = _forward_rows(model, rows, t, batch_size).view(b, m)
+            trues.append((f0[:, None] - f).to(acc))
+        true = torch.cat(trues, dim=1)
+        if not is_square:
+            pred = torch.stack(preds, dim=1)
+
+    if normalize:
+        a2 = pred.pow(2).sum(1)
+        beta = torch.where(a2 > 0, (pred * true).sum(1) / torch.where(a2 > 0, a2, 1.0), 0.0)
+    else:
+        beta = torch.ones(b, dtype=acc, device=pred.device)
+    score = (beta[:, None] * pred - true).pow(2).mean(1)
+    return score.to(inputs.dtype)
