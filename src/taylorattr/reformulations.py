@@ -80,14 +80,21 @@ def _occlusion(model, inputs, baselines, target, order, patch=1, stride=None, **
     return per_group[:, groups.reshape(-1)].view_as(inputs)
 
 
-def _activation_expansion(activation: Callable | None, pre: torch.Tensor, change: torch.Tensor,
-                          order: int) -> torch.Tensor:
-    """``g_K`` of ``sigma(pre) - sigma(pre - change)``, expanded at ``pre``."""
+def _expansion_slope(activation: Callable | None, pre: torch.Tensor, change: torch.Tensor,
+                     order: int) -> torch.Tensor:
+    """``g_K / change`` for ``g_K`` the order-K expansion at ``pre`` of ``sigma(pre) - sigma(pre - change)``.
+
+    With ``c_k = sigma^(k)(pre) (-1)^k / k!`` (one Taylor-mode pass along ``-1``),
+    ``g_K / change = -sum_{k=1..K} c_k change^(k-1)``: no division, so a neuron whose
+    input does not move gets ``sigma'(pre)``, as DeepLIFT's multiplier does.
+    """
     if activation is None:
-        return change
+        return torch.ones_like(change)
     module = activation if isinstance(activation, nn.Module) else _Function(activation)
-    jet = propagate(trace(_Wrapped(module)), pre, -change.unsqueeze(1), order)
-    return -jet.series[:, :, 0].sum(0)
+    jet = propagate(trace(_Wrapped(module)), pre, -torch.ones_like(pre).unsqueeze(1), order)
+    c = jet.series[:, :, 0]  # [K, B, ...]
+    powers = change.unsqueeze(0) ** torch.arange(order, dtype=change.dtype).view(-1, *[1] * change.dim())
+    return -(c * powers).sum(0)
 
 
 class _Function(nn.Module):
@@ -111,7 +118,7 @@ class _Wrapped(nn.Module):
 def _layerwise(rule: str):
     def run(model, inputs, baselines, target, order, **kw) -> list[LayerReformulation]:
         from .methods import DeepLift, EpsilonLRP
-        from .methods.layerwise import denominator, edge_terms, local_relevance
+        from .methods.layerwise import denominator as rec_denominator, edge_terms, local_relevance
 
         if rule == "deeplift":
             records = DeepLift(model).layer_records(inputs, baselines, target)
@@ -121,10 +128,12 @@ def _layerwise(rule: str):
         for rec in records:
             if rec.activation is None:
                 continue  # no nonlinearity: original and reformulation coincide
-            g = _activation_expansion(rec.activation, rec.pre, rec.pre - rec.ref_pre, order)
-            neurons = g.reshape(*denominator(rec).shape)
-            ratio = edge_terms(rec) / denominator(rec).unsqueeze(-1)
-            out.append(LayerReformulation(rec.name, local_relevance(rec), ratio * neurons.unsqueeze(-1)))
+            slope = _expansion_slope(rec.activation, rec.pre, rec.pre - rec.ref_pre, order)
+            edges = edge_terms(rec)
+            factor = slope.reshape(edges.shape[:-1])  # DeepLIFT: (z_ji - z~_ji) * g_K / (y_j - y~_j)
+            if rule == "epsilon_lrp":  # z_ji / (y_j + eps s) * g_K,  g_K = slope * (y_j - b_j)
+                factor = factor * (rec.pre - rec.ref_pre).reshape(factor.shape) / rec_denominator(rec)
+            out.append(LayerReformulation(rec.name, local_relevance(rec), edges * factor.unsqueeze(-1)))
         return out
     return run
 

@@ -1,0 +1,1 @@
+"""Experiments of the paper; each returns data and writes tables, never prints."""
