@@ -14,7 +14,7 @@ plus K^2 (elementwise recurrences), not the ~2.5x per order of nested ``jvp``.
 
 Supported: Linear, Conv1d/2d/3d (any groups/padding), average, adaptive-average and
 max pooling, Flatten/reshape/view/getitem/cat/sum/mean, add, sub, mul, div, matmul,
-neg, sigmoid, tanh, softplus, exp, log, pow/square/sqrt, softmax, log_softmax,
+neg, padding, sigmoid, tanh, softplus, exp, log, pow/square/sqrt, softmax, log_softmax,
 BatchNorm in eval mode, Dropout/Identity in eval mode, ReLU, ReLU6, LeakyReLU, SiLU,
 and any module with ``elementwise = True`` and polynomial ``coeffs`` (``PolyActivation``).
 Any other operation on an input-dependent tensor raises :class:`UnsupportedOperation`
@@ -268,6 +268,11 @@ def _max_pool(fn):
     return rule
 
 
+def _pad(x: Jet, pad, mode="constant", value=None) -> Jet:
+    """Padding is affine: the pad value goes to the primal only."""
+    return x.linear(lambda t: F.pad(t, pad, mode, value), lambda t: F.pad(t, pad, mode, None if value is None else 0.0))
+
+
 def _dropout(x: Jet, p=0.5, training=False, inplace=False) -> Jet:
     if training:
         raise UnsupportedOperation("dropout in training mode (call model.eval())")
@@ -334,7 +339,7 @@ FUNCTION_RULES: dict[Callable, Callable] = {
     F.adaptive_avg_pool2d: _linear_fn(F.adaptive_avg_pool2d),
     F.max_pool2d: _max_pool(F.max_pool2d), F.max_pool1d: _max_pool(F.max_pool1d),
     F.softplus: _softplus, F.relu: _relu, F.relu6: _relu6, F.leaky_relu: _leaky_relu,
-    F.silu: _silu, F.dropout: _dropout,
+    F.silu: _silu, F.dropout: _dropout, F.pad: _pad,
     F.softmax: _softmax, F.log_softmax: _log_softmax,
     F.sigmoid: _UNARY["sigmoid"], F.tanh: _UNARY["tanh"],
 }
@@ -382,6 +387,9 @@ MODULE_RULES: dict[type, Callable] = {
     nn.Identity: lambda m, x: x,
     nn.Flatten: lambda m, x: _flatten(x, m.start_dim, m.end_dim),
     nn.Unflatten: lambda m, x: x.linear(m),
+    nn.modules.padding._ConstantPadNd: lambda m, x: _pad(x, m.padding, "constant", m.value),
+    nn.modules.padding._ReflectionPadNd: lambda m, x: _pad(x, m.padding, "reflect"),
+    nn.modules.padding._ReplicationPadNd: lambda m, x: _pad(x, m.padding, "replicate"),
 }
 for _pool in (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d,
               nn.AdaptiveAvgPool3d):
