@@ -27,6 +27,8 @@ class ReproduceSettings:
     validation_orders: tuple[int, ...]
     assessment_samples: int | None  # None: the assessment's own quick/full defaults
     quick: bool
+    digits: int | None = None  # saliency digits; None: run_saliency's default
+    photos: tuple[str, ...] | None = None  # saliency photos; None: run_saliency's default
 
 
 QUICK = ReproduceSettings(validation_samples=60, validation_orders=(2, 3, 4),
@@ -79,11 +81,12 @@ def _saliency_section(out, cfg, mnist_dir, seed, progress) -> Section:
     from .. import plotting
     from .saliency import run_saliency
 
-    panels = run_saliency(out, quick=cfg.quick, seed=seed, mnist_dir=mnist_dir, show_progress=progress)
+    panels = run_saliency(out, quick=cfg.quick, seed=seed, mnist_dir=mnist_dir,
+                          show_progress=progress, n_digits=cfg.digits, photos=cfg.photos)
     digits = [p for p in panels if p.name.startswith("digit")]
     photos = [p for p in panels if not p.name.startswith("digit")]
-    figures = [plotting.saliency_grid(digits, out / "figures" / "saliency_mnist.png"),
-               plotting.saliency_grid(photos, out / "figures" / "saliency_photos.png")]
+    figures = [plotting.saliency_grid(group, out / "figures" / f"saliency_{kind}.png")
+               for kind, group in (("mnist", digits), ("photos", photos)) if group]
     notes = sorted({n for p in panels for n in p.notes})
     text = ("Saliency maps (channels summed; red positive, blue negative). Digits: C-sp on "
             "held-out MNIST. Photos: the pretrained EfficientNet-Lite0 on images shipped with "
@@ -95,11 +98,14 @@ def _saliency_section(out, cfg, mnist_dir, seed, progress) -> Section:
 
 
 def reproduce(out_dir="results", full: bool = False, mnist_dir=None, seed: int = 0,
-              show_progress: bool = True) -> Path:
-    """Run every stage and write the report; returns the path of ``report.md``."""
+              show_progress: bool = True, settings: ReproduceSettings | None = None) -> Path:
+    """Run every stage and write the report; returns the path of ``report.md``.
+
+    ``settings`` overrides the sample counts of :data:`QUICK`/:data:`FULL` (for tests).
+    """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    cfg = FULL if full else QUICK
+    cfg = settings or (FULL if full else QUICK)
     stages = [
         ("validation", lambda: _validation_section(out, cfg, mnist_dir, seed, show_progress)),
         ("principles", lambda: _principles_section(out, seed)),

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from ..methods import METHODS
 from ..taylor import taylor_attribution
@@ -81,7 +80,8 @@ def _stored_maps(store: UnitStore, key: str, model, x, target: int, methods) -> 
     return {label: maps[label] for label in methods}, unit["notes"]
 
 
-def _digit_panels(out: Path, store: UnitStore, quick: bool, seed: int, mnist_dir, methods, progress):
+def _digit_panels(out: Path, store: UnitStore, quick: bool, seed: int, mnist_dir, methods, progress,
+                  n_digits: int):
     from .. import data, models
 
     model, _ = models.get_trained("c_sp", out, seed=seed, quick=quick, mnist_dir=mnist_dir,
@@ -89,7 +89,7 @@ def _digit_panels(out: Path, store: UnitStore, quick: bool, seed: int, mnist_dir
     images, labels = data.load_mnist(mnist_dir)
     held = data.mnist_split(images, labels, seed=0).held_images
     panels = []
-    for i in range(3 if quick else 6):
+    for i in range(n_digits):
         x = held[i:i + 1]
         target = int(model(x).argmax())
         maps, notes = _stored_maps(store, f"digit{i}-seed{seed}-quick{quick}", model, x, target, methods)
@@ -114,22 +114,25 @@ def _photo_panels(store: UnitStore, quick: bool, methods, photo_names):
 
 
 def run_saliency(out_dir, quick: bool = True, seed: int = 0, mnist_dir=None,
-                 show_progress: bool = True) -> list[SaliencyPanel]:
+                 show_progress: bool = True, n_digits: int | None = None,
+                 photos: tuple[str, ...] | None = None) -> list[SaliencyPanel]:
     """Maps for held-out MNIST digits (C-sp) and for bundled photos (EfficientNet-Lite0).
 
-    The photo ``camera`` (a dark coat against a light sky) shows the black-baseline bias
-    of IG that EG's noise baselines avoid (paper section on baselines).
+    Defaults: 3 digits and the photos ``camera`` and ``chelsea`` when ``quick`` (occlusion
+    patch 32, 16 IG steps and EG samples on the photos), else 6 digits and 4 photos (patch 16,
+    50 steps and samples). The photo ``camera`` (a dark coat against a light sky) shows the
+    black-baseline bias of IG that EG's noise baselines avoid (paper section on baselines).
     """
     out = Path(out_dir)
     store = UnitStore(out / "saliency" / "units")
+    if n_digits is None:
+        n_digits = 3 if quick else 6
+    if photos is None:
+        photos = ("camera", "chelsea") if quick else ("camera", "chelsea", "astronaut", "coffee")
     digit_methods = method_table(patch=4, ig_steps=50, eg_samples=50, eg_noise=0.2)
     photo_methods = method_table(patch=32 if quick else 16, ig_steps=16 if quick else 50,
                                  eg_samples=16 if quick else 50, eg_noise=0.2)
-    photos = ("camera", "chelsea") if quick else ("camera", "chelsea", "astronaut", "coffee")
-    stages = tqdm(total=2, desc="saliency", disable=not show_progress)
-    panels = _digit_panels(out, store, quick, seed, mnist_dir, digit_methods, show_progress)
-    stages.update()
-    panels += _photo_panels(store, quick, photo_methods, photos)
-    stages.update()
-    stages.close()
+    panels = _digit_panels(out, store, quick, seed, mnist_dir, digit_methods, show_progress, n_digits)
+    if photos:
+        panels += _photo_panels(store, quick, photo_methods, photos)
     return panels

@@ -1,0 +1,82 @@
+"""The report writer, the CLI, and `reproduce` end to end on tiny settings."""
+import base64
+import html
+import re
+
+import pytest
+import torch
+
+from taylorattr import cli
+from taylorattr.report import Section, markdown_to_html, write_report
+
+
+def _png(path, seed):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.imshow(torch.rand(4, 4, generator=torch.Generator().manual_seed(seed)).numpy())
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def test_markdown_tables_and_lists_become_html():
+    text = "Intro line\nsecond line\n\n| a | b |\n|---|---|\n| 1 | <2> |\n\n- one\n- two"
+    got = markdown_to_html(text)
+    assert got == ("<p>Intro line second line</p>\n<table>\n<tr><th>a</th><th>b</th></tr>\n"
+                   "<tr><td>1</td><td>&lt;2&gt;</td></tr>\n</table>\n<ul><li>one</li><li>two</li></ul>")
+
+
+def test_report_embeds_every_figure_and_table(tmp_path):
+    figs = [_png(tmp_path / "f1.png", 1), _png(tmp_path / "sub_f2.png", 2)]
+    md = write_report(tmp_path, "T", [Section("S1", "| x | y |\n|---|---|\n| 1 | 2 |", figs[:1]),
+                                      Section("S2", "text", figs[1:])])
+    page = (tmp_path / "report.html").read_text()
+    embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
+    assert [base64.b64decode(e) for e in embedded] == [f.read_bytes() for f in figs]
+    assert "<td>1</td><td>2</td>" in page
+    assert "![f1](f1.png)" in md.read_text() and "## S2" in md.read_text()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["validate", "--samples", "0"], "positive integer"),
+    (["validate", "--models", "vgg"], "invalid choice"),
+    (["explain", "missing.png"], "not a file"),
+    (["reproduce", "--quick", "--full"], "not allowed"),
+])
+def test_cli_rejects_bad_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_explain_needs_weights_for_torchvision_models(tmp_path, capsys):
+    image = _png(tmp_path / "img.png", 0)
+    with pytest.raises(SystemExit):
+        cli.main(["explain", str(image), "--model", "vgg16"])
+    assert "--weights" in capsys.readouterr().err
+
+
+def test_reproduce_end_to_end_on_tiny_settings(tmp_path):
+    """Every stage runs and the HTML report carries each table and figure the run produced."""
+    from taylorattr.experiments.reproduce import ReproduceSettings, reproduce
+    from taylorattr.experiments.validation import VALIDATION_METHODS
+
+    tiny = ReproduceSettings(validation_samples=4, validation_orders=(2,), assessment_samples=2,
+                             quick=True, digits=1, photos=())
+    md = reproduce(tmp_path, show_progress=False, settings=tiny)
+    page = (tmp_path / "report.html").read_text()
+    for title in ("Table 3", "Table 2", "Figures 3, 4", "Figure 5"):
+        assert title in page
+    validation = __import__("json").loads((tmp_path / "validation" / "validation.json").read_text())
+    for row in validation["rows"]:  # every measured percentage change is printed in the table
+        assert f"{row['percentage_change']:.3g}%" in html.unescape(page)
+    assert {r["method"] for r in validation["rows"]} == set(VALIDATION_METHODS)
+    pngs = list((tmp_path).rglob("*.png"))
+    assert (tmp_path / "figures" / "saliency_mnist.png") in pngs
+    assert page.count("data:image/png;base64,") == md.read_text().count("![")
+    assert page.count("data:image/png;base64,") >= 2
