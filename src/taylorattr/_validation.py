@@ -7,7 +7,7 @@ what was expected. Nothing here silently repairs an input.
 from __future__ import annotations
 
 import warnings
-from numbers import Real
+from numbers import Integral, Real
 
 import torch
 from torch import nn
@@ -23,6 +23,8 @@ __all__ = [
 ]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
+# out-of-memory errors are RuntimeErrors too, but say nothing about the inputs
+_OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 
 def check_model(model, name: str = "model") -> None:
@@ -87,10 +89,26 @@ def broadcast_baselines(baselines, inputs: torch.Tensor, name: str = "baselines"
 
 
 def model_output(model, inputs: torch.Tensor, name: str = "model") -> torch.Tensor:
-    """Run ``model`` and require an output of shape [B] or [B, C] that is finite."""
-    out = model(inputs)
+    """Run ``model`` and require a float32/float64 output of shape [B] or [B, C], all finite.
+
+    A ``RuntimeError`` or ``IndexError`` raised by the model itself (typically inputs of
+    a shape or dtype it does not accept) becomes a ``ValueError`` naming the inputs'
+    shape and dtype, chained to the original error.
+    """
+    try:
+        out = model(inputs)
+    except _OUT_OF_MEMORY:
+        raise
+    except (RuntimeError, IndexError) as exc:
+        raise ValueError(
+            f"{name} failed on inputs of shape {tuple(inputs.shape)} and dtype {inputs.dtype} "
+            f"(do the inputs have the shape and dtype the model expects?): "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{name} must return a torch.Tensor, got {type(out).__name__}")
+    if out.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{name} must return a float32 or float64 tensor, got dtype {out.dtype}")
     if out.dim() not in (1, 2) or out.shape[0] != inputs.shape[0]:
         raise ValueError(
             f"{name} must map inputs [B, ...] to an output of shape [B] or [B, C]; for B="
@@ -117,7 +135,10 @@ def resolve_target(target, output: torch.Tensor, name: str = "target") -> torch.
         return output.detach().argmax(dim=1)
     if isinstance(target, bool):
         raise TypeError(f"{name} must be None, an int or a [B] integer tensor, got bool")
-    if isinstance(target, int):
+    if isinstance(target, Integral):  # int or a numpy integer
+        target = int(target)
+        if not 0 <= target < n_classes:
+            raise ValueError(f"{name} must lie in [0, {n_classes}), got {target}")
         t = torch.full((batch,), target, dtype=torch.long, device=output.device)
     elif isinstance(target, torch.Tensor):
         if target.dtype.is_floating_point or target.dtype == torch.bool or target.is_complex():

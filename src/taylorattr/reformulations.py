@@ -56,14 +56,19 @@ def occlusion_groups(sample_shape: tuple[int, ...], patch) -> torch.Tensor:
     from .methods.occlusion import window_masks
 
     if isinstance(patch, int) and not isinstance(patch, bool):
-        d = 2 if len(sample_shape) == 3 else 1
+        # the same rule as Occlusion: [C, H, W] samples -> (p, p); else every dim but the first
+        d = 2 if len(sample_shape) == 3 else max(1, len(sample_shape) - 1)
         patch = (patch,) * d
-    elif not (isinstance(patch, (tuple, list)) and patch and all(isinstance(p, int) for p in patch)):
+    elif not (isinstance(patch, (tuple, list)) and patch
+              and all(isinstance(p, int) and not isinstance(p, bool) for p in patch)):
         raise TypeError(f"patch must be an int or a tuple of ints, got {patch!r}")
     patch = tuple(patch)
     if len(patch) > len(sample_shape) or any(p < 1 for p in patch):
         raise ValueError(f"patch {patch} does not fit samples of shape {tuple(sample_shape)}")
     sizes = sample_shape[len(sample_shape) - len(patch):]
+    if any(p > n for p, n in zip(patch, sizes)):
+        raise ValueError(f"patch {patch} exceeds the occluded dimensions {tuple(sizes)} of samples "
+                         f"of shape {tuple(sample_shape)}")
     ids = torch.zeros((), dtype=torch.long)
     for mask in window_masks(sizes, patch, patch):
         ids = ids.unsqueeze(-1) * mask.shape[0] + mask.long().argmax(0)
@@ -142,6 +147,7 @@ def _expected_gradients(model, inputs, baselines, target, order, n_samples=50, n
                         seed=0, **kw):
     from .methods.expected_gradients import draw
 
+    V.check_model(model)
     draws = draw(inputs, baselines, n_samples=n_samples, noise_std=noise_std, seed=seed)
     with torch.no_grad():
         target = V.resolve_target(target, V.model_output(model, inputs))
@@ -151,10 +157,27 @@ def _expected_gradients(model, inputs, baselines, target, order, n_samples=50, n
     return total / draws.n_samples
 
 
+def _occlusion_1(*args, patch=1, **kw):
+    if patch != 1:
+        raise ValueError(f"occlusion_1 fixes patch=1, got patch={patch!r} (use occlusion_patch)")
+    return _occlusion(*args, patch=1, **kw)
+
+
+#: Extra keyword arguments each reformulation accepts (anything else is a TypeError).
+_EXTRA_ARGS: dict[str, frozenset] = {
+    "gradient_input": frozenset(),
+    "occlusion_1": frozenset({"patch", "stride", "chunk_size", "show_progress"}),
+    "occlusion_patch": frozenset({"patch", "stride", "chunk_size", "show_progress"}),
+    "deeplift": frozenset(),
+    "epsilon_lrp": frozenset({"epsilon"}),
+    "integrated_gradients": frozenset(),
+    "expected_gradients": frozenset({"n_samples", "noise_std", "seed"}),
+}
+
 REFORMULATIONS: dict[str, Callable] = {
     "gradient_input": lambda model, inputs, baselines, target, order, **kw:
         taylor_attribution(model, inputs, 0.0, target, 1),
-    "occlusion_1": lambda *a, patch=1, **kw: _occlusion(*a, patch=1, **kw),
+    "occlusion_1": _occlusion_1,
     "occlusion_patch": lambda *a, patch=2, **kw: _occlusion(*a, patch=patch, **kw),
     "deeplift": _layerwise("deeplift"),
     "epsilon_lrp": _layerwise("epsilon_lrp"),
@@ -180,6 +203,11 @@ def reformulate(method: str, model, inputs: torch.Tensor, baselines=0.0, target=
     if method not in REFORMULATIONS:
         raise ValueError(f"method must be one of {sorted(REFORMULATIONS)}, got {method!r}")
     V.check_positive_int(order, "order")
+    unknown = sorted(set(kwargs) - _EXTRA_ARGS[method])
+    if unknown:
+        allowed = ", ".join(sorted(_EXTRA_ARGS[method])) or "none"
+        raise TypeError(f"reformulate('{method}') got unexpected keyword argument(s) "
+                        f"{', '.join(map(repr, unknown))} (accepted: {allowed})")
     if method == "expected_gradients" and isinstance(baselines, float) and baselines == 0.0:
         baselines = None
     return REFORMULATIONS[method](model, inputs, baselines, target, order, **kwargs)

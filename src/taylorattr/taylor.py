@@ -96,6 +96,11 @@ def _group_orders(gm, inputs, delta, target, groups, order, chunk_size, show_pro
     return result
 
 
+def _check_flag(value, name: str) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+
+
 def _prepare(model, inputs, baselines, target, order, chunk_size=None):
     """Shared argument checks; returns the traced model, inputs, delta, target and f(x~)."""
     V.check_model(model)
@@ -158,12 +163,19 @@ def group_expansions(model, inputs: torch.Tensor, baselines=0.0, target=None, or
     group). Returns ``[B, G, K]`` with ``[..., k-1] = P_k(delta restricted to the group)``;
     summing over ``k`` gives the Taylor reformulation of occluding that group (Theorems 2, 3).
     """
+    _check_flag(show_progress, "show_progress")
     gm, inputs, delta, target, _ = _prepare(model, inputs, baselines, target, order, chunk_size)
     if groups is None:
         groups = torch.arange(delta[0].numel()).view(delta.shape[1:])
-    if groups.shape != delta.shape[1:] or groups.dtype.is_floating_point:
-        raise ValueError(f"groups must be an integer tensor of shape {tuple(delta.shape[1:])}, got "
-                         f"{groups.dtype} {tuple(groups.shape)}")
+    if not isinstance(groups, torch.Tensor):
+        raise TypeError(f"groups must be an integer tensor, got {type(groups).__name__}")
+    if groups.dtype.is_floating_point or groups.is_complex() or groups.dtype == torch.bool:
+        raise TypeError(f"groups must be an integer tensor, got dtype {groups.dtype}")
+    if groups.shape != delta.shape[1:]:
+        raise ValueError(f"groups must have the shape of one sample {tuple(delta.shape[1:])}, got "
+                         f"{tuple(groups.shape)}")
+    if (groups < 0).any():
+        raise ValueError(f"groups must hold ids 0..G-1, got the negative id {int(groups.min())}")
     cs = chunk_size or _default_chunk(order, inputs.shape[0], int(groups.max()) + 1)
     with torch.no_grad():
         return _group_orders(gm, inputs, delta, target, groups, order, cs, show_progress)
@@ -184,6 +196,7 @@ def taylor_terms(model, inputs: torch.Tensor, baselines=0.0, target=None, order:
             (default: about 8192 / (K * B)); smaller uses less memory.
         show_progress: tqdm bar over the chunks.
     """
+    _check_flag(show_progress, "show_progress")
     gm, inputs, delta, target, f_base = _prepare(model, inputs, baselines, target, order, chunk_size)
     f_x, first, attribution, orders = _ig_shares(gm, inputs, delta, target, order)
     total = orders.sum(1)

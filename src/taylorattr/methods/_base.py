@@ -1,0 +1,168 @@
+"""The one shared base of the attribution methods.
+
+Every method follows one call contract (DESIGN.md section 5)::
+
+    Method(model).attribute(inputs, [baselines,] target=None, ...,
+                            return_convergence_delta=False)
+
+* ``inputs`` is a batch-first float tensor ``[B, ...]``; attributions have its shape.
+* ``target`` is None (the argmax of the model's output for each sample), an int, or a
+  ``[B]`` integer tensor. The explained quantity is the model's output column
+  ``target`` (a logit), or the output itself for models returning ``[B]``.
+* With ``return_convergence_delta=True`` the call returns ``(attributions, delta)``,
+  ``delta = sum(attributions) - (f(x) - f(baseline))`` per sample (Captum's sign).
+
+This module holds what the methods share: argument checks, the chunked passes and the
+delta. Nothing here repairs an input; every error names the offending argument.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+
+import torch
+
+from .._validation import (
+    check_inputs,
+    check_model,
+    check_positive_int,
+    model_output,
+    resolve_target,
+    select_output,
+)
+
+__all__ = [
+    "AttributionMethod",
+    "chunk_ranges",
+    "default_chunk_rows",
+    "grid_blocks",
+    "target_gradient",
+]
+
+# Rows per chunk for batched passes: ``threads * elements per thread // features per row``.
+# Measured on 2 CPU cores for the C-sg CNN on 1x28x28 (benchmarks/bench_methods.py): one
+# thread is fastest at ~128-240 rows per forward+backward and up to ~320 rows per
+# forward (a cache cliff follows); each further thread takes its share of a chunk.
+_GRAD_ELEMENTS_PER_THREAD = 128 * 784
+_FORWARD_ELEMENTS_PER_THREAD = 192 * 784
+_MAX_CHUNK_ROWS = 8192
+
+
+def default_chunk_rows(inputs: torch.Tensor, backward: bool) -> int:
+    """A well-sized number of rows per model call, from the features per row."""
+    per_row = max(1, inputs[0].numel())
+    budget = _GRAD_ELEMENTS_PER_THREAD if backward else _FORWARD_ELEMENTS_PER_THREAD
+    budget *= max(1, torch.get_num_threads())
+    return int(min(_MAX_CHUNK_ROWS, max(1, budget // per_row)))
+
+
+def check_optional_positive_int(value, name: str) -> int | None:
+    """None (automatic) or an int >= 1."""
+    return None if value is None else check_positive_int(value, name)
+
+
+def check_bool(value, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def _progress(it, total: int, show_progress: bool, desc: str):
+    if not show_progress:
+        return it
+    from tqdm.auto import tqdm
+
+    return tqdm(it, total=total, desc=desc, unit="chunk")
+
+
+def chunk_ranges(n_rows: int, size: int, show_progress: bool = False,
+                 desc: str = "") -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` pairs covering ``range(n_rows)`` in chunks of ``size`` rows."""
+    starts = _progress(range(0, n_rows, size), math.ceil(n_rows / size), show_progress, desc)
+    for start in starts:
+        yield start, min(start + size, n_rows)
+
+
+def grid_blocks(n_outer: int, n_inner: int, size: int, show_progress: bool = False,
+                desc: str = "") -> Iterator[tuple[int, int, int, int]]:
+    """Blocks ``(o0, o1, i0, i1)`` of the ``n_outer x n_inner`` grid of rows, each at most
+    ``size`` rows: whole inner runs when ``size >= n_inner``, else pieces of one run.
+
+    Chunked passes build each block with a few broadcast operations (no gathers), which
+    keeps their overhead over the model's own cost small.
+    """
+    if size >= n_inner:
+        step = size // n_inner
+        blocks = [(o, min(o + step, n_outer), 0, n_inner) for o in range(0, n_outer, step)]
+    else:
+        blocks = [(o, o + 1, i, min(i + size, n_inner))
+                  for o in range(n_outer) for i in range(0, n_inner, size)]
+    yield from _progress(blocks, len(blocks), show_progress, desc)
+
+
+def target_gradient(model, rows: torch.Tensor, target_rows: torch.Tensor | None):
+    """Gradient of the explained output of each row w.r.t. that row, and the output.
+
+    ``rows`` must be a leaf tensor (it is made to require grad here). Parameter
+    gradients are not computed: ``torch.autograd.grad`` asks only for ``rows``.
+    """
+    rows.requires_grad_(True)
+    with torch.enable_grad():
+        out = select_output(model(rows), target_rows)
+        (grad,) = torch.autograd.grad(out.sum(), rows)
+    return grad, out.detach()
+
+
+def per_sample_sum(t: torch.Tensor) -> torch.Tensor:
+    return t.reshape(t.shape[0], -1).sum(1)
+
+
+class AttributionMethod:
+    """Base class: holds the model and implements the checks every method needs.
+
+    Subclasses implement ``attribute``; they are final (not meant to be subclassed).
+    """
+
+    #: The registry name (``taylorattr.methods.METHODS``) of the method.
+    name: str = ""
+
+    def __init__(self, model) -> None:
+        check_model(model)
+        self.model = model
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({type(self.model).__name__})"
+
+    # ---- shared steps -------------------------------------------------------------
+    def _inputs_and_target(self, inputs, target):
+        """Check ``inputs``, run the model once on them and resolve ``target``.
+
+        Returns ``(x, target_index, f_x)`` with ``x`` detached and ``f_x`` the explained
+        output per sample ``[B]``.
+        """
+        x = check_inputs(inputs).detach()
+        with torch.no_grad():
+            out = model_output(self.model, x)
+        t = resolve_target(target, out)
+        return x, t, select_output(out, t)
+
+    def _explained(self, rows: torch.Tensor, target: torch.Tensor | None,
+                   chunk: int | None = None) -> torch.Tensor:
+        """The explained output of ``rows`` (no grad), in chunks of ``chunk`` rows."""
+        n = rows.shape[0]
+        chunk = chunk or default_chunk_rows(rows, backward=False)
+        outs = []
+        with torch.no_grad():
+            for a, b in chunk_ranges(n, chunk):
+                outs.append(select_output(self.model(rows[a:b]),
+                                          None if target is None else target[a:b]))
+        return torch.cat(outs)
+
+    @staticmethod
+    def _with_delta(attributions: torch.Tensor, output_change: torch.Tensor,
+                    return_convergence_delta: bool):
+        """``attributions`` or ``(attributions, sum(attributions) - output_change)``."""
+        if not return_convergence_delta:
+            return attributions
+        delta = per_sample_sum(attributions) - output_change.to(attributions.dtype)
+        return attributions, delta

@@ -1,0 +1,67 @@
+"""DeepLIFT with the Rescale rule (Shrikumar et al. 2017), in its gradient form.
+
+    a_i = (x_i - x~_i) * m_i,   m = modified gradient of f, each nonlinearity's local
+                                derivative replaced by (sigma(y) - sigma(y~)) / (y - y~)
+
+Complete by construction: ``sum_i a_i = f(x) - f(x~)``. Layer-wise, neuron ``j`` of layer
+``l`` sends ``a_ij = (z_ji - z~_ji) / (y_j - y~_j) * (x_j^(l+1) - x~_j^(l+1))`` to input
+``i`` (paper Thm 4); see :meth:`DeepLift.layer_records` and
+:mod:`taylorattr.methods.layerwise` for what is supported and for the per-layer terms.
+"""
+from __future__ import annotations
+
+import torch
+
+from .._validation import broadcast_baselines, check_inputs
+from ._base import AttributionMethod, check_bool
+from .layerwise import DEEPLIFT_RESCALE, LayerRecord, LayerwiseMethod, propagate
+
+__all__ = ["DeepLift"]
+
+
+class DeepLift(LayerwiseMethod, AttributionMethod):
+    """DeepLIFT (Rescale): one baseline forward, one forward and one backward pass.
+
+    Equals Captum's ``DeepLift`` (``multiply_by_inputs=True``, ``eps=1e-10``) on the
+    models Captum handles correctly, and raises
+    :class:`~taylorattr.methods.layerwise.UnsupportedModelError` (at construction)
+    naming any operation it cannot propagate through, where Captum would silently use
+    the plain gradient.
+    """
+
+    name = "deeplift"
+
+    def __init__(self, model) -> None:
+        super().__init__(model)
+        self._get_plan()
+
+    def attribute(self, inputs: torch.Tensor, baselines=0.0, target=None, *,
+                  return_convergence_delta: bool = False):
+        """Attributions ``[B, ...]``; with ``return_convergence_delta`` also
+        ``sum(a) - (f(x) - f(baselines))`` per sample (zero up to rounding).
+
+        Args:
+            inputs: ``[B, ...]`` float32/float64 batch.
+            baselines: a scalar, a tensor broadcastable to ``inputs``, or one per sample.
+            target: None (argmax class), an int, or a ``[B]`` integer tensor.
+        """
+        check_bool(return_convergence_delta, "return_convergence_delta")
+        x, b, prop = self._run(inputs, baselines, target, records=False)
+        attr = (x - b) * prop.gradient
+        return self._with_delta(attr, prop.output - prop.ref_output, return_convergence_delta)
+
+    def layer_records(self, inputs: torch.Tensor, baselines=0.0, target=None
+                      ) -> list[LayerRecord]:
+        """One :class:`~taylorattr.methods.layerwise.LayerRecord` per Linear/Conv layer,
+        in execution order: ``x^(l), x~^(l), y, y~, x^(l+1), x~^(l+1)``, the activation,
+        the Rescale multipliers and the upstream multipliers. Feed a record to
+        :func:`~taylorattr.methods.layerwise.local_relevance` for the ``[B, out, in]``
+        local relevances ``a_ij^(l)``.
+        """
+        return self._run(inputs, baselines, target, records=True)[2].records
+
+    def _run(self, inputs, baselines, target, records):
+        x = check_inputs(inputs).detach()
+        b = broadcast_baselines(baselines, x)
+        plan = self._get_plan()
+        return x, b, propagate(self.model, plan, DEEPLIFT_RESCALE, x, b, target, records)

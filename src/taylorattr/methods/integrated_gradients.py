@@ -1,0 +1,116 @@
+"""Integrated Gradients (Sundararajan et al. 2017).
+
+    a_i = (x_i - x~_i) * int_0^1 d_i f(x~ + alpha (x - x~)) d alpha
+        ~ (x_i - x~_i) * sum_k w_k d_i f(x~ + alpha_k (x - x~))
+
+The default quadrature is Gauss-Legendre with ``n_steps`` nodes, exact when the
+integrand is a polynomial in ``alpha`` of degree ``<= 2 n_steps - 1`` (e.g. any network
+with polynomial activations of low enough total degree), and far more accurate than a
+Riemann sum of the same cost on smooth networks. Riemann rules (left, right, middle,
+trapezoid) are options, with Captum's nodes and weights, except that the trapezoid
+weights here are the rule's own ``1/(n-1)`` (ends halved), summing to 1: Captum uses
+``1/n``, so its trapezoid attributions are ours times ``(n-1)/n``.
+
+Cost: ``n_steps * B`` forward+backward rows, run in chunks of ``internal_batch_size``
+rows (default: automatic, 128 rows of 784 features per thread).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .._validation import broadcast_baselines, check_positive_int
+from ._base import (
+    AttributionMethod,
+    check_bool,
+    check_optional_positive_int,
+    default_chunk_rows,
+    grid_blocks,
+    target_gradient,
+)
+
+__all__ = ["QUADRATURE_METHODS", "IntegratedGradients", "quadrature"]
+
+QUADRATURE_METHODS = ("gausslegendre", "riemann_left", "riemann_right", "riemann_middle",
+                      "riemann_trapezoid")
+
+
+def quadrature(method: str, n_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nodes ``alpha_k`` in [0, 1] and weights ``w_k`` (float64) of a rule on [0, 1]."""
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a str, got {type(method).__name__}")
+    if method not in QUADRATURE_METHODS:
+        raise ValueError(f"method must be one of {QUADRATURE_METHODS}, got {method!r}")
+    n = check_positive_int(n_steps, "n_steps")
+    if method == "gausslegendre":
+        nodes, weights = np.polynomial.legendre.leggauss(n)
+        return (torch.from_numpy(0.5 * (nodes + 1.0)), torch.from_numpy(0.5 * weights))
+    if method == "riemann_trapezoid" and n < 2:
+        raise ValueError(f"n_steps must be >= 2 for method='riemann_trapezoid', got {n}")
+    k = torch.arange(n, dtype=torch.float64)
+    w = torch.full((n,), 1.0 / n, dtype=torch.float64)
+    if method == "riemann_left":
+        a = k / n
+    elif method == "riemann_right":
+        a = (k + 1) / n
+    elif method == "riemann_middle":
+        a = (k + 0.5) / n
+    else:  # the trapezoid rule on n equally spaced nodes 0, 1/(n-1), ..., 1
+        a = k / (n - 1)
+        w = torch.full((n,), 1.0 / (n - 1), dtype=torch.float64)
+        w[0] = w[-1] = 0.5 / (n - 1)
+    return a, w
+
+
+class IntegratedGradients(AttributionMethod):
+    """Integrated Gradients along the straight path from ``baselines`` to ``inputs``.
+
+    Equals Captum's ``IntegratedGradients`` with the same ``method`` and ``n_steps``.
+    """
+
+    name = "integrated_gradients"
+
+    def attribute(self, inputs: torch.Tensor, baselines=0.0, target=None, n_steps: int = 50,
+                  method: str = "gausslegendre", *, internal_batch_size: int | None = None,
+                  return_convergence_delta: bool = False, show_progress: bool = False):
+        """Attributions ``[B, ...]``; with ``return_convergence_delta`` also
+        ``sum(a) - (f(x) - f(baselines))`` per sample (the quadrature error).
+
+        Args:
+            inputs: ``[B, ...]`` float32/float64 batch.
+            baselines: a scalar, a tensor broadcastable to ``inputs``, or one per sample.
+            target: None (argmax class), an int, or a ``[B]`` integer tensor.
+            n_steps: number of quadrature nodes (gradient evaluations per sample).
+            method: ``"gausslegendre"`` or ``"riemann_left|right|middle|trapezoid"``.
+            internal_batch_size: rows per forward+backward call; default automatic.
+            show_progress: show a tqdm bar over the chunks.
+        """
+        check_bool(return_convergence_delta, "return_convergence_delta")
+        check_bool(show_progress, "show_progress")
+        chunk = check_optional_positive_int(internal_batch_size, "internal_batch_size")
+        alphas, weights = quadrature(method, n_steps)
+        x, t, fx = self._inputs_and_target(inputs, target)
+        base = broadcast_baselines(baselines, x)
+        diff = x - base
+        alphas = alphas.to(x.device, x.dtype)
+        weights = weights.to(x.device, x.dtype)
+        batch = x.shape[0]
+        chunk = chunk or default_chunk_rows(x, backward=True)
+
+        total = torch.zeros_like(x)
+        for k0, k1, s0, s1 in grid_blocks(n_steps, batch, chunk, show_progress,
+                                          "integrated gradients"):
+            # rows (step k, sample s), step-major as in Captum
+            a = alphas[k0:k1].view((-1, 1) + (1,) * (x.dim() - 1))
+            rows = torch.addcmul(base[None, s0:s1], a, diff[None, s0:s1])
+            rows = rows.reshape((-1,) + tuple(x.shape[1:]))
+            tr = None if t is None else t[s0:s1].repeat(k1 - k0)
+            grad, _ = target_gradient(self.model, rows, tr)
+            grad = grad.view(k1 - k0, s1 - s0, -1)
+            # total[s] += sum_k w_k grad[k, s]
+            total[s0:s1] += torch.einsum("k,kbf->bf", weights[k0:k1], grad).view_as(
+                total[s0:s1])
+        attr = diff * total
+        if not return_convergence_delta:
+            return attr
+        return self._with_delta(attr, fx - self._explained(base, t), True)

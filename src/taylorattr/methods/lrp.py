@@ -1,0 +1,70 @@
+"""epsilon-LRP (Bach et al. 2015), in its gradient form.
+
+Relevance starts as the explained output ``f(x)`` and flows down; a Linear/Conv/average
+pooling layer with inputs ``x_i`` and outputs ``y_j = sum_i z_ji + b_j`` sends
+
+    R_i = sum_j z_ji / (y_j + eps * s(y_j)) * R_j,   z_ji = w_ji x_i,  s(v) = 1 if v >= 0 else -1
+
+and relevance passes elementwise activations unchanged. The attribution is ``R`` at the
+input. Equivalently ``a = x * g`` with ``g`` the modified gradient of
+:mod:`taylorattr.methods.layerwise` (rule ``epsilon``). On bias-free ReLU networks this
+is Gradient*Input (up to ``eps``); in general ``sum(a) != f(x)`` because biases absorb
+relevance.
+"""
+from __future__ import annotations
+
+from numbers import Real
+
+import torch
+
+from .._validation import check_inputs
+from ._base import AttributionMethod, check_bool
+from .layerwise import LayerRecord, LayerwiseMethod, epsilon_rule, propagate
+
+__all__ = ["EpsilonLRP"]
+
+
+class EpsilonLRP(LayerwiseMethod, AttributionMethod):
+    """epsilon-LRP with the same ``epsilon`` on every layer: one forward, one backward.
+
+    Equals Captum's ``LRP`` with its default ``EpsilonRule`` on Linear, Conv2d and
+    average-pooling layers (Captum only knows ReLU/Tanh/Dropout as activations; relevance
+    passes every supported activation unchanged here). Unsupported operations raise
+    :class:`~taylorattr.methods.layerwise.UnsupportedModelError` at construction.
+    """
+
+    name = "epsilon_lrp"
+
+    def __init__(self, model, epsilon: float = 1e-9) -> None:
+        if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
+            raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
+        if not epsilon >= 0 or epsilon == float("inf"):
+            raise ValueError(f"epsilon must be finite and >= 0, got {epsilon}")
+        super().__init__(model)
+        self.epsilon = float(epsilon)
+        self._rule = epsilon_rule(self.epsilon)
+        self._get_plan()
+
+    def attribute(self, inputs: torch.Tensor, target=None, *,
+                  return_convergence_delta: bool = False):
+        """Relevances ``[B, ...]``; with ``return_convergence_delta`` also
+        ``sum(a) - f(x)`` per sample (LRP explains ``f(x)`` itself; not zero with biases).
+
+        Args:
+            inputs: ``[B, ...]`` float32/float64 batch.
+            target: None (argmax class), an int, or a ``[B]`` integer tensor.
+        """
+        check_bool(return_convergence_delta, "return_convergence_delta")
+        x, prop = self._run(inputs, target, records=False)
+        return self._with_delta(x * prop.gradient, prop.output, return_convergence_delta)
+
+    def layer_records(self, inputs: torch.Tensor, target=None) -> list[LayerRecord]:
+        """One :class:`~taylorattr.methods.layerwise.LayerRecord` per Linear/Conv layer
+        with the zero baseline of the paper's supplement (``x~^(l) = 0``, ``y~ = b``);
+        see :func:`~taylorattr.methods.layerwise.local_relevance`.
+        """
+        return self._run(inputs, target, records=True)[1].records
+
+    def _run(self, inputs, target, records):
+        x = check_inputs(inputs).detach()
+        return x, propagate(self.model, self._get_plan(), self._rule, x, None, target, records)

@@ -1,0 +1,115 @@
+"""Figures. Everything here only consumes results (lists of row dicts, tensors); nothing
+computes an attribution or a metric.
+
+Figures are drawn on a bare :class:`matplotlib.figure.Figure` with the Agg canvas, so
+importing or calling this module never changes the user's pyplot backend and works
+without a display.
+
+Sections:
+
+1. Trend plots (paper Figures 3 and 4): :func:`plot_trend`.
+2. Saliency grids (reserved; see the section at the end of the file).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+__all__ = ["METHOD_MARKERS", "MODEL_COLORS", "plot_trend"]
+
+#: The paper's markers: circle GI, triangle down Occ-1, triangle up Occ-p, square DL,
+#: diamond IG, star EG.
+METHOD_MARKERS = {"GI": "o", "Occ-1": "v", "Occ-2x2": "^", "Occ-p": "^", "DL": "s", "IG": "D",
+                  "EG": "*"}
+#: Model colours in order of appearance: blue, green, red as in the paper, then more.
+MODEL_COLORS = ("tab:blue", "tab:green", "tab:red", "tab:purple", "tab:orange", "tab:brown",
+                "tab:pink", "tab:gray")
+_FALLBACK_MARKERS = ("P", "X", "h", "p", "<", ">")
+
+
+def _new_figure(size: tuple[float, float]):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _finite(v) -> bool:
+    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+# =======================================================================================
+# 1. Trend plots (paper Figures 3 and 4)
+# =======================================================================================
+def plot_trend(rows: Sequence[Mapping], metric: str, path: str | Path, *,
+               x: str = "principles", model_key: str = "model", method_key: str = "method",
+               title: str | None = None, xlabel: str | None = None, ylabel: str | None = None,
+               logy: bool | None = None, dpi: int = 150) -> Path:
+    """Metric against the number of principles followed, one colour per model.
+
+    ``rows`` are dicts with ``model_key``, ``method_key``, ``x`` and ``metric`` entries
+    (e.g. :attr:`AssessmentResult.infidelity` or ``.bbox``); rows whose ``x`` or ``metric``
+    is missing or not finite (an unsupported method) are left out. Each method gets its
+    marker (:data:`METHOD_MARKERS`); each model's trend line joins the mean of its
+    methods at each distinct ``x``, in increasing ``x``. ``logy=None`` uses a log scale
+    when all values are positive and span more than two decades. Writes a PNG to
+    ``path`` (parent folders created) and returns the path.
+    """
+    pts = [r for r in rows if _finite(r.get(x)) and _finite(r.get(metric))]
+    if not pts:
+        raise ValueError(f"no row has finite {x!r} and {metric!r} values to plot")
+    models = list(dict.fromkeys(r[model_key] for r in pts))
+    methods = list(dict.fromkeys(r[method_key] for r in pts))
+    markers = dict(METHOD_MARKERS)
+    extra = iter(_FALLBACK_MARKERS * (1 + len(methods)))
+    for m in methods:
+        if m not in markers:
+            markers[m] = next(extra)
+    values = [float(r[metric]) for r in pts]
+    if logy is None:
+        logy = min(values) > 0 and max(values) / min(values) > 100
+
+    fig = _new_figure((7.0, 4.2))
+    ax = fig.add_subplot(1, 1, 1)
+    for k, model in enumerate(models):
+        color = MODEL_COLORS[k % len(MODEL_COLORS)]
+        mine = [r for r in pts if r[model_key] == model]
+        xs = sorted({float(r[x]) for r in mine})
+        means = [sum(float(r[metric]) for r in mine if float(r[x]) == v)
+                 / sum(1 for r in mine if float(r[x]) == v) for v in xs]
+        ax.plot(xs, means, "-", color=color, alpha=0.7, linewidth=1.5, zorder=1)
+        for r in mine:
+            ax.scatter([float(r[x])], [float(r[metric])], marker=markers[r[method_key]],
+                       s=70, color=color, edgecolors="black", linewidths=0.5, zorder=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel or "number of principles followed (measured)")
+    ax.set_ylabel(ylabel or metric.replace("_", " "))
+    if title:
+        ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+
+    from matplotlib.lines import Line2D
+
+    model_handles = [Line2D([0], [0], color=MODEL_COLORS[k % len(MODEL_COLORS)], label=str(m))
+                     for k, m in enumerate(models)]
+    method_handles = [Line2D([0], [0], marker=markers[m], color="black", linestyle="none",
+                             markerfacecolor="white", label=str(m)) for m in methods]
+    fig.legend(handles=model_handles, loc="outside right upper", fontsize=8, title="model",
+               title_fontsize=8, frameon=False)
+    fig.legend(handles=method_handles, loc="outside right lower", fontsize=8, title="method",
+               title_fontsize=8, frameon=False)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=dpi, format="png", bbox_inches="tight")
+    return out
+
+
+# =======================================================================================
+# 2. Saliency grids (reserved)
+# =======================================================================================
+# The lead adds the saliency-grid figure (paper Figure 5: images x methods) here. Keep it
+# a pure consumer like plot_trend: it takes images and attributions, draws, saves a PNG.

@@ -1,0 +1,311 @@
+"""Tests of the assessment experiments (paper Figures 3 and 4), each against an
+independent route.
+
+Routes: the shared-forward infidelity against ``taylorattr.metrics.infidelity`` (the
+pieces, and the experiment's table against direct calls on the same digits); the
+first-order Taylor row against Gradient*Input (Theorem 1: the same attribution); the mask
+rule against coverage counted by hand; Spearman against ``scipy.stats.spearmanr``; resume
+with every compute path made to fail; the ImageNet route end to end on JPEG + XML files
+written here, with random ResNet18 weights saved here, against direct bbox-accuracy calls.
+Models are untrained (``epochs=0``) so the tests need no training.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import scipy.stats
+import torch
+from torch import nn
+
+from taylorattr import data as D
+from taylorattr import models as M
+from taylorattr.experiments import assessment as A
+from taylorattr.methods import METHODS, UnsupportedModelError
+from taylorattr.metrics import bbox_accuracy, infidelity
+
+COUNTS = {"GI": 0.0, "Occ-1": 1.0, "Occ-2x2": 0.0, "DL": 1.5, "IG": 2.0, "EG": 3.0}
+
+
+def small_cnn(seed=0, dtype=torch.float64):
+    torch.manual_seed(seed)
+    net = nn.Sequential(nn.Conv2d(1, 3, 3), nn.Softplus(), nn.AvgPool2d(2), nn.Flatten(),
+                        nn.Linear(3 * 5 * 5, 4))
+    return net.to(dtype).eval()
+
+
+# ------------------------------------------------------------------ infidelity pieces
+@pytest.mark.parametrize("normalize", [True, False])
+def test_shared_forward_infidelity_equals_metric(normalize):
+    model = small_cnn()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.rand(3, 1, 12, 12, generator=gen, dtype=torch.float64)
+    target = model(x).argmax(1)
+    attrs = {"GI": METHODS["gradient_input"](model, x, target=target),
+             "Occ-2x2": METHODS["occlusion_patch"](model, x, target=target, patch=2),
+             "random": torch.randn(x.shape, generator=gen, dtype=torch.float64),
+             "zero": torch.zeros_like(x)}
+    changes = A.square_output_changes(model, x, target, 0.0, batch_size=50)
+    for name, a in attrs.items():
+        ours = A.infidelity_from_changes(A.square_predictions(a), changes, normalize=normalize)
+        ref = infidelity(model, x, a, target=target, normalize=normalize)
+        torch.testing.assert_close(ours, ref.to(torch.float64), rtol=1e-10, atol=1e-12,
+                                   msg=name)
+
+
+def test_square_predictions_slow_loop():
+    gen = torch.Generator().manual_seed(2)
+    a = torch.randn(2, 2, 7, 6, generator=gen, dtype=torch.float64)
+    pred = A.square_predictions(a, max_side=3)
+    k = 0
+    for s in range(1, 4):
+        for top in range(7 - s + 1):
+            for left in range(6 - s + 1):
+                torch.testing.assert_close(pred[:, k], a[:, :, top:top + s, left:left + s]
+                                           .sum((1, 2, 3)))
+                k += 1
+    assert pred.shape[1] == k
+
+
+# ------------------------------------------------------------------ pure helpers
+def test_principle_count():
+    assert A.principle_count({1: "follows", 2: "partially", 3: "does not"}) == 1.5
+    assert A.principle_count(["follows"] * 3) == 3.0
+    assert A.principle_count(["does not"] * 3) == 0.0
+    with pytest.raises(ValueError, match="unknown verdict"):
+        A.principle_count(["yes"])
+
+
+def test_spearman_equals_scipy():
+    rng = np.random.default_rng(0)
+    cases = [([0, 0.5, 0.5, 1, 2, 3], [3.1, 2.0, 2.5, 1.0, 0.5, 0.1]),
+             ([0, 1, 0, 1.5, 2, 3], [0.2, 0.2, 0.9, 0.4, 0.4, 0.4]),
+             (list(rng.integers(0, 4, 20) / 2), list(rng.normal(size=20)))]
+    for x, y in cases:
+        assert A.spearman(x, y) == pytest.approx(scipy.stats.spearmanr(x, y).statistic,
+                                                 abs=1e-12)
+    assert math.isnan(A.spearman([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(A.spearman([1], [2]))
+
+
+def test_mask_exclusion_matches_hand_count():
+    h, w = 10, 10
+    areas = [0, 1, 20, 33, 34, 50, 100]  # 33 pixels = exactly 33%: kept; 34: excluded
+    masks = torch.zeros(len(areas), h, w, dtype=torch.bool)
+    for i, n in enumerate(areas):
+        masks.view(len(areas), -1)[i, torch.randperm(h * w)[:n]] = True
+    by_hand = [0 < n and n / (h * w) <= 0.33 for n in areas]
+    assert A.keep_by_coverage(masks).tolist() == by_hand
+    torch.testing.assert_close(A.mask_coverage(masks),
+                               torch.tensor(areas, dtype=torch.float64) / 100)
+    idx, excluded = A._select(masks, 2)  # the first two kept: areas 1 and 20, after area 0
+    assert idx.tolist() == [1, 2] and excluded == 1
+    idx, excluded = A._select(masks, 10)
+    assert idx.tolist() == [1, 2, 3] and excluded == 1
+
+
+def test_measured_counts_from_audit_rows(monkeypatch, tmp_path):
+    import taylorattr.principles as P
+
+    verdicts = {"gradient_input": ("does not",) * 3,
+                "occlusion_1": ("partially", "partially", "does not"),
+                "occlusion_patch": ("does not", "partially", "does not"),
+                "deeplift": ("follows", "partially", "does not"),
+                "integrated_gradients": ("follows", "follows", "does not"),
+                "expected_gradients": ("follows",) * 3}
+    calls = []
+
+    def fake_table(methods=None, seed=0):
+        calls.append(list(methods))
+        return [{"method": m, **{f"verdict_{p}": verdicts[m][p - 1] for p in (1, 2, 3)},
+                 **{f"score_{p}": 0.5 for p in (1, 2, 3)}} for m in methods]
+
+    monkeypatch.setattr(P, "principles_table", fake_table)
+    store = A.UnitStore(tmp_path)
+    counts, rows = A.measured_principle_counts(0, store)
+    assert counts == {"GI": 0.0, "Occ-1": 1.0, "Occ-2x2": 0.5, "DL": 1.5, "IG": 2.0, "EG": 3.0}
+    assert [r["principles_paper"] for r in rows] == [0.0, 0.5, 0.5, 1.0, 2.0, 3.0]
+    assert A.measured_principle_counts(0, store)[0] == counts  # cached: no second audit
+    assert len(calls) == 1
+
+
+# ------------------------------------------------------------------ the MNIST route, resume
+RUN = {"n_samples": 2, "batch_size": 1, "epochs": 0, "show_progress": False,
+       "principle_counts": COUNTS, "method_kwargs": {"IG": {"n_steps": 8}},
+       "models": {"infidelity": ("m_sg",), "taylor_order": ("m_sg",), "bbox": ("loc_c_sp",)}}
+
+
+METHODS_RUN = ("GI", "DL", "IG")
+
+
+@pytest.fixture(scope="module")
+def first_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("assess")
+    result = A.run_assessment(out, methods=METHODS_RUN, **RUN)
+    return out, result
+
+
+def test_tables_and_files(first_run):
+    out, r = first_run
+    assert {(row["model"], row["method"]) for row in r.infidelity} == {
+        ("M-sg", m) for m in METHODS_RUN}
+    assert all(row["n"] == 2 and row["infidelity"] >= 0 for row in r.infidelity)
+    assert [row["principles"] for row in r.bbox] == [COUNTS[m] for m in METHODS_RUN]
+    assert all(row["n_excluded"] == 0 for row in r.bbox)  # boxes cover <= 19% of a canvas
+    assert {c["experiment"] for c in r.correlations} == {"infidelity", "bbox"}
+    for name in ("assessment.json", "infidelity.csv", "taylor_order.csv", "bbox.csv",
+                 "correlations.csv", "figure3_infidelity.png", "figure4_bbox_accuracy.png"):
+        assert (out / "assessment" / name).stat().st_size > 0
+    text = A.format_assessment(r)
+    assert "0.27" in text and "0.48" in text and "negative" in text and "positive" in text
+
+
+def test_infidelity_row_equals_direct_metric(first_run):
+    """The experiment's infidelity = metrics.infidelity on the same digits and model."""
+    out, r = first_run
+    model, _ = M.get_trained("m_sg", out, epochs=0, quick=True, show_progress=False)
+    images, labels = D.load_mnist()
+    x = D.mnist_split(images, labels, seed=0).held_images[:2]
+    target = model(x).argmax(1)
+    for label, name, kw in (("GI", "gradient_input", {}), ("IG", "integrated_gradients",
+                                                            {"n_steps": 8, "baselines": 0.0})):
+        a = METHODS[name](model, x, target=target, **kw)
+        direct = infidelity(model, x, a, target=target).mean()
+        row = next(row for row in r.infidelity if row["method"] == label)
+        assert row["infidelity"] == pytest.approx(float(direct), rel=1e-5)
+
+
+def test_first_order_taylor_row_equals_gradient_input(first_run):
+    _, r = first_run
+    k1 = next(row for row in r.taylor_order if row["order"] == 1)
+    gi = next(row for row in r.infidelity if row["method"] == "GI")
+    assert k1["infidelity"] == pytest.approx(gi["infidelity"], rel=1e-4)
+    assert {row["order"] for row in r.taylor_order} == {1, 2}
+
+
+def test_bbox_row_equals_direct_metric(first_run):
+    out, r = first_run
+    model, _ = M.get_trained("loc_c_sp", out, epochs=0, quick=True, show_progress=False)
+    images, labels = D.load_mnist()
+    split = D.mnist_split(images, labels, seed=0)
+    canv = D.cluttered_mnist(split.held_images, split.held_labels, M.N_CLUTTERED_HELD, seed=1)
+    x, masks = canv.images[:2], canv.masks[:2]
+    target = model(x).argmax(1)
+    a = METHODS["gradient_input"](model, x, target=target)
+    row = next(row for row in r.bbox if row["method"] == "GI")
+    assert row["bbox_accuracy"] == pytest.approx(float(bbox_accuracy(a, masks).mean()), rel=1e-6)
+
+
+def test_resume_computes_nothing_new(first_run, monkeypatch):
+    out, r = first_run
+
+    def fail(*args, **kwargs):
+        raise AssertionError("a finished unit was computed again")
+
+    import taylorattr.taylor
+
+    monkeypatch.setattr(A, "_attribute", fail)
+    monkeypatch.setattr(A, "square_output_changes", fail)
+    monkeypatch.setattr(taylorattr.taylor, "taylor_attribution", fail)
+    monkeypatch.setattr(A, "bbox_accuracy", fail)
+    again = A.run_assessment(out, methods=METHODS_RUN, **RUN)
+    for name in ("infidelity", "taylor_order", "bbox", "correlations", "principles"):
+        assert getattr(again, name) == getattr(r, name), name
+
+
+def test_interrupted_run_resumes(tmp_path, monkeypatch):
+    """A run killed after some units picks up where it stopped."""
+    real = A._attribute
+    calls = []
+
+    def flaky(*args, **kwargs):
+        calls.append(args[0][0])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(A, "_attribute", flaky)
+    kw = {**RUN, "models": {"infidelity": ("m_sg",)}}
+    with pytest.raises(KeyboardInterrupt):
+        A.run_assessment(tmp_path, experiments=("infidelity",), methods=("GI", "IG"), **kw)
+    calls.clear()
+    r = A.run_assessment(tmp_path, experiments=("infidelity",), methods=("GI", "IG"), **kw)
+    assert len(calls) == 2  # units (GI, batch 1) and (IG, batch 1); batch 0 was stored
+    assert all(row["n"] == 2 for row in r.infidelity)
+
+
+def test_arguments_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="experiments"):
+        A.run_assessment(tmp_path, experiments=("nope",))
+    with pytest.raises(ValueError, match="methods"):
+        A.run_assessment(tmp_path, methods=("LRP",))
+    with pytest.raises(ValueError, match="methods"):
+        A.run_assessment(tmp_path, method_kwargs={"LRP": {}})
+    with pytest.raises(ValueError, match="weights"):
+        A.run_assessment(tmp_path, imagenet_dir=tmp_path)
+    with pytest.raises(ValueError, match="lacks"):
+        A.run_assessment(tmp_path, experiments=("infidelity",), principle_counts={"GI": 0})
+
+
+# ------------------------------------------------------------------ the ImageNet route
+_XML = ("<annotation><size><width>{w}</width><height>{h}</height><depth>3</depth></size>"
+        "<object><name>{wnid}</name><bndbox><xmin>{x0}</xmin><ymin>{y0}</ymin><xmax>{x1}</xmax>"
+        "<ymax>{y1}</ymax></bndbox></object></annotation>")
+
+
+def test_imagenet_route_end_to_end(tmp_path):
+    from PIL import Image
+
+    folder = tmp_path / "val"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    samples = [("a", "n01440764", (5, 6, 20, 18)),     # small box: kept
+               ("b", "n01443537", (1, 1, 48, 40)),     # whole image: excluded
+               ("c", "n01440764", (30, 20, 44, 36))]   # small box: kept
+    for stem, wnid, (x0, y0, x1, y1) in samples:
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(
+            folder / f"{stem}.JPEG", quality=95)
+        (folder / f"{stem}.xml").write_text(
+            _XML.format(w=48, h=40, wnid=wnid, x0=x0, y0=y0, x1=x1, y1=y1))
+    import torchvision
+
+    torch.manual_seed(0)
+    weights = tmp_path / "resnet18.pt"
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), weights)
+
+    r = A.run_assessment(tmp_path / "out", experiments=("bbox",), models={"bbox": ()},
+                         methods=("GI", "DL", "IG"), method_kwargs={"IG": {"n_steps": 4}},
+                         n_samples=5, batch_size=2,
+                         show_progress=False, principle_counts=COUNTS, imagenet_dir=folder,
+                         weights={"resnet18": weights}, imagenet_size=(20, 16))
+    rows = {row["method"]: row for row in r.bbox}
+    assert set(rows) == {"GI", "DL", "IG"}
+    assert all(row["model"] == "ResNet18" and row["n_excluded"] == 1 for row in rows.values())
+    model = M.torchvision_model("resnet18", weights)
+    try:
+        METHODS["deeplift"].build(model)
+    except UnsupportedModelError:  # recorded as unsupported, never replaced by something else
+        assert rows["DL"]["bbox_accuracy"] is None
+        assert "UnsupportedModelError" in rows["DL"]["note"]
+    else:
+        assert rows["DL"]["bbox_accuracy"] is not None and rows["DL"]["note"] == ""
+
+    # independent route: the dataset, the model and the metric called directly
+    ds = D.ImageFolderWithBoxes(folder, size=16, resize=20)
+    items = [ds[i] for i in range(len(ds))]
+    cover = [float(m.float().mean()) for _, m, _, _ in items]
+    assert [c <= 0.33 for c in cover] == [True, False, True]
+    x = torch.stack([items[i][0] for i in (0, 2)])
+    masks = torch.stack([items[i][1] for i in (0, 2)])
+    target = model(x).argmax(1)
+    mean = torch.tensor(D.IMAGENET_MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(D.IMAGENET_STD).view(1, 3, 1, 1)
+    for label, name, kw in (("GI", "gradient_input", {}),
+                            ("IG", "integrated_gradients",
+                             {"baselines": -mean / std, "n_steps": 4})):
+        a = METHODS[name](model, x, target=target, **kw)
+        assert rows[label]["n"] == 2
+        assert rows[label]["bbox_accuracy"] == pytest.approx(
+            float(bbox_accuracy(a.double(), masks).mean()), rel=1e-5)
+    assert (tmp_path / "out" / "assessment" / "figure4_bbox_accuracy.png").stat().st_size > 0
