@@ -8,7 +8,7 @@ without a display.
 Sections:
 
 1. Trend plots (paper Figures 3 and 4): :func:`plot_trend`.
-2. Saliency grids (reserved; see the section at the end of the file).
+2. Saliency grids (paper Figure 5): :func:`saliency_grid`.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["METHOD_MARKERS", "MODEL_COLORS", "plot_trend"]
+__all__ = ["METHOD_MARKERS", "MODEL_COLORS", "plot_trend", "saliency_grid"]
 
 #: The paper's markers: circle GI, triangle down Occ-1, triangle up Occ-p, square DL,
 #: diamond IG, star EG.
@@ -109,7 +109,52 @@ def plot_trend(rows: Sequence[Mapping], metric: str, path: str | Path, *,
 
 
 # =======================================================================================
-# 2. Saliency grids (reserved)
+# 2. Saliency grids (paper Figure 5)
 # =======================================================================================
-# The lead adds the saliency-grid figure (paper Figure 5: images x methods) here. Keep it
-# a pure consumer like plot_trend: it takes images and attributions, draws, saves a PNG.
+def _save(fig, path: str | Path, dpi: int = 150) -> Path:
+    """Write ``fig`` as PNG atomically (temporary file, then rename); returns the path."""
+    from ._io import atomic_path
+
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        fig.savefig(tmp, dpi=dpi, format="png", bbox_inches="tight")
+    return out
+
+
+def saliency_grid(panels: Sequence, path: str | Path, dpi: int = 150) -> Path:
+    """One row per image: the image, then one map per method (paper Figure 5).
+
+    ``panels`` are :class:`taylorattr.experiments.saliency.SaliencyPanel` objects (``image``
+    ``[H, W]`` or ``[3, H, W]`` in [0, 1], ``predicted``, ``maps[label]`` a ``[H, W]`` tensor
+    or the reason it is missing). Maps use a diverging colormap symmetric about zero (red
+    positive, blue negative), each scaled to its own 99th percentile of ``|a|``.
+    """
+    import textwrap
+
+    import torch
+
+    labels = list(dict.fromkeys(label for p in panels for label in p.maps))
+    fig = _new_figure((1.6 * (len(labels) + 1), 1.8 * len(panels)))
+    axes = fig.subplots(len(panels), len(labels) + 1, squeeze=False)
+    for row, panel in zip(axes, panels):
+        image = panel.image.detach().float()
+        if image.dim() == 3:
+            row[0].imshow(image.permute(1, 2, 0).numpy())
+        else:
+            row[0].imshow(image.numpy(), cmap="gray")
+        row[0].set_title(panel.predicted, fontsize=6)
+        for ax, label in zip(row[1:], labels):
+            value = panel.maps.get(label, "not computed")
+            if isinstance(value, str):
+                ax.text(0.5, 0.5, "\n".join(textwrap.wrap(value, 24)[:7]), ha="center",
+                        va="center", fontsize=4, transform=ax.transAxes)
+            else:
+                v = value.detach().float()
+                scale = float(torch.quantile(v.abs().flatten(), 0.99)) or 1.0
+                ax.imshow(v.numpy(), cmap="bwr", vmin=-scale, vmax=scale)
+            ax.set_title(label, fontsize=7)
+        for ax in row:
+            ax.set_xticks([])
+            ax.set_yticks([])
+    return _save(fig, path, dpi)
