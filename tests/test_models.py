@@ -200,15 +200,20 @@ def test_get_trained_caches_and_reloads(tmp_path):
     assert info2["cached"] is True and not again.training
     assert info2["held_out_accuracy"] == info["held_out_accuracy"]
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), again.parameters()))
+    # a killed write's temporary of this entry is cleaned when the entry is retrained
+    stale = tmp_path / "models" / f".{files[1]}.x1y2.tmp"
+    stale.write_bytes(b"half a checkpoint")
     # a different seed is a different cache entry
     _, info3 = M.get_trained("m_sg", tmp_path, seed=5, epochs=1, data=data, show_progress=False)
-    assert info3["cached"] is False and len(list((tmp_path / "models").iterdir())) == 4
+    assert info3["cached"] is False and len(
+        [p for p in (tmp_path / "models").iterdir() if not p.name.startswith(".")]) == 4
+    assert stale.exists()  # another entry's temporaries are left alone
     # a corrupt checkpoint is not trusted: warn and retrain to the same weights
     (tmp_path / "models" / files[1]).write_bytes(b"garbage")
     with pytest.warns(UserWarning, match="retraining"):
         re, info4 = M.get_trained("m_sg", tmp_path, seed=4, epochs=2, data=data,
                                   show_progress=False)
-    assert info4["cached"] is False
+    assert info4["cached"] is False and not stale.exists()
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), re.parameters()))
     with pytest.raises(ValueError, match="name"):
         M.get_trained("nope", tmp_path)
@@ -252,7 +257,10 @@ def test_io_failed_write_keeps_old_file(tmp_path):
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["keep.txt"]
     (tmp_path / ".keep.txt.abc.tmp").write_text("stale")
-    assert [p.name for p in _io.remove_stale_temporaries(tmp_path)] == [".keep.txt.abc.tmp"]
+    (tmp_path / ".other.txt.abc.tmp").write_text("stale")
+    assert [p.name for p in _io.remove_stale_temporaries(tmp_path, "keep.txt")] == [
+        ".keep.txt.abc.tmp"]
+    assert [p.name for p in _io.remove_stale_temporaries(tmp_path)] == [".other.txt.abc.tmp"]
 
 
 def test_io_sigkill_mid_write_never_exposes_partial_file(tmp_path):

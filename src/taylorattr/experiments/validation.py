@@ -109,6 +109,7 @@ def run_validation(out_dir: str | Path, models=("poly", "m_sg", "c_sg"), orders=
 
     out = Path(out_dir)
     store = UnitStore(out / "validation" / "units")
+    _io.remove_stale_temporaries(out / "validation")  # a table write killed mid-way
     images, labels = data.load_mnist(mnist_dir)
     held = data.mnist_split(images, labels, seed=0).held_images[:n_samples].double()
     result = ValidationResult(n_samples=int(held.shape[0]))

@@ -91,6 +91,8 @@ def draw(inputs: torch.Tensor, baselines=None, n_samples: int = 50, noise_std=No
                              f"{tuple(baselines.shape)}")
         if baselines.shape[0] == 0:
             raise ValueError("baselines must hold at least one reference row, got none")
+        if baselines.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"baselines must have dtype float32 or float64, got {baselines.dtype}")
         ref = check_inputs(baselines.to(x.dtype), "baselines").detach()
         idx = torch.randint(ref.shape[0], (batch, n), generator=gen)
         xb = ref[idx.to(ref.device)].to(x.device)
