@@ -67,7 +67,7 @@ def test_reproduce_end_to_end_on_tiny_settings(tmp_path):
     from taylorattr.experiments.validation import VALIDATION_METHODS
 
     tiny = ReproduceSettings(validation_samples=4, validation_orders=(2,), assessment_samples=2,
-                             quick=True, digits=1, photos=())
+                             quick=True, digits=1, photos=(), epochs=0)
     md = reproduce(tmp_path, show_progress=False, settings=tiny)
     page = (tmp_path / "report.html").read_text()
     for title in ("Table 3", "Table 2", "Figures 3, 4", "Figure 5"):

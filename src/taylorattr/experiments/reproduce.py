@@ -29,6 +29,7 @@ class ReproduceSettings:
     quick: bool
     digits: int | None = None  # saliency digits; None: run_saliency's default
     photos: tuple[str, ...] | None = None  # saliency photos; None: run_saliency's default
+    epochs: int | None = None  # training epochs of every model; None: each model's default
 
 
 QUICK = ReproduceSettings(validation_samples=60, validation_orders=(2, 3, 4),
@@ -46,7 +47,8 @@ def _validation_section(out, cfg, mnist_dir, seed, progress) -> Section:
     from .validation import format_validation, run_validation
 
     result = run_validation(out, orders=cfg.validation_orders, n_samples=cfg.validation_samples,
-                            mnist_dir=mnist_dir, seed=seed, quick=cfg.quick, show_progress=progress)
+                            mnist_dir=mnist_dir, seed=seed, quick=cfg.quick, show_progress=progress,
+                            epochs=cfg.epochs)
     text = (f"Average percentage change between each method and its Taylor reformulation "
             f"(baseline 0, predicted class), {result.n_samples} held-out digits, orders "
             f"{', '.join(map(str, cfg.validation_orders))}. IG uses 50-point Gauss-Legendre "
@@ -71,7 +73,7 @@ def _assessment_section(out, cfg, mnist_dir, seed, progress) -> Section:
     from .assessment import format_assessment, run_assessment
 
     result = run_assessment(out, quick=cfg.quick, n_samples=cfg.assessment_samples, seed=seed,
-                            mnist_dir=mnist_dir, show_progress=progress)
+                            mnist_dir=mnist_dir, show_progress=progress, epochs=cfg.epochs)
     figures = [Path(f) if Path(f).is_absolute() else out / f for f in result.figures]
     return Section("Attribution assessment: infidelity and localisation (Figures 3, 4)",
                    format_assessment(result), [f for f in figures if f.is_file()])
@@ -82,7 +84,8 @@ def _saliency_section(out, cfg, mnist_dir, seed, progress) -> Section:
     from .saliency import run_saliency
 
     panels = run_saliency(out, quick=cfg.quick, seed=seed, mnist_dir=mnist_dir,
-                          show_progress=progress, n_digits=cfg.digits, photos=cfg.photos)
+                          show_progress=progress, n_digits=cfg.digits, photos=cfg.photos,
+                          epochs=cfg.epochs)
     digits = [p for p in panels if p.name.startswith("digit")]
     photos = [p for p in panels if not p.name.startswith("digit")]
     figures = [plotting.saliency_grid(group, out / "figures" / f"saliency_{kind}.png")

@@ -81,18 +81,18 @@ def _stored_maps(store: UnitStore, key: str, model, x, target: int, methods) -> 
 
 
 def _digit_panels(out: Path, store: UnitStore, quick: bool, seed: int, mnist_dir, methods, progress,
-                  n_digits: int):
+                  n_digits: int, epochs: int | None):
     from .. import data, models
 
     model, _ = models.get_trained("c_sp", out, seed=seed, quick=quick, mnist_dir=mnist_dir,
-                                  show_progress=progress)
+                                  epochs=epochs, show_progress=progress)
     images, labels = data.load_mnist(mnist_dir)
     held = data.mnist_split(images, labels, seed=0).held_images
     panels = []
     for i in range(n_digits):
         x = held[i:i + 1]
         target = int(model(x).argmax())
-        maps, notes = _stored_maps(store, f"digit{i}-seed{seed}-quick{quick}", model, x, target, methods)
+        maps, notes = _stored_maps(store, f"digit{i}-seed{seed}-quick{quick}-e{epochs}", model, x, target, methods)
         panels.append(SaliencyPanel(f"digit {i}", x[0, 0], f"C-sp predicts {target}", maps, notes))
     return panels
 
@@ -115,7 +115,8 @@ def _photo_panels(store: UnitStore, quick: bool, methods, photo_names):
 
 def run_saliency(out_dir, quick: bool = True, seed: int = 0, mnist_dir=None,
                  show_progress: bool = True, n_digits: int | None = None,
-                 photos: tuple[str, ...] | None = None) -> list[SaliencyPanel]:
+                 photos: tuple[str, ...] | None = None, epochs: int | None = None
+                 ) -> list[SaliencyPanel]:
     """Maps for held-out MNIST digits (C-sp) and for bundled photos (EfficientNet-Lite0).
 
     Defaults: 3 digits and the photos ``camera`` and ``chelsea`` when ``quick`` (occlusion
@@ -132,7 +133,8 @@ def run_saliency(out_dir, quick: bool = True, seed: int = 0, mnist_dir=None,
     digit_methods = method_table(patch=4, ig_steps=50, eg_samples=50, eg_noise=0.2)
     photo_methods = method_table(patch=32 if quick else 16, ig_steps=16 if quick else 50,
                                  eg_samples=16 if quick else 50, eg_noise=0.2)
-    panels = _digit_panels(out, store, quick, seed, mnist_dir, digit_methods, show_progress, n_digits)
+    panels = _digit_panels(out, store, quick, seed, mnist_dir, digit_methods, show_progress, n_digits,
+                           epochs)
     if photos:
         panels += _photo_panels(store, quick, photo_methods, photos)
     return panels

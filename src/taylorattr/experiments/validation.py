@@ -98,12 +98,13 @@ def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def run_validation(out_dir: str | Path, models=("poly", "m_sg", "c_sg"), orders=(2,),
                    n_samples: int = 100, batch_size: int = 25, mnist_dir=None, seed: int = 0,
-                   quick: bool = False, ig_steps: int = 50, show_progress: bool = True
-                   ) -> ValidationResult:
+                   quick: bool = False, ig_steps: int = 50, show_progress: bool = True,
+                   epochs: int | None = None) -> ValidationResult:
     """Run the validation table; returns the tables and writes them to ``out_dir/validation``.
 
     ``n_samples`` held-out digits (the paper: 3,000), ``orders`` the Taylor orders swept.
-    Models are trained once and cached under ``out_dir`` (:func:`taylorattr.models.get_trained`).
+    Models are trained once and cached under ``out_dir`` (:func:`taylorattr.models.get_trained`;
+    ``epochs`` overrides its default, 0 keeps the initial weights).
     """
     from .. import data, models as M
 
@@ -119,7 +120,7 @@ def run_validation(out_dir: str | Path, models=("poly", "m_sg", "c_sg"), orders=
     trained = {}
     for m in models:
         model, info = M.get_trained(m, out, seed=seed, quick=quick, mnist_dir=mnist_dir,
-                                    show_progress=show_progress)
+                                    epochs=epochs, show_progress=show_progress)
         trained[m] = model.double().eval()
         result.models.append({"model": MODEL_LABELS.get(m, m),
                               "held_out_accuracy": info["held_out_accuracy"],
@@ -127,7 +128,8 @@ def run_validation(out_dir: str | Path, models=("poly", "m_sg", "c_sg"), orders=
                               "n_held_out": info["n_held_out"], "data": info["data"]})
     per_unit = {}
     for m, label, K, i in tqdm(units, desc="validation", disable=not show_progress):
-        key = f"{m}-{label}-order{K}-n{n_samples}-b{batch_size}-batch{i}-seed{seed}-steps{ig_steps}"
+        key = (f"{m}-{label}-order{K}-n{n_samples}-b{batch_size}-batch{i}-seed{seed}-steps{ig_steps}"
+               f"-e{epochs}-quick{quick}")
         per_unit[(m, label, K, i)] = store.get(
             key, lambda: _percentages(label, trained[m], batches[i], K, ig_steps))
 
