@@ -399,3 +399,18 @@ def test_efficientnet_lite0_offline_and_predicts_a_cat(no_network):
     assert top in range(281, 286), model.class_name(top)  # the ImageNet domestic cats
     assert model.class_name(top) in {"tabby", "tiger cat", "Persian cat", "Siamese cat",
                                      "Egyptian cat"}
+
+
+@pytest.mark.parametrize("name", ["loc_c_sg", "loc_vgg", "loc_resnet"])
+def test_fold_batchnorm_keeps_the_function_and_removes_batchnorm(name):
+    torch.manual_seed(0)
+    model = M.MODELS[name]().double().eval()
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):  # non-trivial statistics and affine parameters
+            m.running_mean.uniform_(-1, 1), m.running_var.uniform_(0.5, 2)
+            m.weight.data.uniform_(0.5, 2), m.bias.data.uniform_(-1, 1)
+    x = torch.rand(2, 1, 64, 64, dtype=torch.float64)
+    expected = model(x)
+    folded = M.fold_batchnorm(model)
+    torch.testing.assert_close(folded(x), expected, rtol=1e-10, atol=1e-10)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())

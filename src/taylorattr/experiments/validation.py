@@ -117,19 +117,20 @@ def run_validation(out_dir: str | Path, models=("poly", "m_sg", "c_sg"), orders=
     batches = [held[i:i + batch_size] for i in range(0, held.shape[0], batch_size)]
     units = [(m, label, K, i) for m in models for K in orders for label in VALIDATION_METHODS
              for i in range(len(batches))]
-    trained = {}
+    trained, tags = {}, {}
     for m in models:
         model, info = M.get_trained(m, out, seed=seed, quick=quick, mnist_dir=mnist_dir,
                                     epochs=epochs, show_progress=show_progress)
         trained[m] = model.double().eval()
+        tags[m] = f"e{info['epochs']}-lr{info['lr']}-n{info['n_train']}"  # which weights
         result.models.append({"model": MODEL_LABELS.get(m, m),
                               "held_out_accuracy": info["held_out_accuracy"],
                               "epochs": info["epochs"], "n_train": info["n_train"],
                               "n_held_out": info["n_held_out"], "data": info["data"]})
     per_unit = {}
     for m, label, K, i in tqdm(units, desc="validation", disable=not show_progress):
-        key = (f"{m}-{label}-order{K}-n{n_samples}-b{batch_size}-batch{i}-seed{seed}-steps{ig_steps}"
-               f"-e{epochs}-quick{quick}")
+        key = (f"{m}-{tags[m]}-{label}-order{K}-n{n_samples}-b{batch_size}-batch{i}-seed{seed}"
+               f"-steps{ig_steps}")
         per_unit[(m, label, K, i)] = store.get(
             key, lambda: _percentages(label, trained[m], batches[i], K, ig_steps))
 
