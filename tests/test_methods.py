@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import warnings
 
+import captum.attr as captum_attr
 import numpy as np
 import pytest
 import torch
@@ -29,8 +30,6 @@ from taylorattr.methods import (
 from taylorattr.methods.expected_gradients import draw
 from taylorattr.methods.integrated_gradients import quadrature
 from taylorattr.methods.layerwise import denominator, edge_terms
-
-import captum.attr as captum_attr  # noqa: E402  (the oracle; installed by make test)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import socket
 import subprocess
 import sys
 import warnings
@@ -22,14 +21,6 @@ ALLOWED = (nn.Linear, nn.Conv2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.Flatten,
            nn.Tanh, nn.Softplus, nn.ReLU, nn.BatchNorm2d, M.PolyActivation, nn.Sequential)
 
 
-@pytest.fixture
-def no_network(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError("a network connection was attempted")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
 
 
 # --------------------------------------------------------------------------- architectures

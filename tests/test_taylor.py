@@ -86,7 +86,7 @@ def test_quadratic_network_matches_closed_form():
     torch.testing.assert_close(terms.interactive_ig, -0.5 * d * (d @ H) - indep, rtol=1e-12, atol=1e-12)
     quad = -0.5 * ((d @ H) * d).sum(1)
     torch.testing.assert_close(terms.interactive, quad - indep.sum(1), rtol=1e-12, atol=1e-12)
-    f = lambda z: ((z @ W1.T + b1) ** 2 @ w2) + b2  # noqa: E731
+    f = lambda z: ((z @ W1.T + b1) ** 2 @ w2) + b2
     torch.testing.assert_close(terms.output_change, f(x) - f(base), rtol=1e-12, atol=1e-12)
     assert terms.error.abs().max() < 1e-12
     torch.testing.assert_close(terms.attribution().sum(1), terms.total, rtol=1e-12, atol=1e-12)
@@ -180,7 +180,7 @@ def test_higher_order_ig_share_sums_to_total_and_matches_autograd():
     torch.testing.assert_close(terms.attribution().sum(1), terms.total, rtol=1e-10, atol=1e-12)
     for b in range(2):
         d = x[b]
-        f = lambda z: model(z[None])[0, 2]  # noqa: E731
+        f = lambda z: model(z[None])[0, 2]
         z = x[b].clone().requires_grad_(True)
         (g,) = torch.autograd.grad(f(z), z, create_graph=True)
         hd = torch.autograd.grad(g @ d, z, create_graph=True)[0]  # H d as a function of z

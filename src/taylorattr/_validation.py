@@ -13,13 +13,14 @@ import torch
 from torch import nn
 
 __all__ = [
+    "broadcast_baselines",
     "check_inputs",
     "check_model",
-    "broadcast_baselines",
+    "check_positive_int",
+    "check_seed",
     "model_output",
     "resolve_target",
     "select_output",
-    "check_positive_int",
 ]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
@@ -172,3 +173,12 @@ def check_positive_int(value, name: str) -> int:
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
     return value
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """Require an int in ``[0, 2**63)`` (what ``torch.Generator.manual_seed`` accepts)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"{name} must be an int, got {type(seed).__name__}")
+    if not 0 <= seed < 2**63:
+        raise ValueError(f"{name} must lie in [0, 2**63), got {seed}")
+    return seed

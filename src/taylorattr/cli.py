@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-__all__ = ["main", "build_parser"]
+__all__ = ["build_parser", "main"]
 
 EXPLAIN_MODELS = ("efficientnet-lite0", "vgg16", "vgg19", "resnet18")
 ASSESS_EXPERIMENTS = ("infidelity", "taylor_order", "bbox")
@@ -162,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "explain" and args.weights is None and args.model != "efficientnet-lite0":
         build_parser().error(f"--weights PATH is required for --model {args.model} "
                              "(no weights are downloaded)")
-    print(COMMANDS[args.command](args))
+    try:
+        print(COMMANDS[args.command](args))
+    except (ValueError, FileNotFoundError) as exc:  # bad values found once the work starts
+        build_parser().exit(2, f"taylorattr {args.command}: error: {exc}\n")
     return 0
 
 

@@ -87,6 +87,7 @@ import torch
 from torch import nn
 
 from . import _validation as V
+from ._validation import check_seed as _check_seed
 
 __all__ = [
     "EG_NOISE_STD",
@@ -403,14 +404,6 @@ class _Attributor:
         return a, used.to(x.dtype)
 
 
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if not 0 <= seed < 2**63:
-        raise ValueError(f"seed must lie in [0, 2**63), got {seed}")
-    return seed
-
-
 def _registry():
     from .methods import METHODS, AttributionMethod, ExpectedGradients, MethodSpec
 
@@ -499,6 +492,10 @@ def _resolve(method, method_kwargs, seed) -> _Attributor:
                 if k not in ("self", "model") and hasattr(method, k)}
         init.update({k: kwargs.pop(k) for k in spec.init_args if k in kwargs})
         return _our_attributor(spec, init, kwargs, seed, spec.name)
+    if isinstance(method, nn.Module):
+        raise TypeError(f"method must be a method name, a method class or instance, or a callable "
+                        f"(model, inputs, baselines, target) -> attributions; got the model "
+                        f"{type(method).__name__} itself")
     if callable(method):
         name = getattr(method, "__name__", type(method).__name__)
         if kwargs:

@@ -30,7 +30,7 @@ from . import _validation as V
 from .taylor import group_expansions, taylor_attribution
 from .taylor_mode import propagate, trace
 
-__all__ = ["reformulate", "LayerReformulation", "occlusion_groups", "REFORMULATIONS"]
+__all__ = ["REFORMULATIONS", "LayerReformulation", "occlusion_groups", "reformulate"]
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,8 @@ class _Wrapped(nn.Module):
 def _layerwise(rule: str):
     def run(model, inputs, baselines, target, order, **kw) -> list[LayerReformulation]:
         from .methods import DeepLift, EpsilonLRP
-        from .methods.layerwise import denominator as rec_denominator, edge_terms, local_relevance
+        from .methods.layerwise import denominator as rec_denominator
+        from .methods.layerwise import edge_terms, local_relevance
 
         if rule == "deeplift":
             records = DeepLift(model).layer_records(inputs, baselines, target)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from . import _io
 
-__all__ = ["Section", "write_report", "markdown_to_html"]
+__all__ = ["Section", "markdown_to_html", "write_report"]
 
 
 @dataclass

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from . import _validation as V
 from .taylor_mode import piecewise_linear_ops, propagate, trace
 
-__all__ = ["TaylorTerms", "taylor_terms", "taylor_attribution", "group_expansions"]
+__all__ = ["TaylorTerms", "group_expansions", "taylor_attribution", "taylor_terms"]
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from torch import fx, nn
 
 from . import series as S
 
-__all__ = ["Jet", "UnsupportedOperation", "propagate", "trace", "piecewise_linear_ops"]
+__all__ = ["Jet", "UnsupportedOperation", "piecewise_linear_ops", "propagate", "trace"]
 
 
 class UnsupportedOperation(TypeError):

@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from .. import _io
 from ..report import Section, write_report
 
-__all__ = ["ReproduceSettings", "QUICK", "FULL", "reproduce"]
+__all__ = ["FULL", "QUICK", "ReproduceSettings", "reproduce"]
 
 
 @dataclass(frozen=True)

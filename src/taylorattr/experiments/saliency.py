@@ -17,7 +17,7 @@ from ..methods import METHODS
 from ..taylor import taylor_attribution
 from ._units import UnitStore
 
-__all__ = ["SaliencyPanel", "saliency_maps", "method_table", "run_saliency"]
+__all__ = ["SaliencyPanel", "method_table", "run_saliency", "saliency_maps"]
 
 
 @dataclass

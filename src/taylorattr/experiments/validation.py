@@ -21,13 +21,18 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import _io
-from ..metrics import percentage_change
 from ..methods import METHODS
+from ..metrics import percentage_change
 from ..reformulations import reformulate
 from ._units import UnitStore
 
-__all__ = ["PAPER_TABLE3", "PAPER_APPROX_ERROR", "VALIDATION_METHODS", "ValidationResult",
-           "run_validation"]
+__all__ = [
+    "PAPER_APPROX_ERROR",
+    "PAPER_TABLE3",
+    "VALIDATION_METHODS",
+    "ValidationResult",
+    "run_validation",
+]
 
 # method label -> (registry name, extra arguments)
 VALIDATION_METHODS: dict[str, tuple[str, dict]] = {
@@ -106,7 +111,8 @@ def run_validation(out_dir: str | Path, models=("poly", "m_sg", "c_sg"), orders=
     Models are trained once and cached under ``out_dir`` (:func:`taylorattr.models.get_trained`;
     ``epochs`` overrides its default, 0 keeps the initial weights).
     """
-    from .. import data, models as M
+    from .. import data
+    from .. import models as M
 
     out = Path(out_dir)
     store = UnitStore(out / "validation" / "units")

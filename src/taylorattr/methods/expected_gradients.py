@@ -21,6 +21,7 @@ from numbers import Real
 import torch
 
 from .._validation import check_inputs, check_positive_int
+from .._validation import check_seed as _check_seed
 from ._base import (
     AttributionMethod,
     check_bool,
@@ -46,14 +47,6 @@ class EGDraws:
     @property
     def n_samples(self) -> int:
         return self.alphas.shape[1]
-
-
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if not 0 <= seed < 2**63:
-        raise ValueError(f"seed must lie in [0, 2**63), got {seed}")
-    return seed
 
 
 def draw(inputs: torch.Tensor, baselines=None, n_samples: int = 50, noise_std=None,

@@ -594,8 +594,8 @@ def _run_checked(runner, x: torch.Tensor, where: str) -> torch.Tensor:
     except (RuntimeError, IndexError) as exc:
         if isinstance(exc, torch.OutOfMemoryError):
             raise
-        raise ValueError(f"{where} of shape {tuple(x.shape)} and dtype {x.dtype} cannot be fed "
-                         f"to the model: {str(exc).splitlines()[0]}") from exc
+        raise ValueError(f"inputs of shape {tuple(x.shape)} and dtype {x.dtype} cannot be fed to "
+                         f"the model (evaluated at the {where}): {str(exc).splitlines()[0]}") from exc
     return _check_output(out, x.shape[0], where)
 
 

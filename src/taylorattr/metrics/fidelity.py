@@ -19,6 +19,7 @@ from .._validation import (
     check_inputs,
     check_model,
     check_positive_int,
+    check_seed,
     model_output,
     resolve_target,
     select_output,
@@ -374,8 +375,9 @@ def infidelity(
     inputs = inputs.detach()
     if not isinstance(normalize, bool):
         raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    check_seed(seed)
+    if not isinstance(show_progress, bool):
+        raise TypeError(f"show_progress must be a bool, got {type(show_progress).__name__}")
     check_positive_int(batch_size, "batch_size")
     check_positive_int(max_side, "max_side")
 
