@@ -159,16 +159,19 @@ class AttributionMethod:
         return torch.cat(outs)
 
     @staticmethod
-    def _with_delta(attributions: torch.Tensor, output_change: torch.Tensor,
-                    return_convergence_delta: bool):
-        """``attributions`` or ``(attributions, sum(attributions) - output_change)``.
-
-        Refuses non-finite attributions: the model was finite at the inputs, so NaN or inf
-        here means it overflowed at an occluded copy, a path point or a baseline.
-        """
+    def _finite(attributions: torch.Tensor) -> torch.Tensor:
+        """Refuse non-finite attributions: the model was finite at the inputs, so NaN or inf
+        here means it overflowed at an occluded copy, a path point or a baseline."""
         if not torch.isfinite(attributions).all():
             raise ValueError("model returned NaN or inf away from the inputs (at occluded copies, "
                              "integration-path points or baselines); the attributions are not finite")
+        return attributions
+
+    @classmethod
+    def _with_delta(cls, attributions: torch.Tensor, output_change: torch.Tensor,
+                    return_convergence_delta: bool):
+        """``attributions`` or ``(attributions, sum(attributions) - output_change)``."""
+        cls._finite(attributions)
         if not return_convergence_delta:
             return attributions
         delta = per_sample_sum(attributions) - output_change.to(attributions.dtype)

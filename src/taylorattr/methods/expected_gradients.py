@@ -161,7 +161,7 @@ class ExpectedGradients(AttributionMethod):
             total[s0:s1] += (grad.view(diff.shape) * diff).sum(1)
         attr = total / n
         if not return_convergence_delta:
-            return attr
+            return self._finite(attr)
         tb = None if t is None else t.repeat_interleave(n)
         fb = self._explained(xb.reshape((-1,) + feat), tb).view(batch, n).mean(1)
         return self._with_delta(attr, fx - fb, True)

@@ -43,6 +43,6 @@ class GradientInput(AttributionMethod):
         x = x.detach()
         attr = x * grad
         if not return_convergence_delta:
-            return attr
+            return self._finite(attr)
         f0 = self._explained(torch.zeros_like(x), t)
         return self._with_delta(attr, fx.detach() - f0, True)

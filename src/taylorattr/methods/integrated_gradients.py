@@ -112,5 +112,5 @@ class IntegratedGradients(AttributionMethod):
                 total[s0:s1])
         attr = diff * total
         if not return_convergence_delta:
-            return attr
+            return self._finite(attr)
         return self._with_delta(attr, fx - self._explained(base, t), True)

@@ -159,6 +159,6 @@ class Occlusion(AttributionMethod):
         attr = attr.view((batch,) + (1,) * len(lead) + sizes).expand_as(x).to(x.dtype)
         attr = attr.contiguous()
         if not return_convergence_delta:
-            return attr
+            return self._finite(attr)
         fb = self._explained(base, t)
         return self._with_delta(attr, fx - fb, True)
