@@ -95,29 +95,21 @@ def _expansion_slope(activation: Callable | None, pre: torch.Tensor, change: tor
     """
     if activation is None:
         return torch.ones_like(change)
-    module = activation if isinstance(activation, nn.Module) else _Function(activation)
-    jet = propagate(trace(_Wrapped(module)), pre, -torch.ones_like(pre).unsqueeze(1), order)
+    jet = propagate(trace(_Apply(activation)), pre, -torch.ones_like(pre).unsqueeze(1), order)
     c = jet.series[:, :, 0]  # [K, B, ...]
     powers = change.unsqueeze(0) ** torch.arange(order, dtype=change.dtype).view(-1, *[1] * change.dim())
     return -(c * powers).sum(0)
 
 
-class _Function(nn.Module):
+class _Apply(nn.Module):
+    """``x -> fn(x)`` as a module, so that a bare activation (module or function) can be traced."""
+
     def __init__(self, fn):
         super().__init__()
         self.fn = fn
 
     def forward(self, x):
         return self.fn(x)
-
-
-class _Wrapped(nn.Module):
-    def __init__(self, act):
-        super().__init__()
-        self.act = act
-
-    def forward(self, x):
-        return self.act(x)
 
 
 def _layerwise(rule: str):

@@ -41,7 +41,9 @@ def _acc_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "mps" else torch.float64
 
 
-def _undefined_where(zero: torch.Tensor, what: str, name: str) -> None:
+def _ratio_or_nan(num: torch.Tensor, den: torch.Tensor, what: str, name: str) -> torch.Tensor:
+    """``num / den`` per sample; NaN where ``den == 0``, with a warning naming those samples."""
+    zero = den == 0
     if zero.any():
         idx = torch.nonzero(zero).flatten().tolist()
         warnings.warn(
@@ -50,6 +52,7 @@ def _undefined_where(zero: torch.Tensor, what: str, name: str) -> None:
             RuntimeWarning,
             stacklevel=3,
         )
+    return torch.where(zero, torch.full_like(num, float("nan")), num / torch.where(zero, 1.0, den))
 
 
 # --------------------------------------------------------------------------------------
@@ -95,9 +98,7 @@ def percentage_change(original: torch.Tensor, reformulated: torch.Tensor) -> tor
     r = reformulated.detach().to(o).flatten(1)
     num = (o - r).pow(2).sum(1)
     den = o.pow(2).sum(1)
-    zero = den == 0
-    _undefined_where(zero, "percentage_change", "the original attribution")
-    d = torch.where(zero, torch.full_like(num, float("nan")), num / torch.where(zero, 1.0, den))
+    d = _ratio_or_nan(num, den, "percentage_change", "the original attribution")
     return (d * 100.0).to(out_dtype)
 
 
@@ -138,10 +139,7 @@ def approximation_error(error: torch.Tensor, output_change: torch.Tensor) -> tor
     acc = _acc_dtype(error.device)
     e = error.detach().to(acc).abs()
     df = output_change.detach().to(e).abs()
-    zero = df == 0
-    _undefined_where(zero, "approximation_error", "output_change")
-    r = torch.where(zero, torch.full_like(e, float("nan")), e / torch.where(zero, 1.0, df))
-    return r.to(out_dtype)
+    return _ratio_or_nan(e, df, "approximation_error", "output_change").to(out_dtype)
 
 
 # --------------------------------------------------------------------------------------
