@@ -309,3 +309,22 @@ def test_imagenet_route_end_to_end(tmp_path):
         assert rows[label]["bbox_accuracy"] == pytest.approx(
             float(bbox_accuracy(a.double(), masks).mean()), rel=1e-5)
     assert (tmp_path / "out" / "assessment" / "figure4_bbox_accuracy.png").stat().st_size > 0
+
+
+def test_cli_passes_the_imagenet_route_through(tmp_path, monkeypatch):
+    from taylorattr import cli
+
+    weights = tmp_path / "vgg16.pt"
+    weights.write_bytes(b"")
+    seen = {}
+
+    def fake_run(out, **kw):
+        seen.update(kw)
+        return A.AssessmentResult()
+
+    monkeypatch.setattr(A, "run_assessment", fake_run)
+    monkeypatch.setattr(A, "format_assessment", lambda result: "table")
+    assert cli.main(["assess", "--experiment", "bbox", "--imagenet-dir", str(tmp_path),
+                     "--weights", f"vgg16={weights}", "--out", str(tmp_path / "out")]) == 0
+    assert seen["imagenet_dir"] == tmp_path and seen["weights"] == {"vgg16": weights}
+    assert seen["experiments"] == ("bbox",)

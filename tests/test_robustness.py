@@ -735,6 +735,13 @@ def _cli_cases(tmp_file: str):
         st.text(min_size=1, max_size=6).filter(lambda s: not s.startswith("-")).filter(
             lambda s: s not in cli.ASSESS_EXPERIMENTS).map(
             lambda s: (["assess", "--experiment", s], "--experiment")),
+        st.text(min_size=1, max_size=8).filter(lambda s: s not in cli.IMAGENET_MODELS).map(
+            lambda s: (["assess", "--weights", f"{s}={tmp_file}"], "--weights")),
+        st.sampled_from(cli.IMAGENET_MODELS).map(
+            lambda m: (["assess", "--weights", f"{m}=/nonexistent.pt"], "--weights")),
+        st.sampled_from(cli.IMAGENET_MODELS).map(  # weights without a folder to run them on
+            lambda m: (["assess", "--weights", f"{m}={tmp_file}"], "--imagenet-dir")),
+        st.just((["assess", "--imagenet-dir", "/nonexistent/dir"], "--imagenet-dir")),
         st.just((["reproduce", "--quick", "--full"], "--full")),
         st.just((["explain"], "image")),
         st.just((["explain", "/nonexistent/image.png"], "image")),

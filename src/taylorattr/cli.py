@@ -11,7 +11,8 @@ from pathlib import Path
 
 __all__ = ["build_parser", "main"]
 
-EXPLAIN_MODELS = ("efficientnet-lite0", "vgg16", "vgg19", "resnet18")
+IMAGENET_MODELS = ("vgg16", "vgg19", "resnet18")  # torchvision models, user-supplied weights
+EXPLAIN_MODELS = ("efficientnet-lite0", *IMAGENET_MODELS)
 ASSESS_EXPERIMENTS = ("infidelity", "taylor_order", "bbox")
 
 
@@ -60,6 +61,15 @@ def _existing_file(text: str) -> Path:
     return path
 
 
+def _named_weights(text: str) -> tuple[str, Path]:
+    """``NAME=PATH`` with NAME one of the torchvision localisation models."""
+    name, sep, path = text.partition("=")
+    if not sep or name not in IMAGENET_MODELS:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=PATH with NAME one of {', '.join(IMAGENET_MODELS)}, got {text!r}")
+    return name, _existing_file(path)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="taylorattr",
@@ -88,6 +98,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=_output_dir, default=Path("results"))
     p.add_argument("--full", action="store_true", help="the paper's sample counts")
     p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--imagenet-dir", type=_existing_dir, default=None,
+                   help="ILSVRC-style folder of JPEGs with Pascal-VOC XML boxes (bbox experiment)")
+    p.add_argument("--weights", type=_named_weights, nargs="+", default=None, metavar="NAME=PATH",
+                   help="state dicts for the ImageNet route, e.g. vgg16=vgg16.pth "
+                        "(no weights are downloaded)")
 
     p = sub.add_parser("reproduce", help="every table and figure, with report.md and report.html")
     p.add_argument("--out", type=_output_dir, default=Path("results"))
@@ -127,7 +142,8 @@ def _assess(args) -> str:
     from .experiments.assessment import format_assessment, run_assessment
 
     result = run_assessment(args.out, experiments=tuple(args.experiment), quick=not args.full,
-                            n_samples=args.samples, seed=args.seed, mnist_dir=args.mnist_dir)
+                            n_samples=args.samples, seed=args.seed, mnist_dir=args.mnist_dir,
+                            imagenet_dir=args.imagenet_dir, weights=dict(args.weights or ()))
     return format_assessment(result) + f"\n\nTables and figures written to {args.out / 'assessment'}"
 
 
@@ -154,6 +170,8 @@ COMMANDS = {"validate": _validate, "principles": _principles, "assess": _assess,
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "assess" and (args.imagenet_dir is None) != (args.weights is None):
+        build_parser().error("--imagenet-dir and --weights go together (no weights are downloaded)")
     if args.command == "explain" and args.weights is not None and args.model == "efficientnet-lite0":
         build_parser().error("--weights is for vgg16/vgg19/resnet18; EfficientNet-Lite0 ships its own")
     if args.command == "explain" and args.weights is None and args.model != "efficientnet-lite0":
