@@ -151,3 +151,22 @@ def test_bad_arguments():
         ta.reformulate("occlusion_patch", poly_net(), X, patch=2, stride=1)
     with pytest.raises(ValueError, match="order"):
         ta.reformulate("integrated_gradients", poly_net(), X, order=0)
+    with pytest.raises(ValueError, match="orders"):
+        ta.reformulate_orders("occlusion_1", poly_net(), X, orders=())
+    with pytest.raises(ValueError, match="orders"):
+        ta.reformulate_orders("occlusion_1", poly_net(), X, orders=(2, 0))
+    with pytest.raises(TypeError, match="orders"):
+        ta.reformulate_orders("occlusion_1", poly_net(), X, orders=2)
+
+
+@pytest.mark.parametrize("method,kw", CASES, ids=[c[0] + str(c[1].get("patch", "")) for c in CASES])
+def test_an_order_sweep_equals_one_reformulation_per_order(method, kw):
+    """Occlusion expands once at the highest order and cuts the series at each K; a
+    separate expansion at each K must give the same attributions."""
+    model = sigmoid_net()
+    sweep = ta.reformulate_orders(method, model, X, BASE, orders=(1, 3, 2), **kw)
+    assert list(sweep) == [1, 3, 2]
+    for K, attribution in sweep.items():
+        alone = ta.reformulate(method, model, X, BASE, order=K, **kw)
+        torch.testing.assert_close(attribution, alone, rtol=1e-12, atol=1e-14)
+    assert pct(sweep[3], sweep[1]) > 1e-8 or method == "gradient_input"  # the orders differ

@@ -20,6 +20,7 @@ _EXPORTS = {
     "ExpectedGradients": "taylorattr.methods",
     "METHODS": "taylorattr.methods",
     "reformulate": "taylorattr.reformulations",
+    "reformulate_orders": "taylorattr.reformulations",
     "audit": "taylorattr.principles",
     "AuditReport": "taylorattr.principles",
 }

@@ -30,7 +30,8 @@ from . import _validation as V
 from .taylor import group_expansions, taylor_attribution
 from .taylor_mode import propagate, trace
 
-__all__ = ["REFORMULATIONS", "LayerReformulation", "occlusion_groups", "reformulate"]
+__all__ = ["REFORMULATIONS", "LayerReformulation", "occlusion_groups", "reformulate",
+           "reformulate_orders"]
 
 
 @dataclass(frozen=True)
@@ -75,14 +76,38 @@ def occlusion_groups(sample_shape: tuple[int, ...], patch) -> torch.Tensor:
     return ids.expand(sample_shape).contiguous()
 
 
-def _occlusion(model, inputs, baselines, target, order, patch=1, stride=None, **kw):
+def _occlusion_orders(model, inputs, baselines, target, orders, patch=1, stride=None, **kw):
+    """``{K: occlusion reformulation at order K}`` from one expansion at ``max(orders)``.
+
+    ``P_k`` of a group does not depend on where the series is cut, so the order-K
+    reformulation is the partial sum ``sum_{k<=K} P_k`` of the order-``max(orders)`` terms.
+    """
     if stride is not None and stride != patch:
         raise ValueError(f"stride must equal patch for the Taylor reformulation of occlusion "
                          f"(tiling windows), got stride={stride!r}, patch={patch!r}")
     V.check_inputs(inputs)
     groups = occlusion_groups(tuple(inputs.shape[1:]), patch)
-    per_group = group_expansions(model, inputs, baselines, target, order, groups, **kw).sum(-1)
-    return per_group[:, groups.reshape(-1)].view_as(inputs)
+    partial = group_expansions(model, inputs, baselines, target, max(orders), groups,
+                               **kw).cumsum(-1)
+    features = groups.reshape(-1)
+    return {K: partial[:, features, K - 1].view_as(inputs) for K in orders}
+
+
+def _occlusion_1_orders(*args, patch=1, **kw):
+    if patch != 1:
+        raise ValueError(f"occlusion_1 fixes patch=1, got patch={patch!r} (use occlusion_patch)")
+    return _occlusion_orders(*args, patch=1, **kw)
+
+
+def _occlusion_patch_orders(*args, patch=2, **kw):
+    return _occlusion_orders(*args, patch=patch, **kw)
+
+
+def _one_order(all_orders: Callable) -> Callable:
+    """The single-order form of a reformulation that computes several orders at once."""
+    def run(model, inputs, baselines, target, order, **kw):
+        return all_orders(model, inputs, baselines, target, (order,), **kw)[order]
+    return run
 
 
 def _expansion_slope(activation: Callable | None, pre: torch.Tensor, change: torch.Tensor,
@@ -150,12 +175,6 @@ def _expected_gradients(model, inputs, baselines, target, order, n_samples=50, n
     return total / draws.n_samples
 
 
-def _occlusion_1(*args, patch=1, **kw):
-    if patch != 1:
-        raise ValueError(f"occlusion_1 fixes patch=1, got patch={patch!r} (use occlusion_patch)")
-    return _occlusion(*args, patch=1, **kw)
-
-
 #: Extra keyword arguments each reformulation accepts (anything else is a TypeError).
 _EXTRA_ARGS: dict[str, frozenset] = {
     "gradient_input": frozenset(),
@@ -170,14 +189,36 @@ _EXTRA_ARGS: dict[str, frozenset] = {
 REFORMULATIONS: dict[str, Callable] = {
     "gradient_input": lambda model, inputs, baselines, target, order, **kw:
         taylor_attribution(model, inputs, 0.0, target, 1),
-    "occlusion_1": _occlusion_1,
-    "occlusion_patch": lambda *a, patch=2, **kw: _occlusion(*a, patch=patch, **kw),
+    "occlusion_1": _one_order(_occlusion_1_orders),
+    "occlusion_patch": _one_order(_occlusion_patch_orders),
     "deeplift": _layerwise("deeplift"),
     "epsilon_lrp": _layerwise("epsilon_lrp"),
     "integrated_gradients": lambda model, inputs, baselines, target, order, **kw:
         taylor_attribution(model, inputs, baselines, target, order),
     "expected_gradients": _expected_gradients,
 }
+
+
+#: Reformulations computed for several orders from one expansion at the highest.
+_ALL_ORDERS_AT_ONCE: dict[str, Callable] = {
+    "occlusion_1": _occlusion_1_orders,
+    "occlusion_patch": _occlusion_patch_orders,
+}
+
+
+def _checked(method, baselines, kwargs):
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a method name (str), got {type(method).__name__}")
+    if method not in REFORMULATIONS:
+        raise ValueError(f"method must be one of {sorted(REFORMULATIONS)}, got {method!r}")
+    unknown = sorted(set(kwargs) - _EXTRA_ARGS[method])
+    if unknown:
+        allowed = ", ".join(sorted(_EXTRA_ARGS[method])) or "none"
+        raise TypeError(f"reformulate('{method}') got unexpected keyword argument(s) "
+                        f"{', '.join(map(repr, unknown))} (accepted: {allowed})")
+    if method == "expected_gradients" and isinstance(baselines, float) and baselines == 0.0:
+        return None
+    return baselines
 
 
 def reformulate(method: str, model, inputs: torch.Tensor, baselines=0.0, target=None,
@@ -191,16 +232,28 @@ def reformulate(method: str, model, inputs: torch.Tensor, baselines=0.0, target=
     reference tensor or None), ``epsilon`` (epsilon_lrp), ``chunk_size`` and
     ``show_progress`` (occlusion).
     """
-    if not isinstance(method, str):
-        raise TypeError(f"method must be a method name (str), got {type(method).__name__}")
-    if method not in REFORMULATIONS:
-        raise ValueError(f"method must be one of {sorted(REFORMULATIONS)}, got {method!r}")
+    baselines = _checked(method, baselines, kwargs)
     V.check_positive_int(order, "order")
-    unknown = sorted(set(kwargs) - _EXTRA_ARGS[method])
-    if unknown:
-        allowed = ", ".join(sorted(_EXTRA_ARGS[method])) or "none"
-        raise TypeError(f"reformulate('{method}') got unexpected keyword argument(s) "
-                        f"{', '.join(map(repr, unknown))} (accepted: {allowed})")
-    if method == "expected_gradients" and isinstance(baselines, float) and baselines == 0.0:
-        baselines = None
     return REFORMULATIONS[method](model, inputs, baselines, target, order, **kwargs)
+
+
+def reformulate_orders(method: str, model, inputs: torch.Tensor, baselines=0.0, target=None,
+                       orders=(2,), **kwargs) -> dict:
+    """``{K: reformulate(method, ..., order=K) for K in orders}``, sharing work across orders.
+
+    The occlusion reformulations expand once at ``max(orders)`` and cut the series at each
+    K (``P_k`` does not depend on the truncation), so a sweep costs about one expansion at
+    the highest order; the other methods run once per order.
+    """
+    baselines = _checked(method, baselines, kwargs)
+    if isinstance(orders, (str, bytes)) or not hasattr(orders, "__iter__"):
+        raise TypeError(f"orders must be a sequence of positive ints, got {type(orders).__name__}")
+    orders = tuple(orders)
+    if not orders:
+        raise ValueError("orders must hold at least one order, got an empty sequence")
+    for K in orders:
+        V.check_positive_int(K, "orders")
+    if method in _ALL_ORDERS_AT_ONCE:
+        return _ALL_ORDERS_AT_ONCE[method](model, inputs, baselines, target, orders, **kwargs)
+    return {K: REFORMULATIONS[method](model, inputs, baselines, target, K, **kwargs)
+            for K in orders}

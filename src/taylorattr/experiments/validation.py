@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 from .. import _io
 from ..methods import METHODS
 from ..metrics import percentage_change
-from ..reformulations import reformulate
+from ..reformulations import reformulate_orders
 from ._units import UnitStore
 
 __all__ = [
@@ -71,28 +71,34 @@ class ValidationResult:
                 "correlation": self.correlation, "models": self.models, "n_samples": self.n_samples}
 
 
-def _percentages(label: str, model, x: torch.Tensor, order: int, ig_steps: int) -> dict:
-    """Per-sample percentage change of one method at one order, plus IG's error data."""
+def _percentages(label: str, model, x: torch.Tensor, orders: tuple[int, ...],
+                 ig_steps: int) -> dict:
+    """Per-sample percentage change of one method at each order (``pct{K}``), plus IG's
+    relative approximation error (``rel_error{K}``)."""
     name, kw = VALIDATION_METHODS[label]
     target = model(x).argmax(1)
+    reforms = reformulate_orders(name, model, x, 0.0, target, orders, **kw)
+    out = {}
     if name == "deeplift":
-        layers = reformulate(name, model, x, 0.0, target, order)
-        per_layer = torch.stack([percentage_change(l.original.flatten(1), l.reformulated.flatten(1))
-                                 for l in layers])
-        return {"pct": per_layer.mean(0)}
+        for K, layers in reforms.items():
+            out[f"pct{K}"] = torch.stack([
+                percentage_change(l.original.flatten(1), l.reformulated.flatten(1))
+                for l in layers]).mean(0)
+        return out
     spec = METHODS[name]
     if spec.uses_baselines:
         extra = {"n_steps": ig_steps} if name == "integrated_gradients" else {}
         original = spec(model, x, baselines=0.0, target=target, **kw, **extra)
     else:
         original = spec(model, x, target=target, **kw)
-    reform = reformulate(name, model, x, 0.0, target, order, **kw)
-    out = {"pct": percentage_change(original, reform)}
+    for K, reform in reforms.items():
+        out[f"pct{K}"] = percentage_change(original, reform)
     if name == "integrated_gradients":
         with torch.no_grad():
             df = model(x).gather(1, target[:, None])[:, 0] - model(torch.zeros_like(x)).gather(
                 1, target[:, None])[:, 0]
-        out["rel_error"] = (df - reform.flatten(1).sum(1)).abs() / df.abs()
+        for K, reform in reforms.items():
+            out[f"rel_error{K}"] = (df - reform.flatten(1).sum(1)).abs() / df.abs()
     return out
 
 
@@ -121,7 +127,7 @@ def run_validation(out_dir: str | Path, models=("poly", "m_sg", "c_sg"), orders=
     held = data.mnist_split(images, labels, seed=0).held_images[:n_samples].double()
     result = ValidationResult(n_samples=int(held.shape[0]))
     batches = [held[i:i + batch_size] for i in range(0, held.shape[0], batch_size)]
-    units = [(m, label, K, i) for m in models for K in orders for label in VALIDATION_METHODS
+    units = [(m, label, i) for m in models for label in VALIDATION_METHODS
              for i in range(len(batches))]
     trained, tags = {}, {}
     for m in models:
@@ -134,28 +140,31 @@ def run_validation(out_dir: str | Path, models=("poly", "m_sg", "c_sg"), orders=
                               "epochs": info["epochs"], "n_train": info["n_train"],
                               "n_held_out": info["n_held_out"], "data": info["data"]})
     per_unit = {}
-    for m, label, K, i in tqdm(units, desc="validation", disable=not show_progress):
-        key = (f"{m}-{tags[m]}-{label}-order{K}-n{n_samples}-b{batch_size}-batch{i}-seed{seed}"
-               f"-steps{ig_steps}")
-        per_unit[(m, label, K, i)] = store.get(
-            key, lambda: _percentages(label, trained[m], batches[i], K, ig_steps))
+    order_tag = "-".join(map(str, orders))
+    for m, label, i in tqdm(units, desc="validation", disable=not show_progress):
+        key = (f"{m}-{tags[m]}-{label}-orders{order_tag}-n{n_samples}-b{batch_size}-batch{i}"
+               f"-seed{seed}-steps{ig_steps}")
+        per_unit[(m, label, i)] = store.get(
+            key, lambda: _percentages(label, trained[m], batches[i], orders, ig_steps))
+
+    def joined(m, label, field):
+        return torch.cat([per_unit[(m, label, i)][field] for i in range(len(batches))])
 
     for m in models:
         mlabel = MODEL_LABELS.get(m, m)
         for K in orders:
             for label in VALIDATION_METHODS:
-                pct = torch.cat([per_unit[(m, label, K, i)]["pct"] for i in range(len(batches))])
                 result.rows.append({"model": mlabel, "method": label, "order": K,
-                                    "percentage_change": float(pct.mean()),
+                                    "percentage_change": float(joined(m, label, f"pct{K}").mean()),
                                     "paper": PAPER_TABLE3[label].get(mlabel) if K == 2 else None})
-            err = torch.cat([per_unit[(m, "IG", K, i)]["rel_error"] for i in range(len(batches))])
+            err = joined(m, "IG", f"rel_error{K}")
             result.approximation.append({"model": mlabel, "order": K,
                                          "approximation_error": float(err.mean()),
                                          "paper": PAPER_APPROX_ERROR.get(mlabel) if K == 2 else None})
             if m == "c_sg":
-                ig = torch.cat([per_unit[(m, "IG", K, i)]["pct"] for i in range(len(batches))])
                 result.correlation.append({"model": mlabel, "order": K,
-                                           "pearson_ig_pct_vs_error": _pearson(ig, err),
+                                           "pearson_ig_pct_vs_error": _pearson(
+                                               joined(m, "IG", f"pct{K}"), err),
                                            "paper": PAPER_IG_ERROR_CORRELATION if K == 2 else None})
     folder = out / "validation"
     _io.save_json(result.to_json(), folder / "validation.json")
