@@ -132,11 +132,11 @@ def test_measured_counts_from_audit_rows(monkeypatch, tmp_path):
 
 # ------------------------------------------------------------------ the MNIST route, resume
 RUN = {"n_samples": 2, "batch_size": 1, "epochs": 0, "show_progress": False,
-       "principle_counts": COUNTS, "method_kwargs": {"IG": {"n_steps": 8}},
+       "principle_counts": COUNTS, "method_kwargs": {"IG": {"n_steps": 8}, "EG": {"n_samples": 4}},
        "models": {"infidelity": ("m_sg",), "taylor_order": ("m_sg",), "bbox": ("loc_c_sp",)}}
 
 
-METHODS_RUN = ("GI", "DL", "IG")
+METHODS_RUN = ("GI", "DL", "IG", "EG")
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +159,18 @@ def test_tables_and_files(first_run):
         assert (out / "assessment" / name).stat().st_size > 0
     text = A.format_assessment(r)
     assert "0.27" in text and "0.48" in text and "negative" in text and "positive" in text
+
+
+def test_correlations_equal_scipy_with_and_without_eg(first_run):
+    _, r = first_run
+    for c in r.correlations:
+        metric = c["metric"]
+        rows = [row for row in getattr(r, c["experiment"]) if row["model"] == c["model"]]
+        for key, kept in (("spearman", rows),
+                          ("spearman_without_eg", [row for row in rows if row["method"] != "EG"])):
+            expected = scipy.stats.spearmanr([row["principles"] for row in kept],
+                                             [row[metric] for row in kept]).statistic
+            assert c[key] == pytest.approx(expected, abs=1e-12, nan_ok=True), (c, key)
 
 
 def test_infidelity_row_equals_direct_metric(first_run):

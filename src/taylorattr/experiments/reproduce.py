@@ -53,7 +53,10 @@ def _validation_section(out, cfg, mnist_dir, seed, progress) -> Section:
             f"(baseline 0, predicted class), {result.n_samples} held-out digits, orders "
             f"{', '.join(map(str, cfg.validation_orders))}. IG uses 50-point Gauss-Legendre "
             "quadrature (the paper's 0.12% on Poly is its Riemann-sum error). DL is averaged over "
-            "the layers followed by a nonlinearity.\n\n" + format_validation(result))
+            "the layers followed by a nonlinearity. Raising K need not help DL: its reformulation "
+            "expands each neuron's sigmoid about its pre-activation y, a series that converges "
+            "only for changes smaller than sqrt(y^2 + pi^2) (the sigmoid's poles at +-i pi); neurons "
+            "that move farther make higher orders worse.\n\n" + format_validation(result))
     return Section("Validation: methods vs their Taylor reformulations (Table 3)", text)
 
 
