@@ -25,8 +25,23 @@ import torch
 Series = list  # list[torch.Tensor], coefficient k at index k
 
 
+def _weighted_products(terms, start: torch.Tensor | None = None) -> torch.Tensor:
+    """``start + sum_i w_i a_i b_i`` for ``terms = [(a_i, b_i, w_i), ...]`` by fused
+    multiply-adds (``torch.addcmul``), so no pass is spent on ``0 + t``, ``1 * t`` or ``t / 1``."""
+    if start is None:
+        (a, b, w), *terms = terms
+        start = a * b if w == 1 else torch.mul(a, b) * w
+    acc = start
+    for a, b, w in terms:
+        acc = torch.addcmul(acc, a, b, value=w)
+    return acc
+
+
 def mul(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor], op=torch.mul) -> Series:
     """Cauchy product ``(ab)_k = sum_j op(a_j, b_{k-j})``; ``op`` may be ``torch.matmul``."""
+    if op is torch.mul:
+        return [_weighted_products([(a[j], b[k - j], 1) for j in range(k + 1)])
+                for k in range(len(a))]
     return [sum(op(a[j], b[k - j]) for j in range(k + 1)) for k in range(len(a))]
 
 
@@ -34,9 +49,7 @@ def div(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> Series:
     """Quotient ``a / b`` by ``z_k = (a_k - sum_{j=1..k} b_j z_{k-j}) / b_0``."""
     z: Series = []
     for k in range(len(a)):
-        acc = a[k]
-        for j in range(1, k + 1):
-            acc = acc - b[j] * z[k - j]
+        acc = _weighted_products([(b[j], z[k - j], -1) for j in range(1, k + 1)], start=a[k])
         z.append(acc / b[0])
     return z
 
@@ -52,12 +65,16 @@ def compose(x: Sequence[torch.Tensor], y0: torch.Tensor,
     g: Series = []
     for k in range(1, len(x)):
         g.append(slope(k - 1, y))
-        y.append(sum(j * x[j] * g[k - j] for j in range(1, k + 1)) / k)
+        y.append(_weighted_products([(x[j], g[k - j], j / k) for j in range(k, 0, -1)]))
     return y
 
 
-def _self_product(y: Series, m: int) -> torch.Tensor:
-    return sum(y[i] * y[m - i] for i in range(m + 1))
+def _self_product_terms(y: Series, m: int, scale: float) -> list:
+    """``scale * sum_{i=0..m} y_i y_{m-i}`` as weighted terms, each symmetric pair once."""
+    terms = [(y[i], y[m - i], 2 * scale) for i in range((m + 1) // 2)]
+    if m % 2 == 0:
+        terms.append((y[m // 2], y[m // 2], scale))
+    return terms
 
 
 def exp(x: Sequence[torch.Tensor]) -> Series:
@@ -67,14 +84,15 @@ def exp(x: Sequence[torch.Tensor]) -> Series:
 
 def sigmoid(x: Sequence[torch.Tensor]) -> Series:
     """``sigmoid(x)``: phi' = phi - phi^2."""
-    return compose(x, torch.sigmoid(x[0]), lambda m, y: y[m] - _self_product(y, m))
+    return compose(x, torch.sigmoid(x[0]), lambda m, y: _weighted_products(
+        _self_product_terms(y, m, -1.0), start=y[m]))
 
 
 def tanh(x: Sequence[torch.Tensor]) -> Series:
     """``tanh(x)``: phi' = 1 - phi^2."""
     def slope(m, y):
-        sq = _self_product(y, m)
-        return 1.0 - sq if m == 0 else -sq
+        minus_square = _weighted_products(_self_product_terms(y, m, -1.0))
+        return 1.0 + minus_square if m == 0 else minus_square
     return compose(x, torch.tanh(x[0]), slope)
 
 
@@ -114,7 +132,7 @@ def power(x: Sequence[torch.Tensor], p: float) -> Series:
         return result
     y: Series = [torch.pow(x[0], p)]
     for k in range(1, len(x)):
-        acc = sum((p * j - (k - j)) * x[j] * y[k - j] for j in range(1, k + 1))
+        acc = _weighted_products([(x[j], y[k - j], p * j - (k - j)) for j in range(k, 0, -1)])
         y.append(acc / (k * x[0]))
     return y
 
