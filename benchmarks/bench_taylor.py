@@ -8,6 +8,7 @@ the batch, since it costs seconds per sample.
 """
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -40,15 +41,21 @@ def hessian_route(model, x, target, vectorize):
     return g * flat, ind, -0.5 * flat * (H @ flat) - ind
 
 
+def hessian_batch(model, x, vectorize):
+    return [hessian_route(model, row, 0, vectorize) for row in x]
+
+
 def main(batch: int = 32, hessian_samples: int = 2) -> list[tuple]:
     torch.manual_seed(0)
     x = torch.rand(batch, 1, 28, 28)
     rows = []
     for name, build in (("M-sg", m_sg), ("C-sg", c_sg)):
         model = build()
-        t2 = median_time(lambda: ta.taylor_terms(model, x, 0.0, order=2, target=0), repeats=3)
-        t6 = median_time(lambda: ta.taylor_terms(model, x, 0.0, order=6, target=0), repeats=2)
-        th = {v: median_time(lambda: [hessian_route(model, x[i], 0, v) for i in range(n)],
+        t2 = median_time(functools.partial(ta.taylor_terms, model, x, 0.0, order=2, target=0),
+                         repeats=3)
+        t6 = median_time(functools.partial(ta.taylor_terms, model, x, 0.0, order=6, target=0),
+                         repeats=2)
+        th = {v: median_time(functools.partial(hessian_batch, model, x[:n], v),
                              repeats=1, warmup=0) * batch / n
               for v, n in ((False, 1), (True, hessian_samples))}
         rows.append((name, f"{t2:.2f}", f"{th[False]:.1f}", f"{th[False] / t2:.0f}x",

@@ -1,4 +1,5 @@
 """Theorems 1-5 as code: each reformulation against its method and against slow routes."""
+import itertools
 import math
 
 import pytest
@@ -81,7 +82,7 @@ def test_occlusion_reformulation_converges_with_order_on_a_sigmoid_model(method,
     original = METHODS[method](model, X, baselines=BASE, **kw)
     gaps = [pct(original, ta.reformulate(method, model, X, BASE, order=K, **kw)) for K in (1, 2, 4, 8)]
     assert gaps[0] > 1e-8
-    assert all(b < a for a, b in zip(gaps, gaps[1:])), gaps
+    assert all(b < a for a, b in itertools.pairwise(gaps)), gaps
     assert gaps[-1] < 1e-10
 
 
@@ -89,7 +90,7 @@ def test_ig_reformulation_converges_to_gauss_legendre_ig():
     model = sigmoid_net()
     ig = IntegratedGradients(model).attribute(X, BASE, n_steps=64)
     gaps = [pct(ig, ta.reformulate("integrated_gradients", model, X, BASE, order=K)) for K in (1, 2, 4, 8)]
-    assert all(b < a for a, b in zip(gaps, gaps[1:])), gaps
+    assert all(b < a for a, b in itertools.pairwise(gaps)), gaps
     assert gaps[-1] < 1e-10
 
 

@@ -129,7 +129,7 @@ def test_mlp_order2_fields_equal_autograd_hessian(act):
     x, base = torch.randn(3, 7, dtype=DT), torch.randn(7, dtype=DT)
     terms = ta.taylor_terms(model, x, base, order=2, target=torch.tensor([0, 2, 1]))
     for b, tgt in enumerate([0, 2, 1]):
-        ref = _hessian_fields(lambda z: model(z[None])[0, tgt], x[b], x[b] - base)
+        ref = _hessian_fields(lambda z, tgt=tgt: model(z[None])[0, tgt], x[b], x[b] - base)
         for name in ("first", "independent", "interactive_ig"):
             torch.testing.assert_close(getattr(terms, name)[b], ref[name], rtol=1e-8, atol=1e-12)
         torch.testing.assert_close(terms.interactive[b], ref["interactive"], rtol=1e-8, atol=1e-12)

@@ -27,7 +27,7 @@ _EXPORTS = {
 _SUBMODULES = {"metrics", "models", "data", "methods", "experiments", "plotting", "principles",
                "reformulations", "taylor"}
 
-__all__ = sorted(_EXPORTS) + sorted(_SUBMODULES)
+__all__ = sorted(_EXPORTS.keys() | _SUBMODULES)  # noqa: PLE0605 (from the lazy table)
 
 
 def __getattr__(name: str):

@@ -30,6 +30,7 @@ caches its state dict atomically; later calls load it with ``torch.load(weights_
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import os
 import time
@@ -571,7 +572,7 @@ def fold_batchnorm(model: nn.Module) -> nn.Module:
         if not isinstance(module, nn.Sequential):
             continue
         children = list(module.named_children())
-        for (_, layer), (name, bn) in zip(children, children[1:]):
+        for (_, layer), (name, bn) in itertools.pairwise(children):
             if not (isinstance(bn, nn.modules.batchnorm._BatchNorm) and bn.running_var is not None
                     and isinstance(layer, (nn.Conv1d, nn.Conv2d, nn.Linear))
                     and bn.num_features == layer.weight.shape[0]):

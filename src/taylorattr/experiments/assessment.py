@@ -884,8 +884,9 @@ def _correlation_table(result: AssessmentResult, experiment: str) -> list[str]:
         lines.append(f"| {r['model']} | {_fmt(r['spearman'], '.3f')} | "
                      f"{_fmt(r['spearman_paper_counts'], '.3f')} | "
                      f"{_fmt(r.get('spearman_without_eg'), '.3f')} | {r['n_methods']} |")
-    lines += ["", "Without EG: its baselines are drawn from N(x, s^2), so it explains "
-              "f(x) - E f(x + noise), not the removal to 0 that the square perturbations test."]
+    lines += ["", ("Without EG: its baselines are drawn from N(x, s^2), so it explains "
+                   "f(x) - E f(x + noise), not the removal to 0 that the square perturbations "
+                   "test.")]
     return lines
 
 

@@ -14,6 +14,7 @@ resumable unit under ``out/validation/units``.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -145,7 +146,7 @@ def run_validation(out_dir: str | Path, models=("poly", "m_sg", "c_sg"), orders=
         key = (f"{m}-{tags[m]}-{label}-orders{order_tag}-n{n_samples}-b{batch_size}-batch{i}"
                f"-seed{seed}-steps{ig_steps}")
         per_unit[(m, label, i)] = store.get(
-            key, lambda: _percentages(label, trained[m], batches[i], orders, ig_steps))
+            key, functools.partial(_percentages, label, trained[m], batches[i], orders, ig_steps))
 
     def joined(m, label, field):
         return torch.cat([per_unit[(m, label, i)][field] for i in range(len(batches))])
