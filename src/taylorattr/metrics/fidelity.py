@@ -41,6 +41,16 @@ def _acc_dtype(device: torch.device) -> torch.dtype:
     return torch.float32 if device.type == "mps" else torch.float64
 
 
+def _paired(a: torch.Tensor, b: torch.Tensor, name_a: str, name_b: str):
+    """``a`` and ``b`` (same shape, else a ValueError naming both) in the accumulation
+    dtype, with the dtype the result is returned in."""
+    if a.shape != b.shape:
+        raise ValueError(f"{name_a} and {name_b} must have the same shape, got "
+                         f"{tuple(a.shape)} and {tuple(b.shape)}")
+    acc = a.detach().to(_acc_dtype(a.device))
+    return acc, b.detach().to(acc), torch.promote_types(a.dtype, b.dtype)
+
+
 def _ratio_or_nan(num: torch.Tensor, den: torch.Tensor, what: str, name: str) -> torch.Tensor:
     """``num / den`` per sample; NaN where ``den == 0``, with a warning naming those samples."""
     zero = den == 0
@@ -87,15 +97,8 @@ def percentage_change(original: torch.Tensor, reformulated: torch.Tensor) -> tor
     """
     original = check_inputs(original, "original")
     reformulated = check_inputs(reformulated, "reformulated")
-    if original.shape != reformulated.shape:
-        raise ValueError(
-            f"original and reformulated must have the same shape, got {tuple(original.shape)} "
-            f"and {tuple(reformulated.shape)}"
-        )
-    out_dtype = torch.promote_types(original.dtype, reformulated.dtype)
-    acc = _acc_dtype(original.device)
-    o = original.detach().to(acc).flatten(1)
-    r = reformulated.detach().to(o).flatten(1)
+    o, r, out_dtype = _paired(original, reformulated, "original", "reformulated")
+    o, r = o.flatten(1), r.flatten(1)
     num = (o - r).pow(2).sum(1)
     den = o.pow(2).sum(1)
     d = _ratio_or_nan(num, den, "percentage_change", "the original attribution")
@@ -130,16 +133,8 @@ def approximation_error(error: torch.Tensor, output_change: torch.Tensor) -> tor
             raise ValueError(f"{name} must have shape [B] with B >= 1, got {tuple(t.shape)}")
         if not torch.isfinite(t).all():
             raise ValueError(f"{name} must be finite; it contains NaN or inf")
-    if error.shape != output_change.shape:
-        raise ValueError(
-            f"error and output_change must have the same shape [B], got {tuple(error.shape)} "
-            f"and {tuple(output_change.shape)}"
-        )
-    out_dtype = torch.promote_types(error.dtype, output_change.dtype)
-    acc = _acc_dtype(error.device)
-    e = error.detach().to(acc).abs()
-    df = output_change.detach().to(e).abs()
-    return _ratio_or_nan(e, df, "approximation_error", "output_change").to(out_dtype)
+    e, df, out_dtype = _paired(error, output_change, "error", "output_change")
+    return _ratio_or_nan(e.abs(), df.abs(), "approximation_error", "output_change").to(out_dtype)
 
 
 # --------------------------------------------------------------------------------------
