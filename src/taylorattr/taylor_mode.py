@@ -45,11 +45,14 @@ class Jet:
     """Truncated Taylor series of an intermediate tensor.
 
     ``primal``: ``[B, *s]``, the value at ``t = 0``; ``series``: ``[K, B, m, *s]``, the
-    coefficients of ``t^1..t^K`` for ``m`` directions per sample.
+    coefficients of ``t^1..t^K`` for ``m`` directions per sample. ``affine``: the tensor is
+    affine in ``t`` (coefficients 2..K are zero), as everything is between the input and
+    the first nonlinearity; affine layers then skip those zeros.
     """
 
     primal: torch.Tensor
     series: torch.Tensor
+    affine: bool = False
 
     @property
     def order(self) -> int:
@@ -71,9 +74,13 @@ class Jet:
         with the ``(K, B, m)`` axes merged into one batch axis."""
         primal = fn(self.primal)
         K, B, m = self.series.shape[:3]
+        if self.affine and K > 1:  # only the first coefficient is non-zero
+            first = (fn_series or fn)(self.series[0].reshape(B * m, *self.series.shape[3:]))
+            out = torch.cat([first.unsqueeze(0), first.new_zeros((K - 1,) + first.shape)])
+            return Jet(primal, out.reshape(K, B, m, *first.shape[1:]), affine=True)
         flat = self.series.reshape(K * B * m, *self.series.shape[3:])
         out = (fn_series or fn)(flat)
-        return Jet(primal, out.reshape(K, B, m, *out.shape[1:]))
+        return Jet(primal, out.reshape(K, B, m, *out.shape[1:]), affine=self.affine)
 
     def unary(self, rule: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> Jet:
         return Jet.from_coeffs(rule(self.coeffs()), self)
@@ -114,10 +121,12 @@ def _binary(a, b, op: str) -> Jet:
     jet = a if _is_jet(a) else b
     if op in ("add", "sub"):
         if _is_jet(a) and _is_jet(b):
-            return Jet(getattr(torch, op)(a.primal, b.primal), getattr(torch, op)(a.series, b.series))
+            return Jet(getattr(torch, op)(a.primal, b.primal), getattr(torch, op)(a.series, b.series),
+                       affine=a.affine and b.affine)
         if _is_jet(a):
-            return Jet(getattr(torch, op)(a.primal, b), a.series)
-        return Jet(getattr(torch, op)(a, b.primal), -b.series if op == "sub" else b.series)
+            return Jet(getattr(torch, op)(a.primal, b), a.series, affine=a.affine)
+        return Jet(getattr(torch, op)(a, b.primal), -b.series if op == "sub" else b.series,
+                   affine=b.affine)
     if op == "mul":
         if _is_jet(a) and _is_jet(b):
             return Jet.from_coeffs(S.mul(a.coeffs(), b.coeffs()), jet)
@@ -156,7 +165,7 @@ def _reshape(x: Jet, *shape) -> Jet:
         raise UnsupportedOperation(
             f"reshape to {tuple(shape)} changes the batch size {x.primal.shape[0]}")
     K, B, m = x.series.shape[:3]
-    return Jet(primal, x.series.reshape(K, B, m, *primal.shape[1:]))
+    return Jet(primal, x.series.reshape(K, B, m, *primal.shape[1:]), affine=x.affine)
 
 
 def _flatten(x: Jet, start_dim=0, end_dim=-1) -> Jet:
@@ -172,7 +181,7 @@ def _getitem(x, index):
     if not idx or idx[0] != slice(None):
         raise UnsupportedOperation(f"indexing {index!r} that does not keep the batch axis whole")
     primal = x.primal[idx]
-    return Jet(primal, x.series[(slice(None), slice(None)) + idx])
+    return Jet(primal, x.series[(slice(None), slice(None)) + idx], affine=x.affine)
 
 
 def _cat(tensors, dim=0) -> Jet:
@@ -496,7 +505,7 @@ def propagate(model: nn.Module | fx.GraphModule, inputs: torch.Tensor, direction
     gm = model if isinstance(model, fx.GraphModule) else trace(model)
     series = torch.zeros((order,) + tuple(directions.shape), dtype=inputs.dtype, device=inputs.device)
     series[0] = directions
-    out = _TaylorInterpreter(gm).run(Jet(inputs, series))
+    out = _TaylorInterpreter(gm).run(Jet(inputs, series, affine=True))
     if not _is_jet(out):
         raise UnsupportedOperation(
             f"model output is {type(out).__name__}, not a single tensor that depends on the input")
