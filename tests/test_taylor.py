@@ -242,6 +242,32 @@ def test_group_expansion_equals_autograd_along_the_masked_change():
             torch.testing.assert_close(got[b, g], ref, rtol=1e-8, atol=1e-14)
 
 
+def test_features_at_the_baseline_are_skipped_exactly():
+    """Digits are mostly background: groups that do not move are not expanded. Each sample
+    leaves different features (and whole groups) at the baseline; every field must still
+    equal autograd, and the unmoved groups' terms must be exactly 0."""
+    model = _sigmoid_cnn()
+    base = torch.rand(1, 8, 8, dtype=DT)
+    x = torch.rand(3, 1, 8, 8, dtype=DT)
+    keep = torch.rand(3, 1, 8, 8) < torch.tensor([0.2, 0.6, 1.0]).view(3, 1, 1, 1)
+    keep[0, :, :4, :4] = False  # sample 0: a whole patch at the baseline
+    x = torch.where(keep, x, base)
+    terms = ta.taylor_terms(model, x, base, order=2, target=1, chunk_size=5)
+    for b in range(3):
+        ref = _hessian_fields(lambda z: model(z[None])[0, 1], x[b], x[b] - base)
+        for name in ("first", "independent", "interactive_ig"):
+            torch.testing.assert_close(getattr(terms, name)[b], ref[name], rtol=1e-8, atol=1e-12)
+    assert (terms.independent[~keep] == 0).all()
+    groups = (torch.arange(8)[:, None] // 4 * 2 + torch.arange(8)[None, :] // 4).view(1, 8, 8)
+    got = ta.taylor.group_expansions(model, x, base, target=1, order=3, groups=groups, chunk_size=1)
+    assert (got[0, 0] == 0).all()
+    for b in range(3):
+        for g in range(4):
+            d = (x[b] - base) * (groups == g)
+            ref = _autograd_orders(lambda z: model(z[None])[0, 1], x[b], d, 3)
+            torch.testing.assert_close(got[b, g], ref, rtol=1e-8, atol=1e-14)
+
+
 def test_taylor_attribution_is_the_terms_attribution():
     model = _sigmoid_cnn()
     x = torch.rand(2, 1, 8, 8, dtype=DT)

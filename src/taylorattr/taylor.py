@@ -72,7 +72,8 @@ def _select(out: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
 
 
 def _default_chunk(order: int, batch: int, n_features: int) -> int:
-    return max(1, min(n_features, 8192 // (order * batch)))
+    """Directions per pass: about 8192 series rows, and at most 2^25 direction entries."""
+    return max(1, min(n_features, 8192 // (order * batch), 2**25 // (batch * n_features)))
 
 
 def _group_orders(gm, inputs, delta, target, groups, order, chunk_size, show_progress) -> torch.Tensor:
@@ -80,19 +81,31 @@ def _group_orders(gm, inputs, delta, target, groups, order, chunk_size, show_pro
 
     ``groups`` holds a group id in ``0..G-1`` for every feature (shape ``inputs.shape[1:]``);
     the expansion of group ``g`` moves only its features, as occluding the group does.
+    A group whose features all equal the baseline does not move: its terms are exactly 0
+    and it is not propagated (on digits most pixels are background), so each sample
+    expands only its moved groups, ``chunk_size`` of them per pass.
     """
     B = inputs.shape[0]
     ids = groups.reshape(-1).to(inputs.device)
     n_groups = int(ids.max()) + 1
     flat_delta = delta.reshape(B, -1)
-    result = torch.empty(B, n_groups, order, dtype=inputs.dtype, device=inputs.device)
-    starts = range(0, n_groups, chunk_size)
+    moved = torch.zeros(B, n_groups, device=ids.device).index_add_(
+        1, ids, (flat_delta != 0).to(torch.float32)) > 0
+    # per sample, its moved groups first (in id order), then -1 as padding
+    order_key = torch.where(moved, torch.arange(n_groups, device=ids.device), n_groups)
+    table = torch.sort(order_key, dim=1).values
+    table = torch.where(table == n_groups, -1, table)[:, :max(int(moved.sum(1).max()), 1)]
+    result = torch.zeros(B, n_groups, order, dtype=inputs.dtype, device=inputs.device)
+    starts = range(0, table.shape[1], chunk_size)
     for start in tqdm(starts, desc="group expansions", disable=not show_progress, leave=False):
-        stop = min(start + chunk_size, n_groups)
-        member = ids[None, :] == torch.arange(start, stop, device=ids.device)[:, None]  # [m, n]
-        directions = -flat_delta[:, None, :] * member[None]
-        jet = propagate(gm, inputs, directions.view(B, stop - start, *inputs.shape[1:]), order)
-        result[:, start:stop] = -_select(jet.series, target).permute(1, 2, 0)
+        chunk = table[:, start:start + chunk_size]  # [B, m] group ids, -1 = none
+        member = ids[None, None, :] == chunk[:, :, None]  # [B, m, n]
+        directions = -flat_delta[:, None, :] * member
+        jet = propagate(gm, inputs, directions.view(B, chunk.shape[1], *inputs.shape[1:]), order)
+        terms = -_select(jet.series, target).permute(1, 2, 0)  # [B, m, K]
+        valid = chunk >= 0
+        rows = torch.arange(B, device=ids.device)[:, None].expand_as(chunk)
+        result[rows[valid], chunk[valid]] = terms[valid]
     return result
 
 
@@ -193,7 +206,8 @@ def taylor_terms(model, inputs: torch.Tensor, baselines=0.0, target=None, order:
         target: ``None`` (argmax class), an int, or a ``[B]`` tensor; ``None`` for ``[B]`` outputs.
         order: K >= 1.
         chunk_size: feature directions propagated together for the independent terms
-            (default: about 8192 / (K * B)); smaller uses less memory.
+            (default: about 8192 / (K * B), fewer for very large inputs); smaller uses
+            less memory. Features equal to the baseline are not expanded (their terms are 0).
         show_progress: tqdm bar over the chunks.
     """
     _check_flag(show_progress, "show_progress")
