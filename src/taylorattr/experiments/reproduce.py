@@ -32,7 +32,7 @@ class ReproduceSettings:
     epochs: int | None = None  # training epochs of every model; None: each model's default
 
 
-QUICK = ReproduceSettings(validation_samples=60, validation_orders=(2, 3, 4),
+QUICK = ReproduceSettings(validation_samples=150, validation_orders=(2, 3, 4),
                           assessment_samples=None, quick=True)
 FULL = ReproduceSettings(validation_samples=3000, validation_orders=(2, 3, 4, 6),
                          assessment_samples=None, quick=False)
