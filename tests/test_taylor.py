@@ -338,6 +338,13 @@ def test_unsupported_operation_is_named():
     with pytest.raises(UnsupportedOperation, match="ELU"):
         ta.taylor_terms(nn.Sequential(nn.Linear(3, 2), nn.ELU()).to(DT).eval(), torch.randn(2, 3, dtype=DT))
 
+    class Squeezed(nn.Module):  # with B = 1, squeeze() also drops the batch axis
+        def forward(self, x):
+            return torch.sigmoid(x.unsqueeze(1).squeeze().reshape(x.shape[0], -1))
+
+    with pytest.raises(UnsupportedOperation, match="squeeze without a dim"):
+        ta.taylor_terms(Squeezed().to(DT).eval(), torch.randn(1, 3, dtype=DT), order=2)
+
 
 def test_train_mode_warns():
     model = _mlp(nn.Sigmoid()).train()

@@ -14,6 +14,7 @@ from torch import nn
 
 __all__ = [
     "broadcast_baselines",
+    "check_bool",
     "check_inputs",
     "check_model",
     "check_positive_int",
@@ -172,6 +173,13 @@ def check_positive_int(value, name: str) -> int:
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+def check_bool(value, name: str) -> bool:
+    """Require a bool (not merely something truthy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
     return value
 
 

@@ -109,11 +109,6 @@ def _group_orders(gm, inputs, delta, target, groups, order, chunk_size, show_pro
     return result
 
 
-def _check_flag(value, name: str) -> None:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-
-
 def _prepare(model, inputs, baselines, target, order, chunk_size=None):
     """Shared argument checks; returns the traced model, inputs, delta, target and f(x~)."""
     V.check_model(model)
@@ -176,7 +171,7 @@ def group_expansions(model, inputs: torch.Tensor, baselines=0.0, target=None, or
     group). Returns ``[B, G, K]`` with ``[..., k-1] = P_k(delta restricted to the group)``;
     summing over ``k`` gives the Taylor reformulation of occluding that group (Theorems 2, 3).
     """
-    _check_flag(show_progress, "show_progress")
+    V.check_bool(show_progress, "show_progress")
     gm, inputs, delta, target, _ = _prepare(model, inputs, baselines, target, order, chunk_size)
     if groups is None:
         groups = torch.arange(delta[0].numel()).view(delta.shape[1:])
@@ -210,7 +205,7 @@ def taylor_terms(model, inputs: torch.Tensor, baselines=0.0, target=None, order:
             less memory. Features equal to the baseline are not expanded (their terms are 0).
         show_progress: tqdm bar over the chunks.
     """
-    _check_flag(show_progress, "show_progress")
+    V.check_bool(show_progress, "show_progress")
     gm, inputs, delta, target, f_base = _prepare(model, inputs, baselines, target, order, chunk_size)
     f_x, first, attribution, orders = _ig_shares(gm, inputs, delta, target, order)
     total = orders.sum(1)

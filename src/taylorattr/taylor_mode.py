@@ -212,6 +212,8 @@ def _axes(name: str, extra: int = 0):
     """A linear axis manipulation (transpose, permute, unsqueeze, squeeze) that keeps dim 0."""
     def rule(x: Jet, *dims):
         flat = dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+        if not flat:  # squeeze() would also drop a batch (or direction) axis of size 1
+            raise UnsupportedOperation(f"{name} without a dim (name the dims to {name})")
         if name == "permute":
             if flat[0] % x.primal.dim() != 0:
                 raise UnsupportedOperation(f"permute {tuple(flat)} moves the batch dimension")

@@ -61,12 +61,6 @@ def check_optional_positive_int(value, name: str) -> int | None:
     return None if value is None else check_positive_int(value, name)
 
 
-def check_bool(value, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return value
-
-
 def _progress(it, total: int, show_progress: bool, desc: str):
     if not show_progress:
         return it

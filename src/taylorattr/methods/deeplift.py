@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import broadcast_baselines, check_inputs
-from ._base import AttributionMethod, check_bool
+from .._validation import broadcast_baselines, check_bool, check_inputs
+from ._base import AttributionMethod
 from .layerwise import DEEPLIFT_RESCALE, LayerRecord, LayerwiseMethod, propagate
 
 __all__ = ["DeepLift"]

@@ -20,11 +20,10 @@ from numbers import Real
 
 import torch
 
-from .._validation import check_inputs, check_positive_int
+from .._validation import check_bool, check_inputs, check_positive_int
 from .._validation import check_seed as _check_seed
 from ._base import (
     AttributionMethod,
-    check_bool,
     check_optional_positive_int,
     default_chunk_rows,
     grid_blocks,

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_inputs, model_output, resolve_target, select_output
-from ._base import AttributionMethod, check_bool
+from .._validation import check_bool, check_inputs, model_output, resolve_target, select_output
+from ._base import AttributionMethod
 
 __all__ = ["GradientInput"]
 

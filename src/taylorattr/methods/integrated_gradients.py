@@ -19,10 +19,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import broadcast_baselines, check_positive_int
+from .._validation import broadcast_baselines, check_bool, check_positive_int
 from ._base import (
     AttributionMethod,
-    check_bool,
     check_optional_positive_int,
     default_chunk_rows,
     grid_blocks,

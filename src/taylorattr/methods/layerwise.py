@@ -64,7 +64,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from .._validation import resolve_target, select_output
+from .._validation import model_output, resolve_target, select_output
 
 __all__ = [
     "DEEPLIFT_RESCALE",
@@ -587,29 +587,6 @@ class Propagation:
     records: list | None
 
 
-def _run_checked(runner, x: torch.Tensor, where: str) -> torch.Tensor:
-    """Run the traced model; a model that cannot take ``x`` is a ValueError naming it."""
-    try:
-        out = runner.run(x)
-    except (RuntimeError, IndexError) as exc:
-        if isinstance(exc, torch.OutOfMemoryError):
-            raise
-        raise ValueError(f"inputs of shape {tuple(x.shape)} and dtype {x.dtype} cannot be fed to "
-                         f"the model (evaluated at the {where}): {str(exc).splitlines()[0]}") from exc
-    return _check_output(out, x.shape[0], where)
-
-
-def _check_output(out, batch: int, where: str = "inputs") -> torch.Tensor:
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"model must return a torch.Tensor, got {type(out).__name__}")
-    if out.dim() not in (1, 2) or out.shape[0] != batch:
-        raise ValueError(f"model must map inputs [B, ...] to an output of shape [B] or [B, C]; "
-                         f"for B={batch} it returned shape {tuple(out.shape)}")
-    if not torch.isfinite(out).all():
-        raise ValueError(f"model returned NaN or inf at the given {where}")
-    return out
-
-
 def propagate(model: nn.Module, plan: _Plan, rule: Rule, x: torch.Tensor,
               x_ref: torch.Tensor | None, target, records: bool = False) -> Propagation:
     """One modified backward pass (plus a baseline forward pass for DeepLIFT)."""
@@ -619,12 +596,12 @@ def propagate(model: nn.Module, plan: _Plan, rule: Rule, x: torch.Tensor,
     if rule.needs_reference:
         ref_runner = _Runner(model, plan, rule, None, records)
         with torch.no_grad():
-            ref_out = _run_checked(ref_runner, x_ref, "baselines")
+            ref_out = model_output(ref_runner.run, x_ref, name="model (at the baselines)")
         reference = ref_runner.acts
     runner = _Runner(model, plan, rule, reference if reference is not None else {}, records)
     xg = x.detach().requires_grad_(True)
     with torch.enable_grad():
-        out = _run_checked(runner, xg, "inputs")
+        out = model_output(runner.run, xg)
         t = resolve_target(target, out)
         f = select_output(out, t)
         ref_f = None if ref_out is None else select_output(ref_out, t)

@@ -17,8 +17,8 @@ from numbers import Real
 
 import torch
 
-from .._validation import check_inputs
-from ._base import AttributionMethod, check_bool
+from .._validation import check_bool, check_inputs
+from ._base import AttributionMethod
 from .layerwise import LayerRecord, LayerwiseMethod, epsilon_rule, propagate
 
 __all__ = ["EpsilonLRP"]

@@ -29,10 +29,9 @@ import math
 
 import torch
 
-from .._validation import broadcast_baselines, check_inputs, select_output
+from .._validation import broadcast_baselines, check_bool, check_inputs, select_output
 from ._base import (
     AttributionMethod,
-    check_bool,
     check_optional_positive_int,
     default_chunk_rows,
     grid_blocks,

@@ -16,6 +16,7 @@ from tqdm.auto import tqdm
 
 from .._validation import (
     broadcast_baselines,
+    check_bool,
     check_inputs,
     check_model,
     check_positive_int,
@@ -366,11 +367,9 @@ def infidelity(
         )
     attributions = check_inputs(attributions, "attributions").detach().to(inputs)
     inputs = inputs.detach()
-    if not isinstance(normalize, bool):
-        raise TypeError(f"normalize must be a bool, got {type(normalize).__name__}")
+    check_bool(normalize, "normalize")
     check_seed(seed)
-    if not isinstance(show_progress, bool):
-        raise TypeError(f"show_progress must be a bool, got {type(show_progress).__name__}")
+    check_bool(show_progress, "show_progress")
     check_positive_int(batch_size, "batch_size")
     check_positive_int(max_side, "max_side")
 

@@ -5,6 +5,8 @@ from numbers import Real
 
 import torch
 
+from .._validation import check_bool
+
 __all__ = ["bbox_accuracy", "boxes_to_mask"]
 
 _TIES = ("expected", "index")
@@ -87,8 +89,7 @@ def bbox_accuracy(
         )
     if not torch.isfinite(attributions).all():
         raise ValueError("attributions must be finite; they contain NaN or inf")
-    if not isinstance(absolute, bool):
-        raise TypeError(f"absolute must be a bool, got {type(absolute).__name__}")
+    check_bool(absolute, "absolute")
     if ties not in _TIES:
         raise ValueError(f"ties must be one of {_TIES}, got {ties!r}")
 
