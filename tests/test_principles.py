@@ -12,6 +12,7 @@ from taylorattr.methods import (
     IntegratedGradients,
     Occlusion,
 )
+from taylorattr.models import PolyActivation
 
 DT = torch.float64
 
@@ -51,7 +52,7 @@ def _quadratic_probe():
     with torch.no_grad():
         lin.weight.copy_(torch.tensor([[1.0, 0.0], [1.0, 1.0], [1.0, -1.0]], dtype=DT))
         out.weight.copy_(torch.tensor([[1.0, 0.25, -0.25]], dtype=DT))
-    return nn.Sequential(lin, P._Poly((0, 0, 1)), out).eval()
+    return nn.Sequential(lin, PolyActivation((0, 0, 1)), out).eval()
 
 
 def _zeros_used(x):
@@ -161,7 +162,27 @@ def test_occlusion_1_keeps_independent_terms_and_drops_interactive_ones():
     assert d["independent_reach"] == pytest.approx(1.0)
     d = P._assignment(model, x, a, _zeros_used(x), t, groups=((0, 1),))
     assert d["interactive_in_set"] == pytest.approx(0.0, abs=1e-12)
-    assert d["interactive_outside"] == 0.0
+
+
+def test_interactive_mass_outside_its_set_is_measured():
+    """f = x0 x1 with feature 2 unused: its interactive term is -x0 x1 (each single-feature
+    drop is x0 x1, the pair's is x0 x1). An attribution that gives -x0 x1 to feature 2 puts
+    all of that mass outside the set {0, 1}; one that splits x0 x1 in halves puts none."""
+
+    class Product(nn.Module):
+        def forward(self, x):
+            return (x[:, 0] * x[:, 1]).unsqueeze(1)
+
+    x = torch.tensor([[1.2, -0.7, 0.3], [-0.6, 1.4, -1.1]], dtype=DT)
+    p = x[:, 0] * x[:, 1]
+    t = torch.zeros(2, dtype=torch.long)
+    outside = torch.stack([p, p, -p], 1)
+    d = P._assignment(Product(), x, outside, _zeros_used(x), t, groups=((0, 1),))
+    assert d["interactive_outside"] == pytest.approx(1.0, rel=1e-12)
+    halves = torch.stack([p / 2, p / 2, torch.zeros_like(p)], 1)
+    d = P._assignment(Product(), x, halves, _zeros_used(x), t, groups=((0, 1),))
+    assert d["interactive_outside"] == pytest.approx(0.0, abs=1e-12)
+    assert d["interactive_in_set"] == pytest.approx(1.0, rel=1e-12)
 
     r = ta.audit("occlusion_1")
     assert r.details[2]["independent"]["score"] == pytest.approx(1.0)

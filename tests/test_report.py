@@ -30,6 +30,12 @@ def test_markdown_tables_and_lists_become_html():
                    "<tr><td>1</td><td>&lt;2&gt;</td></tr>\n</table>\n<ul><li>one</li><li>two</li></ul>")
 
 
+def test_blocks_keep_their_order_without_blank_lines_and_headings_become_html():
+    text = "### Infidelity\nintro\n| a |\n|---|\n| 1 |\nafter\n- x"
+    assert markdown_to_html(text) == ("<h3>Infidelity</h3>\n<p>intro</p>\n<table>\n<tr><th>a</th></tr>\n"
+                                      "<tr><td>1</td></tr>\n</table>\n<p>after</p>\n<ul><li>x</li></ul>")
+
+
 def test_report_embeds_every_figure_and_table(tmp_path):
     figs = [_png(tmp_path / "f1.png", 1), _png(tmp_path / "sub_f2.png", 2)]
     md = write_report(tmp_path, "T", [Section("S1", "| x | y |\n|---|---|\n| 1 | 2 |", figs[:1]),
@@ -61,14 +67,17 @@ def test_cli_explain_needs_weights_for_torchvision_models(tmp_path, capsys):
     assert "--weights" in capsys.readouterr().err
 
 
-def test_reproduce_end_to_end_on_tiny_settings(tmp_path):
-    """Every stage runs and the HTML report carries each table and figure the run produced."""
+def test_reproduce_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
+    """Every stage runs and the HTML report carries each table and figure the run produced,
+    with the output folder given as a relative path (as ``make reproduce`` does)."""
     from taylorattr.experiments.reproduce import ReproduceSettings, reproduce
     from taylorattr.experiments.validation import VALIDATION_METHODS
 
     tiny = ReproduceSettings(validation_samples=4, validation_orders=(2,), assessment_samples=2,
                              quick=True, digits=1, photos=(), epochs=0)
-    md = reproduce(tmp_path, show_progress=False, settings=tiny)
+    monkeypatch.chdir(tmp_path)
+    md = reproduce("results", show_progress=False, settings=tiny)
+    tmp_path = tmp_path / "results"
     page = (tmp_path / "report.html").read_text()
     for title in ("Table 3", "Table 2", "Figures 3, 4", "Figure 5"):
         assert title in page
@@ -77,6 +86,8 @@ def test_reproduce_end_to_end_on_tiny_settings(tmp_path):
         assert f"{row['percentage_change']:.3g}%" in html.unescape(page)
     assert {r["method"] for r in validation["rows"]} == set(VALIDATION_METHODS)
     pngs = list((tmp_path).rglob("*.png"))
-    assert (tmp_path / "figures" / "saliency_mnist.png") in pngs
-    assert page.count("data:image/png;base64,") == md.read_text().count("![")
-    assert page.count("data:image/png;base64,") >= 2
+    assert {p.name for p in pngs} >= {"saliency_mnist.png", "figure3_infidelity.png",
+                                      "figure4_bbox_accuracy.png"}
+    for png in pngs:  # every figure the run wrote is embedded and linked
+        assert base64.b64encode(png.read_bytes()).decode() in page, png
+        assert f"]({png.relative_to(tmp_path).as_posix()})" in md.read_text(), png

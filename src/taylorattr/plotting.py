@@ -37,6 +37,16 @@ def _new_figure(size: tuple[float, float]):
     return fig
 
 
+def _save(fig, path: str | Path, dpi: int = 150) -> Path:
+    """Write ``fig`` as PNG atomically (temporary file, then rename); returns the path."""
+    from ._io import atomic_path
+
+    out = Path(path)
+    with atomic_path(out) as tmp:  # creates the folder
+        fig.savefig(tmp, dpi=dpi, format="png", bbox_inches="tight")
+    return out
+
+
 def _finite(v) -> bool:
     return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
 
@@ -102,26 +112,12 @@ def plot_trend(rows: Sequence[Mapping], metric: str, path: str | Path, *,
                title_fontsize=8, frameon=False)
     fig.legend(handles=method_handles, loc="outside right lower", fontsize=8, title="method",
                title_fontsize=8, frameon=False)
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=dpi, format="png", bbox_inches="tight")
-    return out
+    return _save(fig, path, dpi)
 
 
 # =======================================================================================
 # 2. Saliency grids (paper Figure 5)
 # =======================================================================================
-def _save(fig, path: str | Path, dpi: int = 150) -> Path:
-    """Write ``fig`` as PNG atomically (temporary file, then rename); returns the path."""
-    from ._io import atomic_path
-
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        fig.savefig(tmp, dpi=dpi, format="png", bbox_inches="tight")
-    return out
-
-
 def saliency_grid(panels: Sequence, path: str | Path, dpi: int = 150) -> Path:
     """One row per image: the image, then one map per method (paper Figure 5).
 

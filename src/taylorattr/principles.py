@@ -88,6 +88,8 @@ from torch import nn
 
 from . import _validation as V
 from ._validation import check_seed as _check_seed
+from .methods._base import target_gradient
+from .models import PolyActivation
 
 __all__ = [
     "EG_NOISE_STD",
@@ -143,25 +145,6 @@ _CUBIC = (0.0, 1.0, 1.0, 1.0)
 # =======================================================================================
 # Probe networks
 # =======================================================================================
-class _Poly(nn.Module):
-    """Elementwise polynomial ``sum_k coeffs[k] y^k`` (declared ``elementwise``, so the
-    Taylor engine and the layer-wise rules treat it as an activation)."""
-
-    elementwise = True
-
-    def __init__(self, coeffs):
-        super().__init__()
-        self.coeffs = tuple(float(c) for c in coeffs)
-
-    def forward(self, y: torch.Tensor) -> torch.Tensor:
-        if len(self.coeffs) == 1:
-            return torch.full_like(y, self.coeffs[0])
-        out = y * self.coeffs[-1] if self.coeffs[-1] != 1.0 else y
-        for c in reversed(self.coeffs[1:-1]):  # Horner, from the top coefficient
-            out = out * y if c == 0.0 else (out + c) * y
-        return out + self.coeffs[0] if self.coeffs[0] != 0.0 else out
-
-
 @dataclass(frozen=True)
 class Probe:
     """A probe network, its inputs and the block structure of its function.
@@ -220,7 +203,7 @@ def _cube_network(gen, target, width: int) -> nn.Sequential:
     (degree <= 3) exactly; hidden units see every feature, with random weights and biases."""
     w = torch.randn(width, _N_FEATURES, generator=gen, dtype=_DT) / math.sqrt(_N_FEATURES)
     b = torch.randn(width, generator=gen, dtype=_DT)
-    act = _Poly(_CUBIC)
+    act = PolyActivation(_CUBIC)
     pts = _fit_points(gen, 4 * width, _N_FEATURES)
     u, c = _fit_readout(lambda p: act(p @ w.T + b), target, pts)
     return nn.Sequential(_linear(w, b), act, _linear(u.T, c))
@@ -266,7 +249,7 @@ def _deep_probe(gen) -> Probe:
     n1, n2 = 40, 40
     w1 = torch.randn(n1, _N_FEATURES, generator=gen, dtype=_DT) / math.sqrt(_N_FEATURES)
     b1 = torch.randn(n1, generator=gen, dtype=_DT)
-    square = _Poly(_QUADRATIC)
+    square = PolyActivation(_QUADRATIC)
     pts = _fit_points(gen, 200, _N_FEATURES)
 
     def z_of(x):
@@ -275,7 +258,7 @@ def _deep_probe(gen) -> Probe:
     a1, c1 = _fit_readout(lambda p: square(p @ w1.T + b1), z_of, pts)  # z = h a1 + c1
     v = torch.randn(n2, 3, generator=gen, dtype=_DT) / math.sqrt(3)
     dv = torch.randn(n2, generator=gen, dtype=_DT)
-    cube = _Poly(_CUBIC)
+    cube = PolyActivation(_CUBIC)
     zpts = _fit_points(gen, 200, 3)
     u, c2 = _fit_readout(lambda z: cube(z @ v.T + dv),
                          lambda z: z[:, 0] ** 3 + 3 * z[:, 0] * (z[:, 2] - z[:, 1] ** 2), zpts)
@@ -575,14 +558,6 @@ def _replaced(model, x, used, features, target) -> torch.Tensor:
     return _explained(model, x, target)[:, None] - f_rep
 
 
-def _gradient(model, x, target) -> torch.Tensor:
-    xx = x.detach().clone().requires_grad_(True)
-    with torch.enable_grad():
-        out = V.select_output(model(xx), target)
-        (g,) = torch.autograd.grad(out.sum(), xx)
-    return g
-
-
 def _projection(u: torch.Tensor, v: torch.Tensor) -> float | None:
     """``<u, v> / <v, v>``: how much of ``v`` ``u`` carries (None when ``v`` is zero)."""
     vv = float((v * v).sum())
@@ -602,7 +577,7 @@ def _assignment(model, x, a, used, target, groups) -> dict:
     d = x[0].numel()
     af = a.reshape(B, d)
     delta = x.reshape(B, 1, d) - used.reshape(B, used.shape[1], d)  # [B, n, d]
-    grad = _gradient(model, x, target).reshape(B, 1, d)
+    grad = target_gradient(model, x.detach().clone(), target)[0].reshape(B, 1, d)
     first_k = grad * delta
     t_k = torch.stack([_replaced(model, x, used, [i], target) for i in range(d)], 2)
     gd_k = t_k - first_k  # independent terms T^gd, all orders
@@ -786,10 +761,9 @@ def audit(method, *, seed: int = 0, models=None, method_kwargs=None) -> AuditRep
             details[1][probe.name] = _completeness(probe.model, x, a, used, target)
         if 2 in probe.principles:
             details[2][probe.name] = _assignment(probe.model, x, a, used, target, probe.groups)
-        if probe.name == "polarity":
-            details[3][probe.name] = _polarity(a, probe.mask)
-        elif probe.name == "equal_weights":
-            details[3][probe.name] = _reference_correlation(x, a, baselines)
+        if 3 in probe.principles:  # an object mask: its share; else |a| against |delta|
+            details[3][probe.name] = (_polarity(a, probe.mask) if probe.mask is not None
+                                      else _reference_correlation(x, a, baselines))
     for name, model, x in extra:
         target = _target_tensor(model, x, None)
         baselines = torch.zeros_like(x)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import html
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,31 +32,28 @@ def _table_html(lines: list[str]) -> str:
     return "\n".join(out + ["</table>"])
 
 
+def _block_html(kind: str, lines: list[str]) -> str:
+    if kind == "table":
+        return _table_html(lines)
+    if kind == "item":
+        return "<ul>" + "".join(f"<li>{html.escape(i[2:])}</li>" for i in lines) + "</ul>"
+    if kind == "heading":
+        return "\n".join(f"<h3>{html.escape(h.lstrip('#').strip())}</h3>" for h in lines)
+    return "<p>" + html.escape(" ".join(lines)) + "</p>"
+
+
+def _line_kind(line: str) -> str | None:
+    if not line:
+        return None
+    return {"|": "table", "#": "heading"}.get(line[0], "item" if line.startswith("- ") else "para")
+
+
 def markdown_to_html(text: str) -> str:
-    """The markdown subset the report uses: pipe tables, ``-`` lists and paragraphs."""
-    blocks, table, para, items = [], [], [], []
-
-    def flush():
-        if table:
-            blocks.append(_table_html(table))
-            table.clear()
-        if items:
-            blocks.append("<ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in items) + "</ul>")
-            items.clear()
-        if para:
-            blocks.append("<p>" + html.escape(" ".join(para)) + "</p>")
-            para.clear()
-
-    for line in text.splitlines():
-        stripped = line.strip()
-        kind = "table" if stripped.startswith("|") else "item" if stripped.startswith("- ") else "para"
-        if not stripped or (kind != "table" and table) or (kind != "item" and items):
-            flush()
-        if not stripped:
-            continue
-        {"table": table, "item": items, "para": para}[kind].append(
-            stripped[2:] if kind == "item" else stripped)
-    flush()
+    """The markdown subset the report uses: pipe tables, ``-`` lists, ``#`` headings (as
+    ``<h3>``) and paragraphs; a block ends at a blank line or where the kind of line changes."""
+    lines = [line.strip() for line in text.splitlines()]
+    blocks = [_block_html(kind, list(group))
+              for kind, group in itertools.groupby(lines, key=_line_kind) if kind is not None]
     return "\n".join(blocks)
 
 

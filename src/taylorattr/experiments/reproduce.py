@@ -77,9 +77,8 @@ def _assessment_section(out, cfg, mnist_dir, seed, progress) -> Section:
 
     result = run_assessment(out, quick=cfg.quick, n_samples=cfg.assessment_samples, seed=seed,
                             mnist_dir=mnist_dir, show_progress=progress, epochs=cfg.epochs)
-    figures = [Path(f) if Path(f).is_absolute() else out / f for f in result.figures]
     return Section("Attribution assessment: infidelity and localisation (Figures 3, 4)",
-                   format_assessment(result), [f for f in figures if f.is_file()])
+                   format_assessment(result), [Path(f) for f in result.figures])
 
 
 def _saliency_section(out, cfg, mnist_dir, seed, progress) -> Section:
