@@ -13,6 +13,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from _slow import slow_square_infidelity
 from captum.metrics import infidelity as captum_infidelity
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -117,26 +118,6 @@ def test_infidelity_square_matches_captum_on_28x28(normalize):
                             max_examples_per_batch=4000, normalize=normalize)
     assert ours.shape == (2,) and ours.dtype == torch.float64
     torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-12)
-
-
-def slow_square_infidelity(model, x, attr, target, baseline, max_side, normalize):
-    """One sample, one square at a time, numpy for the scoring."""
-    scores = []
-    for b in range(x.shape[0]):
-        f0 = model(x[b:b + 1])[0, target[b]].item()
-        preds, trues = [], []
-        _, _, h, w = x.shape
-        for s in range(1, max_side + 1):
-            for i in range(h - s + 1):
-                for j in range(w - s + 1):
-                    xr = x[b:b + 1].clone()
-                    xr[:, :, i:i + s, j:j + s] = baseline[b:b + 1, :, i:i + s, j:j + s]
-                    preds.append(attr[b, :, i:i + s, j:j + s].sum().item())
-                    trues.append(f0 - model(xr)[0, target[b]].item())
-        p, t = np.array(preds), np.array(trues)
-        beta = np.mean(p * t) / np.mean(p * p) if normalize else 1.0
-        scores.append(np.mean((beta * p - t) ** 2))
-    return torch.tensor(scores, dtype=torch.float64)
 
 
 @pytest.mark.parametrize("normalize", [True, False])

@@ -76,7 +76,9 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import _io
+from .._validation import broadcast_baselines, select_output
 from ..metrics import bbox_accuracy, square_removal
+from ..metrics.fidelity import optimal_beta_score, square_removed_rows, square_sums
 from ._units import UnitStore
 
 __all__ = [
@@ -308,52 +310,32 @@ def square_output_changes(model, inputs: torch.Tensor, target: torch.Tensor, bas
     """
     x = inputs.detach()
     b, _, h, w = x.shape
-    squares = square_removal(h, w, max_side)
-    side, top, left = squares.unbind(1)
-    base = torch.broadcast_to(torch.as_tensor(baselines).to(x), x.shape)
-    rows_idx, cols_idx = torch.arange(h), torch.arange(w)
-    per_forward = max(1, batch_size // b)
     t = target.to(torch.long)
+    base = broadcast_baselines(baselines, x)
+    changes = []
     with torch.no_grad():
-        fx = model(x).gather(1, t[:, None])[:, 0].to(torch.float64)
-        out = torch.empty(b, squares.shape[0], dtype=torch.float64)
-        for k0 in range(0, squares.shape[0], per_forward):
-            s, tp, lf = side[k0:k0 + per_forward], top[k0:k0 + per_forward], left[k0:k0 + per_forward]
-            in_r = (rows_idx >= tp[:, None]) & (rows_idx < (tp + s)[:, None])
-            in_c = (cols_idx >= lf[:, None]) & (cols_idx < (lf + s)[:, None])
-            mask = (in_r[:, :, None] & in_c[:, None, :])[None, :, None]  # [1, m, 1, H, W]
-            rows = torch.where(mask, base[:, None], x[:, None])          # [B, m, C, H, W]
+        fx = select_output(model(x), t).to(torch.float64)
+        for rows in square_removed_rows(x, base, square_removal(h, w, max_side),
+                                        max(1, batch_size // b)):
             m = rows.shape[1]
-            logits = model(rows.reshape((b * m,) + tuple(x.shape[1:])))
-            out[:, k0:k0 + m] = fx[:, None] - logits.gather(
-                1, t.repeat_interleave(m)[:, None])[:, 0].to(torch.float64).view(b, m)
-    return out
+            f = select_output(model(rows.reshape((b * m,) + tuple(x.shape[1:]))),
+                              t.repeat_interleave(m))
+            changes.append(fx[:, None] - f.to(torch.float64).view(b, m))
+    return torch.cat(changes, 1)
 
 
 def square_predictions(attributions: torch.Tensor, max_side: int = 10) -> torch.Tensor:
     """The sum of the (channel-summed) attribution over every square of
     :func:`taylorattr.metrics.square_removal`, ``[B, N]`` float64, from an integral image."""
-    a = attributions.detach().to(torch.float64).sum(1)
-    b, h, w = a.shape
-    side, top, left = square_removal(h, w, max_side).unbind(1)
-    integral = torch.zeros(b, h + 1, w + 1, dtype=torch.float64)
-    integral[:, 1:, 1:] = a.cumsum(1).cumsum(2)
-    bottom, right = top + side, left + side
-    return (integral[:, bottom, right] - integral[:, top, right]
-            - integral[:, bottom, left] + integral[:, top, left])
+    _, _, h, w = attributions.shape
+    return square_sums(attributions.detach(), square_removal(h, w, max_side))
 
 
 def infidelity_from_changes(predictions: torch.Tensor, changes: torch.Tensor,
                             normalize: bool = True) -> torch.Tensor:
     """``mean_k (beta * pred_k - change_k)^2`` per sample, ``[B]`` float64, with the optimal
-    ``beta = sum pred * change / sum pred^2`` (0 when every ``pred`` is 0) or ``beta = 1``."""
-    p, c = predictions.to(torch.float64), changes.to(torch.float64)
-    if normalize:
-        pp = (p * p).sum(1)
-        beta = torch.where(pp > 0, (p * c).sum(1) / torch.where(pp > 0, pp, 1.0), 0.0)
-    else:
-        beta = torch.ones(p.shape[0], dtype=torch.float64)
-    return ((beta[:, None] * p - c) ** 2).mean(1)
+    ``beta`` of :func:`taylorattr.metrics.infidelity` (or ``beta = 1``)."""
+    return optimal_beta_score(predictions.to(torch.float64), changes.to(torch.float64), normalize)
 
 
 # =======================================================================================

@@ -30,8 +30,11 @@ __all__ = [
     "approximation_error",
     "gaussian_perturbation",
     "infidelity",
+    "optimal_beta_score",
     "percentage_change",
     "square_removal",
+    "square_removed_rows",
+    "square_sums",
 ]
 
 Perturbation = Callable[[torch.Tensor, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
@@ -211,34 +214,54 @@ def _forward_rows(model, rows, target, batch_size):
     return torch.cat(outs)
 
 
-def _square_source(inputs, attributions, baselines, max_side, per_forward, acc):
-    """Predicted changes for every square (integral image) and a chunked perturbed-row maker."""
-    b, _, h, w = inputs.shape
-    squares = square_removal(h, w, max_side).to(inputs.device)
-    side, top, left = squares.unbind(1)
-    # integral image of the channel-summed attribution: S[:, r, c] = sum of a[:, :r, :c]
-    a = attributions.to(acc).sum(1)
-    integral = torch.zeros(b, h + 1, w + 1, dtype=acc, device=inputs.device)
-    integral[:, 1:, 1:] = a.cumsum(1).cumsum(2)
+def square_sums(attributions: torch.Tensor, squares: torch.Tensor, acc=torch.float64):
+    """The channel-summed attribution over each square (``[N, 3]`` rows ``side, top, left``
+    of :func:`square_removal`): ``[B, N]``, from one integral image."""
+    b, _, h, w = attributions.shape
+    side, top, left = squares.to(attributions.device).unbind(1)
+    # integral image: S[:, r, c] = sum of a[:, :r, :c]
+    integral = torch.zeros(b, h + 1, w + 1, dtype=acc, device=attributions.device)
+    integral[:, 1:, 1:] = attributions.to(acc).sum(1).cumsum(1).cumsum(2)
     bottom, right = top + side, left + side
-    pred = (integral[:, bottom, right] - integral[:, top, right]
-            - integral[:, bottom, left] + integral[:, top, left])  # [B, N]
+    return (integral[:, bottom, right] - integral[:, top, right]
+            - integral[:, bottom, left] + integral[:, top, left])
 
-    base = broadcast_baselines(0.0 if baselines is None else baselines, inputs)
+
+def square_removed_rows(inputs: torch.Tensor, baselines: torch.Tensor, squares: torch.Tensor,
+                        per_forward: int):
+    """Yield ``[B, m, C, H, W]`` copies of ``inputs`` with each of the next ``m`` squares
+    set to ``baselines`` (shaped like ``inputs``), ``per_forward`` squares at a time."""
+    _, _, h, w = inputs.shape
+    side, top, left = squares.to(inputs.device).unbind(1)
     rows_idx = torch.arange(h, device=inputs.device)
     cols_idx = torch.arange(w, device=inputs.device)
+    for k0 in range(0, squares.shape[0], per_forward):
+        t, l_, s = top[k0:k0 + per_forward], left[k0:k0 + per_forward], side[k0:k0 + per_forward]
+        in_rows = (rows_idx >= t[:, None]) & (rows_idx < (t + s)[:, None])      # [m, H]
+        in_cols = (cols_idx >= l_[:, None]) & (cols_idx < (l_ + s)[:, None])    # [m, W]
+        mask = (in_rows[:, :, None] & in_cols[:, None, :])[None, :, None]      # [1,m,1,H,W]
+        yield torch.where(mask, baselines[:, None], inputs[:, None])           # [B,m,C,H,W]
 
-    def chunks():
-        n = squares.shape[0]
-        for k0 in range(0, n, per_forward):
-            t, l_, s = top[k0:k0 + per_forward], left[k0:k0 + per_forward], side[k0:k0 + per_forward]
-            in_rows = (rows_idx >= t[:, None]) & (rows_idx < (t + s)[:, None])      # [m, H]
-            in_cols = (cols_idx >= l_[:, None]) & (cols_idx < (l_ + s)[:, None])    # [m, W]
-            mask = (in_rows[:, :, None] & in_cols[:, None, :])[None, :, None]      # [1,m,1,H,W]
-            yield torch.where(mask, base[:, None], inputs[:, None])                # [B,m,C,H,W]
 
+def optimal_beta_score(pred: torch.Tensor, true: torch.Tensor, normalize: bool = True):
+    """``mean_k (beta pred_k - true_k)^2`` per sample, ``beta = sum pred true / sum pred^2``
+    (0 when every ``pred`` is 0) with ``normalize``, else ``beta = 1``."""
+    if normalize:
+        a2 = pred.pow(2).sum(1)
+        beta = torch.where(a2 > 0, (pred * true).sum(1) / torch.where(a2 > 0, a2, 1.0), 0.0)
+    else:
+        beta = torch.ones(pred.shape[0], dtype=pred.dtype, device=pred.device)
+    return (beta[:, None] * pred - true).pow(2).mean(1)
+
+
+def _square_source(inputs, attributions, baselines, max_side, per_forward, acc):
+    """Predicted changes for every square (integral image) and a chunked perturbed-row maker."""
+    _, _, h, w = inputs.shape
+    squares = square_removal(h, w, max_side)
+    base = broadcast_baselines(0.0 if baselines is None else baselines, inputs)
     n_chunks = -(-squares.shape[0] // per_forward)
-    return pred, chunks(), n_chunks
+    return (square_sums(attributions, squares, acc),
+            square_removed_rows(inputs, base, squares, per_forward), n_chunks)
 
 
 def _draw_source(perturb, inputs, attributions, n, per_forward, seed, acc, preds):
@@ -435,10 +458,4 @@ def infidelity(
         if not is_square:
             pred = torch.stack(preds, dim=1)
 
-    if normalize:
-        a2 = pred.pow(2).sum(1)
-        beta = torch.where(a2 > 0, (pred * true).sum(1) / torch.where(a2 > 0, a2, 1.0), 0.0)
-    else:
-        beta = torch.ones(b, dtype=acc, device=pred.device)
-    score = (beta[:, None] * pred - true).pow(2).mean(1)
-    return score.to(inputs.dtype)
+    return optimal_beta_score(pred, true, normalize).to(inputs.dtype)
