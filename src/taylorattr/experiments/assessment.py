@@ -75,11 +75,12 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from .. import _io
+from .. import _io, principles
 from .._validation import broadcast_baselines, select_output
+from ..methods import METHODS, UnsupportedModelError
 from ..metrics import bbox_accuracy, square_removal
 from ..metrics.fidelity import optimal_beta_score, square_removed_rows, square_sums
-from ._units import UnitStore
+from ._units import UnitStore, fingerprint, model_fingerprint
 
 __all__ = [
     "ASSESSMENT_METHODS",
@@ -112,7 +113,7 @@ ASSESSMENT_METHODS: dict[str, tuple[str, dict]] = {
     "Occ-2x2": ("occlusion_patch", {"patch": 2}),
     "DL": ("deeplift", {}),
     "IG": ("integrated_gradients", {"n_steps": 50}),
-    "EG": ("expected_gradients", {"n_samples": 50}),
+    "EG": ("expected_gradients", {"n_samples": 50, "noise_std": principles.EG_NOISE_STD}),
 }
 #: The paper's Table 2 as counts (follows = 1, partially = 0.5): a reference column only.
 PAPER_PRINCIPLE_COUNTS = {"GI": 0.0, "Occ-1": 0.5, "Occ-2x2": 0.5, "DL": 1.0, "IG": 2.0,
@@ -199,13 +200,8 @@ def _label_of_registry(name: str) -> str | None:
 
 
 def _principle_rows(seed: int) -> list[dict]:
-    try:
-        from ..principles import principles_table
-    except ImportError as exc:  # pragma: no cover - depends on the checkout
-        raise ImportError(
-            "measuring the principle counts needs taylorattr.principles.principles_table; "
-            f"pass principle_counts={{method: count}} instead ({exc})") from None
-    rows = principles_table(methods=[reg for reg, _ in ASSESSMENT_METHODS.values()], seed=seed)
+    rows = principles.principles_table(methods=[reg for reg, _ in ASSESSMENT_METHODS.values()],
+                                       seed=seed)
     out = []
     for r in rows:
         label = _label_of_registry(r["method"])
@@ -223,9 +219,8 @@ def _principle_rows(seed: int) -> list[dict]:
 def _principles_fingerprint() -> str:
     """A hash of the principles module's source, so cached audits follow code changes."""
     try:
-        from .. import principles
         text = inspect.getsource(principles)
-    except (ImportError, OSError, TypeError):  # pragma: no cover
+    except (OSError, TypeError):  # pragma: no cover - no source shipped
         return "nosource"
     return hashlib.sha1(text.encode()).hexdigest()[:10]
 
@@ -341,32 +336,7 @@ def infidelity_from_changes(predictions: torch.Tensor, changes: torch.Tensor,
 # =======================================================================================
 # Attributions and units
 # =======================================================================================
-def _fingerprint_tensors(tensors) -> str:
-    h = hashlib.sha1()
-    for name, t in tensors:
-        t = t.detach().cpu().contiguous()
-        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()[:12]
-
-
-def _model_fingerprint(model) -> str:
-    return _fingerprint_tensors(sorted(model.state_dict().items()))
-
-
-def _method_settings(eg_noise_std: float) -> dict[str, tuple[str, dict]]:
-    out = {}
-    for label, (name, kw) in ASSESSMENT_METHODS.items():
-        kw = dict(kw)
-        if name == "expected_gradients":
-            kw["noise_std"] = float(eg_noise_std)
-        out[label] = (name, kw)
-    return out
-
-
 def _attribute(method: tuple[str, dict], model, x, target, baselines, seed: int):
-    from ..methods import METHODS
-
     name, kw = method
     spec = METHODS[name]
     kw = dict(kw)
@@ -377,25 +347,11 @@ def _attribute(method: tuple[str, dict], model, x, target, baselines, seed: int)
     return spec(model, x, target=target, **kw).detach()
 
 
-def _unsupported_errors() -> tuple[type, ...]:
-    from ..methods import UnsupportedModelError
-
-    return (UnsupportedModelError,)
-
-
 def _timed(fn):
     start = time.perf_counter()
     out = fn()
     out["seconds"] = time.perf_counter() - start
     return out
-
-
-def _eg_noise_std() -> float:
-    try:
-        from ..principles import EG_NOISE_STD
-    except ImportError:  # pragma: no cover
-        return 0.2
-    return float(EG_NOISE_STD)
 
 
 def _settings_tag(kw: dict) -> str:
@@ -436,11 +392,9 @@ class _Runner:
         self.show_progress, self.batch_size, self.epochs, self.dtype = (
             show_progress, batch_size, epochs, dtype)
         self.store = UnitStore(out / "assessment" / "units")
-        self.eg_noise_std = _eg_noise_std()
-        settings = _method_settings(self.eg_noise_std)
         extra = dict(method_kwargs or {})
-        self.methods = {label: (settings[label][0], {**settings[label][1],
-                                                     **dict(extra.get(label, {}))})
+        self.methods = {label: (ASSESSMENT_METHODS[label][0],
+                                {**ASSESSMENT_METHODS[label][1], **dict(extra.get(label, {}))})
                         for label in methods}
         self._models: dict[str, tuple[Any, str]] = {}
         self.model_rows: list[dict] = []
@@ -454,7 +408,7 @@ class _Runner:
                                         epochs=self.epochs, mnist_dir=self.mnist_dir,
                                         show_progress=self.show_progress)
             model = model.to(self.dtype).eval()
-            self._models[name] = (model, _model_fingerprint(model))
+            self._models[name] = (model, model_fingerprint(model))
             self.model_rows.append({"model": MODEL_LABELS.get(name, name),
                                     "held_out_accuracy": info["held_out_accuracy"],
                                     "epochs": info["epochs"], "n_train": info["n_train"],
@@ -484,7 +438,7 @@ class _Runner:
         for m, (i0, i1) in units:
             model, mfp = self.model(m)
             xb = x[i0:i1].to(self.dtype)
-            xfp = _fingerprint_tensors([("x", xb)])
+            xfp = fingerprint([("x", xb)])
             ch = self._changes(m, model, mfp, xb, xfp)
             out[(m, "changes", i0)] = ch
             for label in labels:
@@ -511,7 +465,7 @@ class _Runner:
         else:
             try:
                 attr = _attribute(self.methods[label], model, xb, target, 0.0, self.seed)
-            except _unsupported_errors() as exc:
+            except UnsupportedModelError as exc:
                 return {"error": f"{type(exc).__name__}: {exc}"}
         pred = square_predictions(attr)
         return {"infidelity": infidelity_from_changes(pred, ch["changes"])}
@@ -531,14 +485,14 @@ class _Runner:
             else:
                 with torch.no_grad():
                     target = model(xb).argmax(1)
-            xfp = _fingerprint_tensors([("x", xb), ("mask", mb), ("target", target)])
+            xfp = fingerprint([("x", xb), ("mask", mb), ("target", target)])
             for label, method in self.methods.items():
                 bar.set_postfix_str(f"{label} {i0}:{i1}")
 
                 def compute(method=method, xb=xb, mb=mb, target=target):
                     try:
                         attr = _attribute(method, model, xb, target, baselines, self.seed)
-                    except _unsupported_errors() as exc:
+                    except UnsupportedModelError as exc:
                         return {"error": f"{type(exc).__name__}: {exc}"}
                     return {"accuracy": bbox_accuracy(attr.to(torch.float64), mb)}
                 out[(name, label, i0)] = self.store.get(
@@ -693,7 +647,7 @@ def _experiment_imagenet(run: _Runner, root, weights: Mapping[str, Any], n, coun
         if name not in weights:
             continue
         model = M.torchvision_model(name, weights[name]).to(run.dtype).eval()
-        mfp = _model_fingerprint(model)
+        mfp = model_fingerprint(model)
         run.model_rows.append({"model": MODEL_LABELS[name], "weights": str(weights[name]),
                                "held_out_accuracy": None, "data": f"ImageNet-style folder {root}"})
         units = run.bbox_units(name, model, mfp, x, masks, labels, black, target_mode)
@@ -785,7 +739,7 @@ def run_assessment(out_dir: str | Path, experiments: Sequence[str] = EXPERIMENTS
         "samples": {e: samples[e] for e in experiments}, "models": {e: list(chosen[e])
                                                                  for e in experiments},
         "methods": {label: {"registry": name, **kw} for label, (name, kw) in run.methods.items()},
-        "eg_noise_std": run.eg_noise_std, "orders": list(orders), "bbox_target": bbox_target,
+        "eg_noise_std": principles.EG_NOISE_STD, "orders": list(orders), "bbox_target": bbox_target,
         "max_mask_coverage": MAX_MASK_COVERAGE, "principle_counts_source": counts_source,
         "principle_count_rule": "follows = 1, partially = 0.5, does not = 0",
         "infidelity": "square removal, sides 1..10, baseline 0, normalize=True, "

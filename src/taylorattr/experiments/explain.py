@@ -6,6 +6,7 @@ from pathlib import Path
 
 import torch
 
+from ..principles import EG_NOISE_STD
 from .saliency import SaliencyPanel, method_table, saliency_maps
 
 __all__ = ["Explanation", "explain"]
@@ -29,7 +30,7 @@ def _classifier(model: str, weights):
 
 def explain(image, model: str = "efficientnet-lite0", weights=None, methods=None, target=None,
             out_dir="explain", patch: int = 16, ig_steps: int = 32, eg_samples: int = 32,
-            eg_noise: float = 0.2) -> Explanation:
+            eg_noise: float = EG_NOISE_STD) -> Explanation:
     """Explain ``image`` (a path) with ``methods`` (grid labels or registry names; default all).
 
     Writes ``out_dir/<image stem>-saliency.png`` and returns the top-5 classes and maps.

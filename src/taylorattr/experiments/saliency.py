@@ -14,8 +14,9 @@ from pathlib import Path
 import torch
 
 from ..methods import METHODS
+from ..principles import EG_NOISE_STD
 from ..taylor import taylor_attribution
-from ._units import UnitStore
+from ._units import UnitStore, fingerprint, model_fingerprint
 
 __all__ = ["SaliencyPanel", "method_table", "run_saliency", "saliency_maps"]
 
@@ -92,7 +93,8 @@ def _digit_panels(out: Path, store: UnitStore, quick: bool, seed: int, mnist_dir
     for i in range(n_digits):
         x = held[i:i + 1]
         target = int(model(x).argmax())
-        maps, notes = _stored_maps(store, f"digit{i}-seed{seed}-quick{quick}-e{epochs}", model, x, target, methods)
+        key = f"digit-{fingerprint([('x', x)])}-{model_fingerprint(model)}-quick{quick}"
+        maps, notes = _stored_maps(store, key, model, x, target, methods)
         panels.append(SaliencyPanel(f"digit {i}", x[0, 0], f"C-sp predicts {target}", maps, notes))
     return panels
 
@@ -130,9 +132,9 @@ def run_saliency(out_dir, quick: bool = True, seed: int = 0, mnist_dir=None,
         n_digits = 3 if quick else 6
     if photos is None:
         photos = ("camera", "chelsea") if quick else ("camera", "chelsea", "astronaut", "coffee")
-    digit_methods = method_table(patch=4, ig_steps=50, eg_samples=50, eg_noise=0.2)
+    digit_methods = method_table(patch=4, ig_steps=50, eg_samples=50, eg_noise=EG_NOISE_STD)
     photo_methods = method_table(patch=32 if quick else 16, ig_steps=16 if quick else 50,
-                                 eg_samples=16 if quick else 50, eg_noise=0.2)
+                                 eg_samples=16 if quick else 50, eg_noise=EG_NOISE_STD)
     panels = _digit_panels(out, store, quick, seed, mnist_dir, digit_methods, show_progress, n_digits,
                            epochs)
     if photos:

@@ -25,7 +25,7 @@ from .. import _io
 from ..methods import METHODS
 from ..metrics import percentage_change
 from ..reformulations import reformulate_orders
-from ._units import UnitStore
+from ._units import UnitStore, fingerprint, model_fingerprint
 
 __all__ = [
     "PAPER_APPROX_ERROR",
@@ -77,7 +77,8 @@ def _percentages(label: str, model, x: torch.Tensor, orders: tuple[int, ...],
     """Per-sample percentage change of one method at each order (``pct{K}``), plus IG's
     relative approximation error (``rel_error{K}``)."""
     name, kw = VALIDATION_METHODS[label]
-    target = model(x).argmax(1)
+    with torch.no_grad():
+        target = model(x).argmax(1)
     reforms = reformulate_orders(name, model, x, 0.0, target, orders, **kw)
     out = {}
     if name == "deeplift":
@@ -130,21 +131,21 @@ def run_validation(out_dir: str | Path, models=("poly", "m_sg", "c_sg"), orders=
     batches = [held[i:i + batch_size] for i in range(0, held.shape[0], batch_size)]
     units = [(m, label, i) for m in models for label in VALIDATION_METHODS
              for i in range(len(batches))]
-    trained, tags = {}, {}
+    trained, weights = {}, {}
     for m in models:
         model, info = M.get_trained(m, out, seed=seed, quick=quick, mnist_dir=mnist_dir,
                                     epochs=epochs, show_progress=show_progress)
         trained[m] = model.double().eval()
-        tags[m] = f"e{info['epochs']}-lr{info['lr']}-n{info['n_train']}"  # which weights
+        weights[m] = model_fingerprint(trained[m])
         result.models.append({"model": MODEL_LABELS.get(m, m),
                               "held_out_accuracy": info["held_out_accuracy"],
                               "epochs": info["epochs"], "n_train": info["n_train"],
                               "n_held_out": info["n_held_out"], "data": info["data"]})
+    inputs = [fingerprint([("x", b)]) for b in batches]
     per_unit = {}
     order_tag = "-".join(map(str, orders))
     for m, label, i in tqdm(units, desc="validation", disable=not show_progress):
-        key = (f"{m}-{tags[m]}-{label}-orders{order_tag}-n{n_samples}-b{batch_size}-batch{i}"
-               f"-seed{seed}-steps{ig_steps}")
+        key = f"{m}-{weights[m]}-{label}-orders{order_tag}-x{inputs[i]}-steps{ig_steps}"
         per_unit[(m, label, i)] = store.get(
             key, functools.partial(_percentages, label, trained[m], batches[i], orders, ig_steps))
 
