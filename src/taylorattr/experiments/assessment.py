@@ -76,6 +76,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import _io, principles
+from .. import models as M
 from .._validation import broadcast_baselines, select_output
 from ..methods import METHODS, UnsupportedModelError
 from ..metrics import bbox_accuracy, square_removal
@@ -402,8 +403,6 @@ class _Runner:
     def model(self, name: str):
         """A trained registered model (cached by get_trained) and its fingerprint."""
         if name not in self._models:
-            from .. import models as M
-
             model, info = M.get_trained(name, self.out, seed=self.seed, quick=self.quick,
                                         epochs=self.epochs, mnist_dir=self.mnist_dir,
                                         show_progress=self.show_progress)
@@ -570,16 +569,6 @@ def _experiment_taylor(run: _Runner, models, n, orders, result: AssessmentResult
                 "n": 0 if v is None else v.numel(), "seconds": round(seconds, 3), "note": note})
 
 
-def _cluttered_held(run: _Runner):
-    from .. import data
-    from .. import models as M
-
-    images, labels = data.load_mnist(run.mnist_dir)
-    split = data.mnist_split(images, labels, seed=0)
-    # the held-out canvases get_trained scores the localisation models on
-    return data.cluttered_mnist(split.held_images, split.held_labels, M.N_CLUTTERED_HELD, seed=1)
-
-
 def _select(masks: torch.Tensor, n: int) -> tuple[torch.Tensor, int]:
     """Indices of the first ``n`` kept images, and how many were excluded before the last."""
     keep = keep_by_coverage(masks)
@@ -604,7 +593,7 @@ def _experiment_bbox(run: _Runner, models, n, counts, result: AssessmentResult,
                      target_mode: str):
     if not models:
         return
-    canv = _cluttered_held(run)
+    canv = M.held_out_canvases(run.mnist_dir)
     idx, n_excluded = _select(canv.masks, n)
     x, masks, labels = canv.images[idx], canv.masks[idx], canv.labels[idx]
     starts = [i0 for i0, _ in _batches(x, run.batch_size)]
@@ -619,8 +608,6 @@ def _experiment_imagenet(run: _Runner, root, weights: Mapping[str, Any], n, coun
                          result: AssessmentResult, target_mode: str, size: tuple[int, int],
                          synsets):
     from .. import data
-    from .. import models as M
-
     unknown = sorted(set(weights) - set(IMAGENET_MODELS))
     if unknown:
         raise ValueError(f"weights names must be among {IMAGENET_MODELS}, got {unknown}")
