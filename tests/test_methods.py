@@ -602,6 +602,17 @@ def test_contract_targets_shapes_and_deltas(name):
     attr, delta = run(model, x, target=1, return_convergence_delta=True)
     assert delta.shape == (x.shape[0],)
     torch.testing.assert_close(attr, run(model, x, target=1), **TOL)
+    # the delta from plain model calls: sum(a) - (f(x) - f(reference))
+    with torch.no_grad():
+        f = model(x)[:, 1]
+        if name == "epsilon_lrp":  # relevance conservation: sum(a) against f(x) itself
+            reference = torch.zeros_like(f)
+        elif name == "expected_gradients":  # the mean over the same baseline draws
+            drawn = ExpectedGradients.draw(x, n_samples=4, noise_std=0.3).baselines
+            reference = model(drawn.reshape((-1,) + x.shape[1:]))[:, 1].view(3, 4).mean(1)
+        else:
+            reference = model(torch.full_like(x, 0.0 if name == "gradient_input" else 0.1))[:, 1]
+    torch.testing.assert_close(delta, attr.flatten(1).sum(1) - (f - reference), **TOL)
 
 
 def test_delta_follows_captums_convention():
@@ -636,7 +647,8 @@ def test_show_progress_runs(capsys):
     model, x, b, t = case("mlp-sigmoid")
     a = IntegratedGradients(model).attribute(x, b, target=t, n_steps=4, internal_batch_size=3,
                                              show_progress=True)
-    assert a.shape == x.shape
+    torch.testing.assert_close(a, IntegratedGradients(model).attribute(x, b, target=t, n_steps=4))
+    assert "integrated gradients" in capsys.readouterr().err  # the tqdm bar
 
 
 def test_methods_registry():

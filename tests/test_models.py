@@ -176,7 +176,9 @@ def test_get_trained_caches_and_reloads(tmp_path):
                                 show_progress=False)
     assert info["cached"] is False and info["epochs"] == 2 and info["seed"] == 4
     assert info["n_train"] == 80 and info["n_held_out"] == 40
-    assert info["held_out_accuracy"] == pytest.approx(M.evaluate(model, x[80:], y[80:]))
+    with torch.no_grad():  # independent accuracy: argmax against the labels
+        ref = float((model(x[80:]).argmax(1) == y[80:]).double().mean())
+    assert info["held_out_accuracy"] == pytest.approx(ref)
     files = sorted(p.name for p in (tmp_path / "models").iterdir())
     assert len(files) == 2 and files[0].endswith(".json") and files[1].endswith(".pt")
     assert not any(p.name.startswith(".") for p in (tmp_path / "models").iterdir())
@@ -266,7 +268,6 @@ def test_io_sigkill_mid_write_never_exposes_partial_file(tmp_path):
             "    _io.save_tensors({'v': torch.full((2_000_000,), float(n))}, sys.argv[1])\n"
             "    if n == 1: print('ready', flush=True)\n")
     rng = np.random.default_rng(0)
-    seen = set()
     for _ in range(2):
         proc = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE,
                                 text=True)
@@ -279,7 +280,6 @@ def test_io_sigkill_mid_write_never_exposes_partial_file(tmp_path):
             proc.stdout.close()
         v = _io.load_tensors(target)["v"]
         assert v.numel() == 2_000_000 and bool((v == v[0]).all())
-        seen.add(float(v[0]))
     _io.remove_stale_temporaries(tmp_path)
     assert os.listdir(tmp_path) == ["big.pt"]
 

@@ -137,8 +137,10 @@ def test_gradient_input_misassigns_every_term_of_order_two_and_more(gi_report):
     r = gi_report
     for name, d in r.details[2].items():  # every probe: all higher-order mass is misplaced
         assert d["misassigned"] == pytest.approx(1.0, abs=1e-9), name
-        assert d.get("independent_reach", 0.0) == pytest.approx(0.0, abs=1e-9)
-        assert d.get("interactive_in_set", 0.0) == pytest.approx(0.0, abs=1e-9)
+        if name in ("independent", "deep"):  # probes with independent terms
+            assert d["independent_reach"] == pytest.approx(0.0, abs=1e-9), name
+        if name in ("pairwise", "triple"):  # probes with interaction sets
+            assert d["interactive_in_set"] == pytest.approx(0.0, abs=1e-9), name
     assert r.verdicts[2] == r.verdicts[3] == "does not"
     # no built-in probe is complete; the small extra model is nearly linear (GI is complete
     # up to its curvature), so with it principle 1 is "partially" followed
@@ -272,7 +274,9 @@ def test_classes_instances_and_specs_of_ours_are_accepted():
     eg = P._resolve("expected_gradients", {"n_samples": 3, "noise_std": 0.1}, 0)
     a, used = eg.run(model, x, base, t)
     assert used.shape == (1, 3, 2)  # its own draws, not the baselines it was given
-    assert (used - x[:, None]).abs().max() < 1.0
+    from taylorattr.methods.expected_gradients import draw
+
+    assert torch.equal(used, draw(x, None, 3, 0.1, 0).baselines)  # N(x, 0.1^2), seed 0
 
 
 def test_extra_models_enter_principle_1_with_their_closed_form_gap(gi_report, tiny):
@@ -319,7 +323,7 @@ def test_principles_table_and_format_table(gi_report):
                    f"paper_{p}": "does not"})
     text = P.format_table([gi] + rows)
     assert "gradient_input" in text and "<lambda>" in text
-    assert "*" not in text  # no measured verdict differs from the paper's
+    assert "*" not in text  # the rows given agree with the paper's verdicts: no marks
     assert "*" in P.format_table([dict(gi, verdict_2="follows")])
 
 
