@@ -59,6 +59,18 @@ def budget(n: int):
                     suppress_health_check=list(HealthCheck), print_blob=False)
 
 
+def property_test(n: int, bucket: str):
+    """A hypothesis test over ``data`` with :func:`budget` ``n``, counting each generated
+    case under ``CASES[bucket]``."""
+    def decorate(fn):
+        @functools.wraps(fn)
+        def counted(*args, **kwargs):
+            CASES[bucket] += 1
+            return fn(*args, **kwargs)
+        return budget(n)(given(data=st.data())(counted))
+    return decorate
+
+
 def expect_error(call, *names: str, model=None):
     """``call()`` must raise ValueError/TypeError whose message names one of ``names``.
 
@@ -466,10 +478,8 @@ def test_every_entry_runs_on_the_valid_arguments_the_properties_start_from(name)
 
 # ------------------------------------------------------------------------------ properties
 @pytest.mark.parametrize("name", MODEL_ENTRIES)
-@budget(16)
-@given(data=st.data())
+@property_test(16, "inputs")
 def test_malformed_inputs_are_refused_naming_inputs(name, data):
-    CASES["inputs"] += 1
     entry = ENTRIES[name]
     shape = data.draw(sample_shapes())
     kinds = INPUT_KINDS + (() if entry.layerwise else ("features",))
@@ -482,10 +492,8 @@ def test_malformed_inputs_are_refused_naming_inputs(name, data):
 
 
 @pytest.mark.parametrize("name", BASELINE_ENTRIES)
-@budget(12)
-@given(data=st.data())
+@property_test(12, "baselines")
 def test_malformed_baselines_are_refused_naming_baselines(name, data):
-    CASES["baselines"] += 1
     entry = ENTRIES[name]
     shape = data.draw(sample_shapes())
     if entry.baselines == "reference":
@@ -506,10 +514,8 @@ def test_infidelity_square_removal_refuses_malformed_baselines():
 
 
 @pytest.mark.parametrize("name", TARGET_ENTRIES)
-@budget(12)
-@given(data=st.data())
+@property_test(12, "target")
 def test_malformed_targets_are_refused_naming_target(name, data):
-    CASES["target"] += 1
     entry = ENTRIES[name]
     shape = data.draw(sample_shapes())
     if data.draw(st.integers(0, 5)) == 0:  # a [B] output takes no target at all
@@ -521,10 +527,8 @@ def test_malformed_targets_are_refused_naming_target(name, data):
 
 
 @pytest.mark.parametrize("name", [n for n in MODEL_ENTRIES if not n.startswith("audit")])
-@budget(10)
-@given(data=st.data())
+@property_test(10, "model")
 def test_malformed_models_are_refused_naming_model(name, data):
-    CASES["model"] += 1
     entry = ENTRIES[name]
     shape = data.draw(sample_shapes())
     model = bad_model(data.draw(st.sampled_from(MODEL_KINDS)), n_features(shape))
@@ -541,10 +545,8 @@ def test_audit_refuses_extra_models_with_malformed_output(kind):
 
 
 @pytest.mark.parametrize("name", OPTION_ENTRIES)
-@budget(16)
-@given(data=st.data())
+@property_test(16, "options")
 def test_malformed_options_are_refused_naming_the_option(name, data):
-    CASES["options"] += 1
     entry = ENTRIES[name]
     shape = data.draw(sample_shapes())
     option = data.draw(st.sampled_from(sorted(entry.options)))
@@ -560,10 +562,8 @@ def test_malformed_options_are_refused_naming_the_option(name, data):
 
 
 @pytest.mark.parametrize("name", KWARG_ENTRIES)
-@budget(4)
-@given(data=st.data())
+@property_test(4, "kwargs")
 def test_unknown_keyword_arguments_are_refused_naming_them(name, data):
-    CASES["kwargs"] += 1
     entry = ENTRIES[name]
     word = data.draw(st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True).filter(
         lambda s: s not in entry.accepted and not keyword.iskeyword(s)))
@@ -571,10 +571,8 @@ def test_unknown_keyword_arguments_are_refused_naming_them(name, data):
 
 
 # ------------------------------------------------------------------------------ metrics
-@budget(60)
-@given(data=st.data())
+@property_test(60, "metrics")
 def test_percentage_change_refuses_malformed_attributions(data):
-    CASES["metrics"] += 1
     shape = data.draw(sample_shapes())
     good = rand(shape, 0)
     which = data.draw(st.sampled_from(["original", "reformulated", "shape"]))
@@ -587,10 +585,8 @@ def test_percentage_change_refuses_malformed_attributions(data):
     expect_error(lambda: M.percentage_change(*args), which)
 
 
-@budget(60)
-@given(data=st.data())
+@property_test(60, "metrics")
 def test_approximation_error_refuses_malformed_per_sample_values(data):
-    CASES["metrics"] += 1
     batch = data.draw(st.integers(1, 4))
     good = rand((batch,), 0) + 0.1
     which = data.draw(st.sampled_from(["error", "output_change", "length"]))
@@ -608,10 +604,8 @@ def test_approximation_error_refuses_malformed_per_sample_values(data):
     expect_error(lambda: M.approximation_error(*args), which)
 
 
-@budget(70)
-@given(data=st.data())
+@property_test(70, "metrics")
 def test_bbox_accuracy_refuses_malformed_attributions_masks_and_options(data):
-    CASES["metrics"] += 1
     b = data.draw(st.integers(1, 3))
     h, w = data.draw(st.integers(2, 4)), data.draw(st.integers(2, 4))
     attr = rand((b, 1, h, w), 0)
@@ -648,10 +642,8 @@ def test_bbox_accuracy_refuses_malformed_attributions_masks_and_options(data):
     expect_error(lambda: M.bbox_accuracy(attr, mask, **kw), which)
 
 
-@budget(40)
-@given(data=st.data())
+@property_test(40, "metrics")
 def test_infidelity_square_removal_refuses_misplaced_options(data):
-    CASES["metrics"] += 1
     shape = data.draw(sample_shapes())
     x = rand(shape, 0)
     option = data.draw(st.sampled_from(["inputs", "n_perturb_samples", "noise_std"]))
@@ -670,10 +662,8 @@ def test_infidelity_square_removal_refuses_misplaced_options(data):
 
 
 # ------------------------------------------------------------------------------ audit
-@budget(40)
-@given(data=st.data())
+@property_test(40, "audit")
 def test_audit_refuses_malformed_arguments(data):
-    CASES["audit"] += 1
     which = data.draw(st.sampled_from(["method", "seed", "method_kwargs", "models",
                                        "models inputs"]))
     if which == "method":
