@@ -40,7 +40,7 @@ def sigmoid_mlp(seed=0, side=28, classes=10, dtype=torch.float64):
     return net.to(dtype).eval()
 
 
-def small_cnn(seed=0, channels=1, classes=3, dtype=torch.float64):
+def small_cnn(seed=0, channels=1, classes=3):
     torch.manual_seed(seed)
     net = nn.Sequential(nn.Conv2d(channels, 4, 3, padding=1), nn.Softplus(), nn.Flatten(),
                         nn.LazyLinear(classes))
@@ -50,6 +50,14 @@ def small_cnn(seed=0, channels=1, classes=3, dtype=torch.float64):
 def _materialise(net, shape, dtype):
     net(torch.zeros(1, *shape))
     return net.to(dtype).eval()
+
+
+def _cnn_case(shape, batch, seed):
+    """A float64 small CNN for samples of ``shape``, inputs in [0, 1) and random attributions."""
+    model = _materialise(small_cnn(), shape, torch.float64)
+    g = torch.Generator().manual_seed(seed)
+    return (model, torch.rand(batch, *shape, generator=g, dtype=torch.float64),
+            torch.randn(batch, *shape, generator=g, dtype=torch.float64))
 
 
 # ======================================================================================
@@ -166,10 +174,7 @@ def test_infidelity_is_zero_for_exact_attribution_of_linear_model():
 
 def test_infidelity_gaussian_matches_captum():
     shape = (1, 8, 8)
-    model = _materialise(small_cnn(), shape, torch.float64)
-    g = torch.Generator().manual_seed(4)
-    x = torch.rand(3, *shape, generator=g, dtype=torch.float64)
-    attr = torch.randn(3, *shape, generator=g, dtype=torch.float64)
+    model, x, attr = _cnn_case(shape, 3, seed=4)
     n, std, seed = 120, 0.3, 11
     gen = torch.Generator().manual_seed(seed)  # the documented draw: one per perturbation
     draws = [torch.randn(shape, generator=gen, dtype=torch.float64) * std for _ in range(n)]
@@ -195,10 +200,7 @@ def test_infidelity_gaussian_matches_captum():
 
 def test_infidelity_callable_matches_slow_loop_and_is_seeded():
     shape = (1, 5, 5)
-    model = _materialise(small_cnn(), shape, torch.float64)
-    g = torch.Generator().manual_seed(5)
-    x = torch.rand(2, *shape, generator=g, dtype=torch.float64)
-    attr = torch.randn(2, *shape, generator=g, dtype=torch.float64)
+    model, x, attr = _cnn_case(shape, 2, seed=5)
 
     def drop_random_pixel(inputs, generator):  # one pixel per sample, indicator I
         idx = torch.randint(0, 25, (inputs.shape[0],), generator=generator)
