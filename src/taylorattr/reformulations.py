@@ -54,18 +54,9 @@ def occlusion_groups(sample_shape: tuple[int, ...], patch) -> torch.Tensor:
     two dimensions of ``[C, H, W]`` samples (all channels together) and the last one
     otherwise; windows that run past the edge are cut there.
     """
-    from .methods.occlusion import window_masks
+    from .methods.occlusion import window_masks, window_shape
 
-    if isinstance(patch, int) and not isinstance(patch, bool):
-        # the same rule as Occlusion: [C, H, W] samples -> (p, p); else every dim but the first
-        d = 2 if len(sample_shape) == 3 else max(1, len(sample_shape) - 1)
-        patch = (patch,) * d
-    elif not (isinstance(patch, (tuple, list)) and patch
-              and all(isinstance(p, int) and not isinstance(p, bool) for p in patch)):
-        raise TypeError(f"patch must be an int or a tuple of ints, got {patch!r}")
-    patch = tuple(patch)
-    if len(patch) > len(sample_shape) or any(p < 1 for p in patch):
-        raise ValueError(f"patch {patch} does not fit samples of shape {tuple(sample_shape)}")
+    patch = window_shape(patch, len(sample_shape))
     sizes = sample_shape[len(sample_shape) - len(patch):]
     if any(p > n for p, n in zip(patch, sizes)):
         raise ValueError(f"patch {patch} exceeds the occluded dimensions {tuple(sizes)} of samples "

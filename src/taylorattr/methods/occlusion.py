@@ -40,18 +40,16 @@ from ._base import (
 __all__ = ["Occlusion"]
 
 
-def _as_tuple(value, name: str, length: int | None) -> tuple[int, ...]:
+def _as_tuple(value, name: str, length: int) -> tuple[int, ...]:
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an int or a tuple of ints, got bool")
     if isinstance(value, int):
-        if length is None:
-            raise AssertionError("length needed for an int")  # pragma: no cover
         value = (value,) * length
     elif isinstance(value, (tuple, list)):
         if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
             raise TypeError(f"{name} must be an int or a non-empty tuple of ints, got {value!r}")
         value = tuple(value)
-        if length is not None and len(value) != length:
+        if len(value) != length:
             raise ValueError(f"{name} must have {length} entries (one per occluded dimension), "
                              f"got {value!r}")
     else:
@@ -59,6 +57,17 @@ def _as_tuple(value, name: str, length: int | None) -> tuple[int, ...]:
     if any(v < 1 for v in value):
         raise ValueError(f"{name} entries must be >= 1, got {value!r}")
     return value
+
+
+def window_shape(patch, n_feature_dims: int) -> tuple[int, ...]:
+    """``patch`` as one size per occluded dimension. An int occludes the last two
+    dimensions of ``[C, H, W]`` samples (all channels of a pixel together) and the last
+    one otherwise; a tuple names the last ``len(patch)`` dimensions."""
+    d = len(patch) if isinstance(patch, (tuple, list)) else max(1, n_feature_dims - 1)
+    if d > n_feature_dims:
+        raise ValueError(f"patch {patch!r} has {d} entries but samples have only "
+                         f"{n_feature_dims} feature dimensions")
+    return _as_tuple(patch, "patch", d)
 
 
 def window_masks(sizes, patch, stride) -> list[torch.Tensor]:
@@ -103,16 +112,8 @@ class Occlusion(AttributionMethod):
         check_bool(show_progress, "show_progress")
         chunk = check_optional_positive_int(perturbations_per_eval, "perturbations_per_eval")
         x = check_inputs(inputs)
-        if isinstance(patch, int) and not isinstance(patch, bool):
-            d = max(1, x.dim() - 2)  # [B, n] and [B, C, L]: 1; [B, C, H, W]: 2
-        elif isinstance(patch, (tuple, list)):
-            d = len(patch)
-        else:
-            raise TypeError(f"patch must be an int or a tuple of ints, got {type(patch).__name__}")
-        if d > x.dim() - 1:
-            raise ValueError(f"patch {patch!r} has {d} entries but inputs of shape "
-                             f"{tuple(x.shape)} have only {x.dim() - 1} feature dimensions")
-        patch_t = _as_tuple(patch, "patch", d)
+        patch_t = window_shape(patch, x.dim() - 1)
+        d = len(patch_t)
         stride_t = patch_t if stride is None else _as_tuple(stride, "stride", d)
         sizes = tuple(x.shape[x.dim() - d:])
         if any(p > n for p, n in zip(patch_t, sizes)):
