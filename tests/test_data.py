@@ -174,6 +174,28 @@ def test_mnist_split_deterministic_disjoint_and_sized(n, expected_held):
         D.mnist_split(ids, labels[:-1])
 
 
+@pytest.mark.parametrize("seed", [0, 5])
+def test_held_out_digits_are_the_permutations_head(tmp_path, seed):
+    """The held-out digits picked straight from the IDX arrays by the seeded permutation."""
+    folder, arrays = _mnist_folder(tmp_path, n_train=9)
+    imgs, labs = arrays["train"]
+    perm = torch.randperm(9, generator=torch.Generator().manual_seed(seed)).numpy()
+    x, y = D.held_out_digits(folder, seed=seed)
+    assert x.shape == (4, 1, 28, 28) and x.dtype == torch.float32  # min(3000, 9 // 2) = 4
+    np.testing.assert_allclose(x[:, 0].numpy(), imgs[perm[:4]] / 255.0, rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(y.numpy(), labs[perm[:4]])
+    x2, y2 = D.held_out_digits(folder, n=2, seed=seed)
+    np.testing.assert_allclose(x2[:, 0].numpy(), imgs[perm[:2]] / 255.0, rtol=0, atol=1e-7)
+    np.testing.assert_array_equal(y2.numpy(), labs[perm[:2]])
+    with pytest.raises(ValueError, match="n=5 exceeds the 4 held-out"):
+        D.held_out_digits(folder, n=5, seed=seed)
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="n must be"):
+            D.held_out_digits(folder, n=bad)
+    with pytest.raises(TypeError, match="seed must be an int"):
+        D.held_out_digits(folder, seed=0.5)
+
+
 # --------------------------------------------------------------------------- boxes to mask
 
 
