@@ -13,6 +13,8 @@ from taylorattr.methods import (
     Occlusion,
 )
 from taylorattr.models import PolyActivation
+from taylorattr.principles import auditing as PA
+from taylorattr.principles import measures as PM
 
 DT = torch.float64
 
@@ -89,7 +91,7 @@ def test_probe_taylor_terms_are_separable_as_declared(probes):
     terms = ta.taylor_terms(p.model, p.inputs, 0.0, target=0, order=3)
     assert terms.interactive.abs().max() < 1e-9  # additively separable
     assert terms.error.abs().max() < 1e-9        # a cubic: order 3 is exact
-    t = torch.stack([P._replaced(p.model, p.inputs, _zeros_used(p.inputs), [i], torch.zeros(
+    t = torch.stack([PM._replaced(p.model, p.inputs, _zeros_used(p.inputs), [i], torch.zeros(
         p.inputs.shape[0], dtype=torch.long))[:, 0] for i in range(6)], 1)
     assert torch.allclose(terms.first + terms.independent, t, atol=1e-9)
     q = probes["pairwise"]
@@ -129,10 +131,10 @@ def test_gradient_input_misassigns_every_term_of_order_two_and_more(gi_report):
     # the independent term -x0^2 and the interactive term -x0 x1 are both missing: the
     # distance to the correct set (sum over {0, 1} = x0^2 + x0 x1) is |x0^2 + x0 x1|
     t = torch.zeros(2, dtype=torch.long)
-    d = P._assignment(model, x, a, _zeros_used(x), t, groups=((0, 1),))
+    d = PM._assignment(model, x, a, _zeros_used(x), t, groups=((0, 1),))
     expected = (x0**2 + x0 * x1).abs().sum() / (x0**2 + (x0 * x1).abs()).sum()
     assert d["misassigned"] == pytest.approx(expected.item())
-    d = P._assignment(model, x, a, _zeros_used(x), t, groups=())
+    d = PM._assignment(model, x, a, _zeros_used(x), t, groups=())
     assert d["independent_reach"] == pytest.approx(0.0, abs=1e-12)
     r = gi_report
     for name, d in r.details[2].items():  # every probe: all higher-order mass is misplaced
@@ -160,9 +162,9 @@ def test_occlusion_1_keeps_independent_terms_and_drops_interactive_ones():
     assert torch.allclose(a.sum(1) - terms.output_change, -terms.interactive)
     assert torch.allclose(terms.interactive, -x0 * x1)
     t = torch.zeros(3, dtype=torch.long)
-    d = P._assignment(model, x, a, _zeros_used(x), t, groups=())
+    d = PM._assignment(model, x, a, _zeros_used(x), t, groups=())
     assert d["independent_reach"] == pytest.approx(1.0)
-    d = P._assignment(model, x, a, _zeros_used(x), t, groups=((0, 1),))
+    d = PM._assignment(model, x, a, _zeros_used(x), t, groups=((0, 1),))
     assert d["interactive_in_set"] == pytest.approx(0.0, abs=1e-12)
 
 
@@ -179,10 +181,10 @@ def test_interactive_mass_outside_its_set_is_measured():
     p = x[:, 0] * x[:, 1]
     t = torch.zeros(2, dtype=torch.long)
     outside = torch.stack([p, p, -p], 1)
-    d = P._assignment(Product(), x, outside, _zeros_used(x), t, groups=((0, 1),))
+    d = PM._assignment(Product(), x, outside, _zeros_used(x), t, groups=((0, 1),))
     assert d["interactive_outside"] == pytest.approx(1.0, rel=1e-12)
     halves = torch.stack([p / 2, p / 2, torch.zeros_like(p)], 1)
-    d = P._assignment(Product(), x, halves, _zeros_used(x), t, groups=((0, 1),))
+    d = PM._assignment(Product(), x, halves, _zeros_used(x), t, groups=((0, 1),))
     assert d["interactive_outside"] == pytest.approx(0.0, abs=1e-12)
     assert d["interactive_in_set"] == pytest.approx(1.0, rel=1e-12)
 
@@ -261,17 +263,17 @@ def test_classes_instances_and_specs_of_ours_are_accepted():
     for method, name in ((GradientInput, "gradient_input"), (Occlusion, "occlusion_1"),
                          (METHODS["occlusion_patch"], "occlusion_patch"),
                          (GradientInput(model), "gradient_input"), ("deeplift", "deeplift")):
-        att = P._resolve(method, None, 0)
+        att = PA._resolve(method, None, 0)
         assert att.name == name
         a, used = att.run(model, x, base, t)
         assert a.shape == x.shape and used.shape == (1, 1, 2)
-    gi = P._resolve(GradientInput, None, 0).run(model, x, base, t)[0]
+    gi = PA._resolve(GradientInput, None, 0).run(model, x, base, t)[0]
     assert torch.allclose(gi, GradientInput(model).attribute(x, target=0))
     # an instance keeps its configuration (epsilon) and is rebuilt on each probe
-    lrp = P._resolve(EpsilonLRP(model, epsilon=0.5), None, 0)
+    lrp = PA._resolve(EpsilonLRP(model, epsilon=0.5), None, 0)
     assert torch.allclose(lrp.run(model, x, base, t)[0],
                           EpsilonLRP(model, epsilon=0.5).attribute(x, target=0))
-    eg = P._resolve("expected_gradients", {"n_samples": 3, "noise_std": 0.1}, 0)
+    eg = PA._resolve("expected_gradients", {"n_samples": 3, "noise_std": 0.1}, 0)
     a, used = eg.run(model, x, base, t)
     assert used.shape == (1, 3, 2)  # its own draws, not the baselines it was given
     from taylorattr.methods.expected_gradients import draw
@@ -289,7 +291,7 @@ def test_extra_models_enter_principle_1_with_their_closed_form_gap(gi_report, ti
         df = out.gather(1, t[:, None])[:, 0] - net(torch.zeros_like(x)).gather(1, t[:, None])[:, 0]
     gap = ((g * x).flatten(1).sum(1) - df).abs().sum() / df.abs().sum()
     assert gi_report.details[1]["tiny"]["gap"] == pytest.approx(gap.item(), rel=1e-4)
-    assert [name for name, *_ in P._check_models([tiny, tiny])] == ["model_0", "model_1"]
+    assert [name for name, *_ in PA._check_models([tiny, tiny])] == ["model_0", "model_1"]
 
 
 # ----------------------------------------------------------------------- report and table

@@ -18,14 +18,20 @@ _EXPORTS = {
     "EpsilonLRP": "taylorattr.methods",
     "IntegratedGradients": "taylorattr.methods",
     "ExpectedGradients": "taylorattr.methods",
-    "METHODS": "taylorattr.methods",
-    "reformulate": "taylorattr.reformulations",
-    "reformulate_orders": "taylorattr.reformulations",
+    "TaylorAttribution": "taylorattr.methods",
+    "METHODS": "taylorattr.registry",
+    "MethodSpec": "taylorattr.registry",
+    "register": "taylorattr.registry",
+    "reformulate": "taylorattr.registry",
+    "reformulate_orders": "taylorattr.registry",
+    "Point": "taylorattr.baselines",
+    "ReferenceSet": "taylorattr.baselines",
+    "Noise": "taylorattr.baselines",
     "audit": "taylorattr.principles",
     "AuditReport": "taylorattr.principles",
 }
-_SUBMODULES = {"metrics", "models", "data", "methods", "experiments", "plotting", "principles",
-               "reformulations", "taylor"}
+_SUBMODULES = {"baselines", "metrics", "models", "data", "methods", "experiments", "plotting",
+               "principles", "reformulations", "registry", "taylor"}
 
 __all__ = sorted(_EXPORTS.keys() | _SUBMODULES)  # noqa: PLE0605 (from the lazy table)
 

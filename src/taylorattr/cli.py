@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", choices=EXPLAIN_MODELS, default="efficientnet-lite0")
     p.add_argument("--weights", type=_existing_file, default=None,
                    help="state dict for vgg16/vgg19/resnet18 (no weights are downloaded)")
-    p.add_argument("--methods", nargs="+", default=None, help="registry names (default: all six + Taylor)")
+    p.add_argument("--methods", nargs="+", default=None, help="labels or registry names (default: every method of the grid)")
     p.add_argument("--target", type=_nonnegative_int, default=None, help="class index (default: the top class)")
     p.add_argument("--out", type=_output_dir, default=Path("explain"))
     return parser
@@ -128,10 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _validate(args) -> str:
     from .experiments.validation import format_validation, run_validation
+    from .experiments.workspace import Workspace
 
-    result = run_validation(args.out, models=tuple(args.models), orders=tuple(args.order),
-                            n_samples=args.samples, mnist_dir=args.mnist_dir, seed=args.seed,
-                            quick=args.quick)
+    ws = Workspace(args.out, seed=args.seed, quick=args.quick, mnist_dir=args.mnist_dir)
+    result = run_validation(ws, models=tuple(args.models), orders=tuple(args.order),
+                            n_samples=args.samples)
     return format_validation(result) + f"\n\nTables written to {args.out / 'validation'}"
 
 
@@ -142,11 +143,14 @@ def _principles(args) -> str:
 
 
 def _assess(args) -> str:
-    from .experiments.assessment import format_assessment, run_assessment
+    from .experiments.assessment import ImagenetRoute, format_assessment, run_assessment
+    from .experiments.workspace import Workspace
 
-    result = run_assessment(args.out, experiments=tuple(args.experiment), quick=not args.full,
-                            n_samples=args.samples, seed=args.seed, mnist_dir=args.mnist_dir,
-                            imagenet_dir=args.imagenet_dir, weights=dict(args.weights or ()))
+    ws = Workspace(args.out, seed=args.seed, quick=not args.full, mnist_dir=args.mnist_dir)
+    route = None if args.imagenet_dir is None else ImagenetRoute(args.imagenet_dir,
+                                                                 dict(args.weights))
+    result = run_assessment(ws, experiments=tuple(args.experiment), n_samples=args.samples,
+                            imagenet=route)
     return format_assessment(result) + f"\n\nTables and figures written to {args.out / 'assessment'}"
 
 

@@ -16,12 +16,8 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["METHOD_MARKERS", "MODEL_COLORS", "plot_trend", "saliency_grid"]
+__all__ = ["MODEL_COLORS", "plot_trend", "saliency_grid"]
 
-#: The paper's markers: circle GI, triangle down Occ-1, triangle up Occ-p, square DL,
-#: diamond IG, star EG.
-METHOD_MARKERS = {"GI": "o", "Occ-1": "v", "Occ-2x2": "^", "Occ-p": "^", "DL": "s", "IG": "D",
-                  "EG": "*"}
 #: Model colours in order of appearance: blue, green, red as in the paper, then more.
 MODEL_COLORS = ("tab:blue", "tab:green", "tab:red", "tab:purple", "tab:orange", "tab:brown",
                 "tab:pink", "tab:gray")
@@ -57,13 +53,15 @@ def _finite(v) -> bool:
 def plot_trend(rows: Sequence[Mapping], metric: str, path: str | Path, *,
                x: str = "principles", model_key: str = "model", method_key: str = "method",
                title: str | None = None, xlabel: str | None = None, ylabel: str | None = None,
-               logy: bool | None = None, dpi: int = 150) -> Path:
+               logy: bool | None = None, dpi: int = 150,
+               markers: Mapping[str, str] | None = None) -> Path:
     """Metric against the number of principles followed, one colour per model.
 
     ``rows`` are dicts with ``model_key``, ``method_key``, ``x`` and ``metric`` entries
     (e.g. :attr:`AssessmentResult.infidelity` or ``.bbox``); rows whose ``x`` or ``metric``
     is missing or not finite (an unsupported method) are left out. Each method gets its
-    marker (:data:`METHOD_MARKERS`); each model's trend line joins the mean of its
+    marker from ``markers`` (method -> matplotlib marker, e.g. the registry rows'
+    ``marker``; others get distinct fallback markers); each model's trend line joins the mean of its
     methods at each distinct ``x``, in increasing ``x``. ``logy=None`` uses a log scale
     when all values are positive and span more than two decades. Writes a PNG to
     ``path`` (parent folders created) and returns the path.
@@ -73,7 +71,7 @@ def plot_trend(rows: Sequence[Mapping], metric: str, path: str | Path, *,
         raise ValueError(f"no row has finite {x!r} and {metric!r} values to plot")
     models = list(dict.fromkeys(r[model_key] for r in pts))
     methods = list(dict.fromkeys(r[method_key] for r in pts))
-    markers = dict(METHOD_MARKERS)
+    markers = dict(markers or {})
     extra = iter(_FALLBACK_MARKERS * (1 + len(methods)))
     for m in methods:
         if m not in markers:

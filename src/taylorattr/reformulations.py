@@ -1,4 +1,4 @@
-"""The paper's Theorems 1-5 and the Expected Gradients corollary, as code (DESIGN.md section 2).
+"""The paper's Theorems 1-5 and the Expected Gradients corollary, as code (docs/design.md).
 
 Each reformulation rebuilds a method's attribution from exact Taylor terms of order K,
 with ``delta = x - x~`` and ``P_k`` as in :mod:`taylorattr.taylor`:
@@ -20,18 +20,75 @@ reformulation share the ratio and differ by the truncation of one activation.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from . import _validation as V
+from .metrics import percentage_change
 from .taylor import group_expansions, taylor_attribution
 from .taylor_mode import propagate, trace
 
-__all__ = ["REFORMULATIONS", "LayerReformulation", "occlusion_groups", "reformulate",
-           "reformulate_orders"]
+__all__ = ["DEEPLIFT", "EPSILON_LRP", "EXPECTED_GRADIENTS", "GRADIENT_INPUT",
+           "INTEGRATED_GRADIENTS", "OCCLUSION_1", "OCCLUSION_PATCH", "LayerReformulation",
+           "Reformulation", "occlusion_groups"]
+
+
+@dataclass(frozen=True)
+class Reformulation:
+    """A method's Taylor reformulation: ``{K: result}`` for a sweep of orders ``K``.
+
+    ``compute(model, inputs, baselines, target, orders, **options)`` returns one result per
+    order: an attribution shaped like ``inputs``, or, when ``layerwise``, a list of
+    :class:`LayerReformulation` (one per layer followed by a nonlinearity). ``options``
+    names the keyword arguments it takes (anything else is refused); a method's settings
+    outside them (``n_steps``, say) do not change the reformulation. ``exact`` says what
+    the reformulation claims (``docs/design.md``): the theorem it implements.
+    """
+
+    compute: Callable
+    options: frozenset = frozenset()
+    layerwise: bool = False
+    claim: str = ""
+
+    def check_options(self, method: str, options: Mapping) -> None:
+        unknown = sorted(set(options) - self.options)
+        if unknown:
+            allowed = ", ".join(sorted(self.options)) or "none"
+            raise TypeError(f"reformulate('{method}') got unexpected keyword argument(s) "
+                            f"{', '.join(map(repr, unknown))} (accepted: {allowed})")
+
+    def own_options(self, settings: Mapping) -> dict:
+        """The entries of a method's ``settings`` this reformulation takes."""
+        return {k: v for k, v in settings.items() if k in self.options}
+
+    def orders(self, model, inputs, baselines, target, orders, **options) -> dict:
+        """``{K: reformulation at order K for K in orders}``."""
+        return self.compute(model, inputs, baselines, target, tuple(orders), **options)
+
+    def __call__(self, model, inputs, baselines, target, order: int, **options):
+        return self.orders(model, inputs, baselines, target, (order,), **options)[order]
+
+    def percentage_change(self, original: Callable[[], torch.Tensor], reformulated
+                          ) -> torch.Tensor:
+        """Per-sample ``||a_o - a_r||^2 / ||a_o||^2 * 100%`` (Table 3's metric).
+
+        ``original()`` computes the method's attributions (not called for layer-wise
+        reformulations, which compare the local relevances of each layer and average over
+        the layers, as the paper does)."""
+        if self.layerwise:
+            return torch.stack([percentage_change(l.original.flatten(1), l.reformulated.flatten(1))
+                                for l in reformulated]).mean(0)
+        return percentage_change(original(), reformulated)
+
+
+def _per_order(single: Callable) -> Callable:
+    """A sweep from a function computing one order at a time."""
+    def compute(model, inputs, baselines, target, orders, **kw):
+        return {K: single(model, inputs, baselines, target, K, **kw) for K in orders}
+    return compute
 
 
 @dataclass(frozen=True)
@@ -67,7 +124,7 @@ def occlusion_groups(sample_shape: tuple[int, ...], patch) -> torch.Tensor:
     return ids.expand(sample_shape).contiguous()
 
 
-def _occlusion_orders(model, inputs, baselines, target, orders, patch=1, stride=None, **kw):
+def _occlusion_orders(model, inputs, baselines, target, orders, patch=2, stride=None, **kw):
     """``{K: occlusion reformulation at order K}`` from one expansion at ``max(orders)``.
 
     ``P_k`` of a group does not depend on where the series is cut, so the order-K
@@ -88,17 +145,6 @@ def _occlusion_1_orders(*args, patch=1, **kw):
     if patch != 1:
         raise ValueError(f"occlusion_1 fixes patch=1, got patch={patch!r} (use occlusion_patch)")
     return _occlusion_orders(*args, patch=1, **kw)
-
-
-def _occlusion_patch_orders(*args, patch=2, **kw):
-    return _occlusion_orders(*args, patch=patch, **kw)
-
-
-def _one_order(all_orders: Callable) -> Callable:
-    """The single-order form of a reformulation that computes several orders at once."""
-    def run(model, inputs, baselines, target, order, **kw):
-        return all_orders(model, inputs, baselines, target, (order,), **kw)[order]
-    return run
 
 
 def _expansion_slope(activation: Callable | None, pre: torch.Tensor, change: torch.Tensor,
@@ -166,85 +212,24 @@ def _expected_gradients(model, inputs, baselines, target, order, n_samples=50, n
     return total / draws.n_samples
 
 
-#: Extra keyword arguments each reformulation accepts (anything else is a TypeError).
-_EXTRA_ARGS: dict[str, frozenset] = {
-    "gradient_input": frozenset(),
-    "occlusion_1": frozenset({"patch", "stride", "chunk_size", "show_progress"}),
-    "occlusion_patch": frozenset({"patch", "stride", "chunk_size", "show_progress"}),
-    "deeplift": frozenset(),
-    "epsilon_lrp": frozenset({"epsilon"}),
-    "integrated_gradients": frozenset(),
-    "expected_gradients": frozenset({"n_samples", "noise_std", "seed"}),
-}
+_OCCLUSION_OPTIONS = frozenset({"patch", "stride", "chunk_size", "show_progress"})
 
-REFORMULATIONS: dict[str, Callable] = {
-    "gradient_input": lambda model, inputs, baselines, target, order, **kw:
-        taylor_attribution(model, inputs, 0.0, target, 1),
-    "occlusion_1": _one_order(_occlusion_1_orders),
-    "occlusion_patch": _one_order(_occlusion_patch_orders),
-    "deeplift": _layerwise("deeplift"),
-    "epsilon_lrp": _layerwise("epsilon_lrp"),
-    "integrated_gradients": lambda model, inputs, baselines, target, order, **kw:
-        taylor_attribution(model, inputs, baselines, target, order),
-    "expected_gradients": _expected_gradients,
-}
-
-
-#: Reformulations computed for several orders from one expansion at the highest.
-_ALL_ORDERS_AT_ONCE: dict[str, Callable] = {
-    "occlusion_1": _occlusion_1_orders,
-    "occlusion_patch": _occlusion_patch_orders,
-}
-
-
-def _checked(method, baselines, kwargs):
-    if not isinstance(method, str):
-        raise TypeError(f"method must be a method name (str), got {type(method).__name__}")
-    if method not in REFORMULATIONS:
-        raise ValueError(f"method must be one of {sorted(REFORMULATIONS)}, got {method!r}")
-    unknown = sorted(set(kwargs) - _EXTRA_ARGS[method])
-    if unknown:
-        allowed = ", ".join(sorted(_EXTRA_ARGS[method])) or "none"
-        raise TypeError(f"reformulate('{method}') got unexpected keyword argument(s) "
-                        f"{', '.join(map(repr, unknown))} (accepted: {allowed})")
-    if method == "expected_gradients" and isinstance(baselines, float) and baselines == 0.0:
-        return None
-    return baselines
-
-
-def reformulate(method: str, model, inputs: torch.Tensor, baselines=0.0, target=None,
-                order: int = 2, **kwargs):
-    """The Taylor reformulation of ``method`` at order ``order``.
-
-    Returns an attribution shaped like ``inputs``, except for the layer-wise methods
-    (``deeplift``, ``epsilon_lrp``), which return one :class:`LayerReformulation` per
-    layer followed by a nonlinearity. Extra keyword arguments: ``patch`` (occlusion_patch),
-    ``n_samples``/``noise_std``/``seed`` (expected_gradients, where ``baselines`` is the
-    reference tensor or None), ``epsilon`` (epsilon_lrp), ``chunk_size`` and
-    ``show_progress`` (occlusion).
-    """
-    baselines = _checked(method, baselines, kwargs)
-    V.check_positive_int(order, "order")
-    return REFORMULATIONS[method](model, inputs, baselines, target, order, **kwargs)
-
-
-def reformulate_orders(method: str, model, inputs: torch.Tensor, baselines=0.0, target=None,
-                       orders=(2,), **kwargs) -> dict:
-    """``{K: reformulate(method, ..., order=K) for K in orders}``, sharing work across orders.
-
-    The occlusion reformulations expand once at ``max(orders)`` and cut the series at each
-    K (``P_k`` does not depend on the truncation), so a sweep costs about one expansion at
-    the highest order; the other methods run once per order.
-    """
-    baselines = _checked(method, baselines, kwargs)
-    if isinstance(orders, (str, bytes)) or not hasattr(orders, "__iter__"):
-        raise TypeError(f"orders must be a sequence of positive ints, got {type(orders).__name__}")
-    orders = tuple(orders)
-    if not orders:
-        raise ValueError("orders must hold at least one order, got an empty sequence")
-    for K in orders:
-        V.check_positive_int(K, "orders")
-    if method in _ALL_ORDERS_AT_ONCE:
-        return _ALL_ORDERS_AT_ONCE[method](model, inputs, baselines, target, orders, **kwargs)
-    return {K: REFORMULATIONS[method](model, inputs, baselines, target, K, **kwargs)
-            for K in orders}
+GRADIENT_INPUT = Reformulation(
+    _per_order(lambda model, inputs, baselines, target, order:
+               taylor_attribution(model, inputs, 0.0, target, 1)),
+    claim="Thm 1: the first-order term with the zero baseline, whatever K")
+OCCLUSION_1 = Reformulation(_occlusion_1_orders, _OCCLUSION_OPTIONS,
+                            claim="Thm 2: g_K of moving feature (pixel) i alone")
+OCCLUSION_PATCH = Reformulation(_occlusion_orders, _OCCLUSION_OPTIONS,
+                                claim="Thm 3 (corrected): g_K of moving the patch alone")
+DEEPLIFT = Reformulation(_per_order(_layerwise("deeplift")), layerwise=True,
+                         claim="Thm 4, per layer")
+EPSILON_LRP = Reformulation(_per_order(_layerwise("epsilon_lrp")), frozenset({"epsilon"}),
+                            layerwise=True, claim="supplement, per layer")
+INTEGRATED_GRADIENTS = Reformulation(
+    _per_order(lambda model, inputs, baselines, target, order:
+               taylor_attribution(model, inputs, baselines, target, order)),
+    claim="Thm 5: first + independent + each order's IG share of the interactions")
+EXPECTED_GRADIENTS = Reformulation(_per_order(_expected_gradients),
+                                   frozenset({"n_samples", "noise_std", "seed"}),
+                                   claim="the IG reformulation averaged over the same draws")

@@ -1,4 +1,4 @@
-"""Exact order-K Taylor terms of a model's output change (DESIGN.md section 1).
+"""Exact order-K Taylor terms of a model's output change (docs/design.md).
 
 With ``delta = x - x~`` and the explained output ``f`` (a logit by default),
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import torch
 
-from ..principles import EG_NOISE_STD
-from .saliency import SaliencyPanel, method_table, saliency_maps
+from ..registry import EG_NOISE_STD
+from .saliency import SaliencyPanel, saliency_maps, saliency_methods
 
 __all__ = ["Explanation", "explain"]
 
@@ -46,13 +46,18 @@ def explain(image, model: str = "efficientnet-lite0", weights=None, methods=None
         target = int(top.indices[0])
     elif not 0 <= target < probs.shape[0]:
         raise ValueError(f"target must lie in [0, {probs.shape[0]}), got {target}")
-    table = method_table(patch, ig_steps, eg_samples, eg_noise)
+    table = saliency_methods(patch, ig_steps, eg_samples)
+    table = [m.spec.bind(m.variant, context={"patch": patch, "n_steps": ig_steps,
+                                             "n_samples": eg_samples, "noise_std": eg_noise})
+             for m in table]
     if methods:
-        by_name = {name: label for label, (name, _) in table.items()}
-        unknown = [m for m in methods if m not in table and m not in by_name]
+        by_label = {m.label: m for m in table}
+        by_name = {m.name: m for m in table}
+        unknown = [m for m in methods if m not in by_label and m not in by_name]
         if unknown:
-            raise ValueError(f"methods must be among {sorted(table)} or {sorted(by_name)}, got {unknown}")
-        table = {by_name.get(m, m): table[by_name.get(m, m)] for m in methods}
+            raise ValueError(f"methods must be among {sorted(by_label)} or {sorted(by_name)}, "
+                             f"got {unknown}")
+        table = [by_label.get(m) or by_name[m] for m in methods]
     maps, notes = saliency_maps(net, x, target, table)
     panel = SaliencyPanel(Path(image).stem, net.unnormalize(x[0]),
                           f"{model}: {net.class_name(target)}", maps, notes)

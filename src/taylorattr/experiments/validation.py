@@ -16,45 +16,26 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from .. import _io
-from ..methods import METHODS
-from ..metrics import percentage_change
-from ..reformulations import reformulate_orders
-from ._units import UnitStore, fingerprint, model_fingerprint
+from ..baselines import Point
+from ..registry import variants
+from ..statistics import pearson
+from ..taylor import taylor_attribution
+from . import paper
+from ._units import fingerprint
+from .workspace import Workspace
 
-__all__ = [
-    "PAPER_APPROX_ERROR",
-    "PAPER_TABLE3",
-    "VALIDATION_METHODS",
-    "ValidationResult",
-    "run_validation",
-]
+__all__ = ["ValidationResult", "format_validation", "run_validation", "validation_methods"]
 
-# method label -> (registry name, extra arguments)
-VALIDATION_METHODS: dict[str, tuple[str, dict]] = {
-    "GI": ("gradient_input", {}),
-    "Occ-1": ("occlusion_1", {}),
-    "Occ-2x2": ("occlusion_patch", {"patch": 2}),
-    "Occ-4x4": ("occlusion_patch", {"patch": 4}),
-    "DL": ("deeplift", {}),
-    "IG": ("integrated_gradients", {}),
-}
-MODEL_LABELS = {"poly": "Poly", "m_sg": "M-sg", "c_sg": "C-sg"}
-PAPER_TABLE3 = {  # percentage change, paper Table 3
-    "GI": {"Poly": 0.0, "M-sg": 0.0, "C-sg": 0.0},
-    "Occ-1": {"Poly": 0.0, "M-sg": 0.05, "C-sg": 13.17},
-    "Occ-2x2": {"Poly": 0.0, "M-sg": 0.35, "C-sg": 21.22},
-    "Occ-4x4": {"Poly": 0.0, "M-sg": 2.00, "C-sg": 35.93},
-    "DL": {"Poly": 0.0, "M-sg": 2.35, "C-sg": 32.76},
-    "IG": {"Poly": 0.12, "M-sg": 3.50, "C-sg": 40.29},
-}
-PAPER_APPROX_ERROR = {"Poly": 0.0, "M-sg": 0.084, "C-sg": 0.420}
-PAPER_IG_ERROR_CORRELATION = 0.72
+
+def validation_methods(ig_steps: int = 50) -> list:
+    """The bound methods of Table 3 (every registered variant with a reformulation that
+    takes part in the validation), with ``n_steps = ig_steps`` for path methods."""
+    return [spec.bind(v, context={"n_steps": ig_steps}) for spec, v in variants("validation")]
 
 
 @dataclass
@@ -72,103 +53,90 @@ class ValidationResult:
                 "correlation": self.correlation, "models": self.models, "n_samples": self.n_samples}
 
 
-def _percentages(label: str, model, x: torch.Tensor, orders: tuple[int, ...],
-                 ig_steps: int) -> dict:
-    """Per-sample percentage change of one method at each order (``pct{K}``), plus IG's
-    relative approximation error (``rel_error{K}``)."""
-    name, kw = VALIDATION_METHODS[label]
+def _percentages(method, model, x: torch.Tensor, orders: tuple[int, ...]) -> dict:
+    """Per-sample percentage change of one method at each order (``pct{K}``)."""
     with torch.no_grad():
         target = model(x).argmax(1)
-    reforms = reformulate_orders(name, model, x, 0.0, target, orders, **kw)
+    reform = method.spec.reformulation
+    reforms = reform.orders(model, x, 0.0, target, orders, **reform.own_options(method.settings))
+    original = functools.cache(lambda: method(model, x, Point(0.0), target))
+    return {f"pct{K}": reform.percentage_change(original, r) for K, r in reforms.items()}
+
+
+def _approximation(model, x: torch.Tensor, orders: tuple[int, ...]) -> dict:
+    """``|eps_K| / |df|`` per sample at each order (``rel_error{K}``): ``df = f(x) - f(0)``,
+    ``eps_K = df - g_K`` with ``g_K`` the sum of the order-K Taylor attribution."""
+    with torch.no_grad():
+        target = model(x).argmax(1)
+        df = model(x).gather(1, target[:, None])[:, 0] - model(torch.zeros_like(x)).gather(
+            1, target[:, None])[:, 0]
     out = {}
-    if name == "deeplift":
-        for K, layers in reforms.items():
-            out[f"pct{K}"] = torch.stack([
-                percentage_change(l.original.flatten(1), l.reformulated.flatten(1))
-                for l in layers]).mean(0)
-        return out
-    spec = METHODS[name]
-    if spec.uses_baselines:
-        extra = {"n_steps": ig_steps} if name == "integrated_gradients" else {}
-        original = spec(model, x, baselines=0.0, target=target, **kw, **extra)
-    else:
-        original = spec(model, x, target=target, **kw)
-    for K, reform in reforms.items():
-        out[f"pct{K}"] = percentage_change(original, reform)
-    if name == "integrated_gradients":
-        with torch.no_grad():
-            df = model(x).gather(1, target[:, None])[:, 0] - model(torch.zeros_like(x)).gather(
-                1, target[:, None])[:, 0]
-        for K, reform in reforms.items():
-            out[f"rel_error{K}"] = (df - reform.flatten(1).sum(1)).abs() / df.abs()
+    for K in orders:
+        g = taylor_attribution(model, x, 0.0, target, K).flatten(1).sum(1)
+        out[f"rel_error{K}"] = (df - g).abs() / df.abs()
     return out
 
 
-def _pearson(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double() - a.double().mean(), b.double() - b.double().mean()
-    return float((a * b).sum() / (a.norm() * b.norm()))
+def run_validation(ws: Workspace, models=("poly", "m_sg", "c_sg"), orders=(2,),
+                   n_samples: int = 100, batch_size: int = 25, ig_steps: int = 50
+                   ) -> ValidationResult:
+    """Run the validation table; returns the tables and writes them to ``ws.out/validation``.
 
-
-def run_validation(out_dir: str | Path, models=("poly", "m_sg", "c_sg"), orders=(2,),
-                   n_samples: int = 100, batch_size: int = 25, mnist_dir=None, seed: int = 0,
-                   quick: bool = False, ig_steps: int = 50, show_progress: bool = True,
-                   epochs: int | None = None) -> ValidationResult:
-    """Run the validation table; returns the tables and writes them to ``out_dir/validation``.
-
-    ``n_samples`` held-out digits (the paper: 3,000), ``orders`` the Taylor orders swept.
-    Models are trained once and cached under ``out_dir`` (:func:`taylorattr.models.get_trained`;
-    ``epochs`` overrides its default, 0 keeps the initial weights).
+    ``n_samples`` held-out digits (the paper: 3,000), ``orders`` the Taylor orders swept,
+    ``ig_steps`` the quadrature nodes of path methods. Models come from ``ws.trained``.
     """
-    from .. import data
-    from .. import models as M
-
-    out = Path(out_dir)
-    store = UnitStore(out / "validation" / "units")
-    _io.remove_stale_temporaries(out / "validation")  # a table write killed mid-way
-    images, labels = data.load_mnist(mnist_dir)
-    held = data.mnist_split(images, labels, seed=0).held_images[:n_samples].double()
+    store = ws.units("validation")
+    _io.remove_stale_temporaries(ws.out / "validation")  # a table write killed mid-way
+    held = ws.held_out_digits(n_samples).double()
     result = ValidationResult(n_samples=int(held.shape[0]))
     batches = [held[i:i + batch_size] for i in range(0, held.shape[0], batch_size)]
-    units = [(m, label, i) for m in models for label in VALIDATION_METHODS
-             for i in range(len(batches))]
+    methods = validation_methods(ig_steps)
     trained, weights = {}, {}
     for m in models:
-        model, info = M.get_trained(m, out, seed=seed, quick=quick, mnist_dir=mnist_dir,
-                                    epochs=epochs, show_progress=show_progress)
-        trained[m] = model.double().eval()
-        weights[m] = model_fingerprint(trained[m])
-        result.models.append({"model": MODEL_LABELS.get(m, m),
+        model, info = ws.trained(m, torch.float64)
+        trained[m], weights[m] = model, ws.fingerprint(model)
+        result.models.append({"model": paper.model_label(m),
                               "held_out_accuracy": info["held_out_accuracy"],
                               "epochs": info["epochs"], "n_train": info["n_train"],
                               "n_held_out": info["n_held_out"], "data": info["data"]})
     inputs = [fingerprint([("x", b)]) for b in batches]
-    per_unit = {}
     order_tag = "-".join(map(str, orders))
-    for m, label, i in tqdm(units, desc="validation", disable=not show_progress):
-        key = f"{m}-{weights[m]}-{label}-orders{order_tag}-x{inputs[i]}-steps{ig_steps}"
-        per_unit[(m, label, i)] = store.get(
-            key, functools.partial(_percentages, label, trained[m], batches[i], orders, ig_steps))
+    units = [(m, k, i) for m in models for k in range(len(methods) + 1) for i in range(len(batches))]
+    per_unit = {}
+    for m, k, i in tqdm(units, desc="validation", disable=not ws.progress):
+        x = batches[i]
+        if k < len(methods):  # a method against its reformulation
+            method = methods[k]
+            key = f"{m}-{weights[m]}-{method.name}-{method.tag()}-orders{order_tag}-x{inputs[i]}"
+            compute = functools.partial(_percentages, method, trained[m], x, orders)
+        else:  # the approximation error of the expansion itself
+            key = f"{m}-{weights[m]}-approximation-orders{order_tag}-x{inputs[i]}"
+            compute = functools.partial(_approximation, trained[m], x, orders)
+        per_unit[(m, k, i)] = store.get(key, compute)
 
-    def joined(m, label, field):
-        return torch.cat([per_unit[(m, label, i)][field] for i in range(len(batches))])
+    def joined(m, k, name):
+        return torch.cat([per_unit[(m, k, i)][name] for i in range(len(batches))])
 
+    approx = len(methods)
+    ig = next((k for k, mt in enumerate(methods) if mt.label == "IG"), None)
     for m in models:
-        mlabel = MODEL_LABELS.get(m, m)
+        mlabel = paper.model_label(m)
         for K in orders:
-            for label in VALIDATION_METHODS:
-                result.rows.append({"model": mlabel, "method": label, "order": K,
-                                    "percentage_change": float(joined(m, label, f"pct{K}").mean()),
-                                    "paper": PAPER_TABLE3[label].get(mlabel) if K == 2 else None})
-            err = joined(m, "IG", f"rel_error{K}")
+            for k, method in enumerate(methods):
+                table3 = method.variant.table3 or {}
+                result.rows.append({"model": mlabel, "method": method.label, "order": K,
+                                    "percentage_change": float(joined(m, k, f"pct{K}").mean()),
+                                    "paper": table3.get(mlabel) if K == 2 else None})
+            err = joined(m, approx, f"rel_error{K}")
             result.approximation.append({"model": mlabel, "order": K,
                                          "approximation_error": float(err.mean()),
-                                         "paper": PAPER_APPROX_ERROR.get(mlabel) if K == 2 else None})
-            if m == "c_sg":
+                                         "paper": paper.APPROX_ERROR.get(mlabel) if K == 2 else None})
+            if m == "c_sg" and ig is not None:
                 result.correlation.append({"model": mlabel, "order": K,
-                                           "pearson_ig_pct_vs_error": _pearson(
-                                               joined(m, "IG", f"pct{K}"), err),
-                                           "paper": PAPER_IG_ERROR_CORRELATION if K == 2 else None})
-    folder = out / "validation"
+                                           "pearson_ig_pct_vs_error": pearson(
+                                               joined(m, ig, f"pct{K}"), err),
+                                           "paper": paper.IG_ERROR_CORRELATION if K == 2 else None})
+    folder = ws.out / "validation"
     _io.save_json(result.to_json(), folder / "validation.json")
     _io.save_csv(result.rows, folder / "validation.csv")
     return result
@@ -180,13 +148,15 @@ def format_validation(result: ValidationResult) -> str:
     orders = sorted({r["order"] for r in result.rows})
     models = list(dict.fromkeys(r["model"] for r in result.rows))
     lookup = {(r["model"], r["method"], r["order"]): r for r in result.rows}
+    paper_of = {(r["model"], r["method"]): r["paper"] for r in result.rows if r["paper"] is not None}
+    labels = list(dict.fromkeys(r["method"] for r in result.rows))
     header = ["method"] + [f"{m} K={K}" for K in orders for m in models] + [f"{m} paper" for m in models]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "---|" * len(header))
-    for label in VALIDATION_METHODS:
+    for label in labels:
         cells = [label] + [f"{lookup[(m, label, K)]['percentage_change']:.3g}%" for K in orders
                            for m in models]
-        cells += [f"{PAPER_TABLE3[label][m]}%" if m in PAPER_TABLE3[label] else "" for m in models]
+        cells += [f"{paper_of[(m, label)]}%" if (m, label) in paper_of else "n/a" for m in models]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append("| model | order | mean abs(eps)/abs(df) | paper (K=2) |")

@@ -1,6 +1,6 @@
 """The one shared base of the attribution methods.
 
-Every method follows one call contract (DESIGN.md section 5)::
+Every method follows one call contract (docs/design.md)::
 
     Method(model).attribute(inputs, [baselines,] target=None, ...,
                             return_convergence_delta=False)
@@ -17,12 +17,16 @@ delta. Nothing here repairs an input; every error names the offending argument.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
 from .._validation import (
+    broadcast_baselines,
+    check_bool,
     check_inputs,
     check_model,
     check_positive_int,
@@ -30,9 +34,12 @@ from .._validation import (
     resolve_target,
     select_output,
 )
+from ..baselines import Baseline, Point
 
 __all__ = [
     "AttributionMethod",
+    "Explanation",
+    "ImplicitBaselineMethod",
     "chunk_ranges",
     "default_chunk_rows",
     "grid_blocks",
@@ -112,13 +119,29 @@ def per_sample_sum(t: torch.Tensor) -> torch.Tensor:
 
 
 class AttributionMethod:
-    """Base class: holds the model and implements the checks every method needs.
+    """Base class: holds the model and does the work every method shares.
 
-    Subclasses implement ``attribute``; they are final (not meant to be subclassed).
+    ``attribute`` checks the flags and the inputs, runs the model once to resolve the
+    target and the explained output ``f(x)``, turns ``baselines`` into what the method's
+    :attr:`baseline_kind` needs, calls the subclass's ``_attribute`` and, on request,
+    computes the convergence delta from the reference points ``_attribute`` reports::
+
+        _attribute(x, baselines, target, f_x, *, show_progress, **options)
+            -> (attributions shaped like x, references [B, n, ...] or None)
+
+    ``references`` are the points the attribution explains the change against
+    (``delta = sum(a) - (f(x) - mean_k f(references_k))``); None means the method explains
+    ``f(x)`` itself (epsilon-LRP). The method's own options are the keyword-only
+    parameters of its ``_attribute``; anything else is refused with a TypeError naming it.
+    Subclasses implement ``_attribute`` only; they are final (not meant to be subclassed).
     """
 
-    #: The registry name (``taylorattr.methods.METHODS``) of the method.
+    #: The registry name (``taylorattr.registry.METHODS``) of the method.
     name: str = ""
+    #: ``"point"`` (``baselines`` is a scalar or tensor: one reference per sample),
+    #: ``"distribution"`` (a reference set or noise: :mod:`taylorattr.baselines`) or
+    #: ``"none"`` (an implicit zero reference; ``attribute`` takes no ``baselines``).
+    baseline_kind: str = "point"
 
     def __init__(self, model) -> None:
         check_model(model)
@@ -127,7 +150,61 @@ class AttributionMethod:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({type(self.model).__name__})"
 
-    # ---- shared steps -------------------------------------------------------------
+    def attribute(self, inputs: torch.Tensor, baselines=0.0, target=None, *,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  **options):
+        """Attributions ``[B, ...]`` shaped like ``inputs``.
+
+        Args:
+            inputs: ``[B, ...]`` float32/float64 batch.
+            baselines: the reference (see :attr:`baseline_kind` and
+                :mod:`taylorattr.baselines`): a scalar, a tensor broadcastable to ``inputs``
+                or one baseline per sample, for point methods.
+            target: None (argmax class), an int, or a ``[B]`` integer tensor.
+            return_convergence_delta: also return ``sum(a) - (f(x) - f(baselines))`` per
+                sample (Captum's sign), averaged over the references a method draws.
+            show_progress: a tqdm bar over the method's chunks.
+            **options: the method's own options (the keyword-only parameters of its
+                ``_attribute``, e.g. ``n_steps`` for Integrated Gradients).
+        """
+        return self._run(inputs, baselines, target, options, show_progress,
+                         return_convergence_delta).result()
+
+    @classmethod
+    def options(cls) -> dict[str, inspect.Parameter]:
+        """The method's own options: keyword-only parameters of ``_attribute``."""
+        params = inspect.signature(cls._attribute).parameters
+        return {k: p for k, p in params.items()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY and k != "show_progress"}
+
+    # ---- the shared work ----------------------------------------------------------
+    def _run(self, inputs, baselines, target, options: dict, show_progress,
+             return_convergence_delta) -> Explanation:
+        """Everything ``attribute`` does, with the references kept (the audit needs them)."""
+        check_bool(return_convergence_delta, "return_convergence_delta")
+        check_bool(show_progress, "show_progress")
+        unknown = sorted(set(options) - set(self.options()))
+        if unknown:
+            accepted = ", ".join(sorted(self.options())) or "none"
+            raise TypeError(f"{type(self).__name__}.attribute got unexpected keyword argument(s) "
+                            f"{', '.join(map(repr, unknown))} (method options: {accepted})")
+        x, t, fx = self._inputs_and_target(inputs, target)
+        base = self._baselines(baselines, x)
+        attr, refs = self._attribute(x, base, t, fx, show_progress=show_progress, **options)
+        self._finite(attr)
+        delta = self._delta(attr, fx, refs, t) if return_convergence_delta else None
+        return Explanation(attr, refs, fx, t, delta)
+
+    def _baselines(self, baselines, x: torch.Tensor):
+        if self.baseline_kind == "point":
+            if isinstance(baselines, Point):
+                baselines = baselines.value
+            elif isinstance(baselines, Baseline):
+                raise TypeError(f"baselines: {type(self).__name__} takes a point baseline (a "
+                                f"scalar or tensor), got a {type(baselines).__name__}")
+            return broadcast_baselines(baselines, x)
+        return baselines
+
     def _inputs_and_target(self, inputs, target):
         """Check ``inputs``, run the model once on them and resolve ``target``.
 
@@ -152,6 +229,17 @@ class AttributionMethod:
                                           None if target is None else target[a:b]))
         return torch.cat(outs)
 
+    def _delta(self, attr, fx, refs, t) -> torch.Tensor:
+        """``sum(a) - (f(x) - mean_k f(refs_k))`` per sample; ``sum(a) - f(x)`` without refs."""
+        if refs is None:
+            explained = fx
+        else:
+            batch, n = refs.shape[:2]
+            rows = refs.reshape((batch * n,) + tuple(refs.shape[2:]))
+            f_ref = self._explained(rows, None if t is None else t.repeat_interleave(n))
+            explained = fx - f_ref.view(batch, n).mean(1)
+        return per_sample_sum(attr) - explained.to(attr.dtype)
+
     @staticmethod
     def _finite(attributions: torch.Tensor) -> torch.Tensor:
         """Refuse non-finite attributions: the model was finite at the inputs, so NaN or inf
@@ -161,12 +249,36 @@ class AttributionMethod:
                              "integration-path points or baselines); the attributions are not finite")
         return attributions
 
-    @classmethod
-    def _with_delta(cls, attributions: torch.Tensor, output_change: torch.Tensor,
-                    return_convergence_delta: bool):
-        """``attributions`` or ``(attributions, sum(attributions) - output_change)``."""
-        cls._finite(attributions)
-        if not return_convergence_delta:
-            return attributions
-        delta = per_sample_sum(attributions) - output_change.to(attributions.dtype)
-        return attributions, delta
+    def _attribute(self, x, baselines, target, fx, *, show_progress=False):  # pragma: no cover
+        raise NotImplementedError
+
+
+class ImplicitBaselineMethod(AttributionMethod):
+    """A method with a fixed reference (the zero input): ``attribute`` takes no baselines."""
+
+    baseline_kind = "none"
+
+    def attribute(self, inputs: torch.Tensor, target=None, *,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  **options):
+        """Attributions ``[B, ...]`` shaped like ``inputs`` (see :meth:`AttributionMethod.attribute`;
+        the reference is fixed by the method)."""
+        return self._run(inputs, None, target, options, show_progress,
+                         return_convergence_delta).result()
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """What one ``attribute`` call computed: the attributions, the references they explain
+    the change against (``[B, n, ...]``, None: ``f(x)`` itself), ``f(x)``, the resolved
+    target and the convergence delta (None unless asked)."""
+
+    attributions: torch.Tensor
+    references: torch.Tensor | None
+    output: torch.Tensor
+    target: torch.Tensor | None
+    delta: torch.Tensor | None = None
+
+    def result(self):
+        """``attributions``, or ``(attributions, delta)`` when the delta was asked for."""
+        return self.attributions if self.delta is None else (self.attributions, self.delta)

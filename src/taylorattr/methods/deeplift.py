@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import broadcast_baselines, check_bool, check_inputs
+from .._validation import broadcast_baselines, check_inputs
 from ._base import AttributionMethod
 from .layerwise import DEEPLIFT_RESCALE, LayerRecord, LayerwiseMethod, propagate
 
@@ -35,20 +35,9 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
         super().__init__(model)
         self._get_plan()
 
-    def attribute(self, inputs: torch.Tensor, baselines=0.0, target=None, *,
-                  return_convergence_delta: bool = False):
-        """Attributions ``[B, ...]``; with ``return_convergence_delta`` also
-        ``sum(a) - (f(x) - f(baselines))`` per sample (zero up to rounding).
-
-        Args:
-            inputs: ``[B, ...]`` float32/float64 batch.
-            baselines: a scalar, a tensor broadcastable to ``inputs``, or one per sample.
-            target: None (argmax class), an int, or a ``[B]`` integer tensor.
-        """
-        check_bool(return_convergence_delta, "return_convergence_delta")
-        x, b, prop = self._run(inputs, baselines, target, records=False)
-        attr = (x - b) * prop.gradient
-        return self._with_delta(attr, prop.output - prop.ref_output, return_convergence_delta)
+    def _attribute(self, x, b, t, fx, *, show_progress=False):
+        prop = self._propagate(x, b, t, records=False)
+        return (x - b) * prop.gradient, b.unsqueeze(1)
 
     def layer_records(self, inputs: torch.Tensor, baselines=0.0, target=None
                       ) -> list[LayerRecord]:
@@ -58,10 +47,8 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
         :func:`~taylorattr.methods.layerwise.local_relevance` for the ``[B, out, in]``
         local relevances ``a_ij^(l)``.
         """
-        return self._run(inputs, baselines, target, records=True)[2].records
-
-    def _run(self, inputs, baselines, target, records):
         x = check_inputs(inputs).detach()
-        b = broadcast_baselines(baselines, x)
-        plan = self._get_plan()
-        return x, b, propagate(self.model, plan, DEEPLIFT_RESCALE, x, b, target, records)
+        return self._propagate(x, broadcast_baselines(baselines, x), target, True).records
+
+    def _propagate(self, x, b, target, records):
+        return propagate(self.model, self._get_plan(), DEEPLIFT_RESCALE, x, b, target, records)

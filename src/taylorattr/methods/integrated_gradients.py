@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import broadcast_baselines, check_bool, check_positive_int
+from .._validation import check_positive_int
 from ._base import (
     AttributionMethod,
     check_optional_positive_int,
@@ -69,27 +69,13 @@ class IntegratedGradients(AttributionMethod):
 
     name = "integrated_gradients"
 
-    def attribute(self, inputs: torch.Tensor, baselines=0.0, target=None, n_steps: int = 50,
-                  method: str = "gausslegendre", *, internal_batch_size: int | None = None,
-                  return_convergence_delta: bool = False, show_progress: bool = False):
-        """Attributions ``[B, ...]``; with ``return_convergence_delta`` also
-        ``sum(a) - (f(x) - f(baselines))`` per sample (the quadrature error).
-
-        Args:
-            inputs: ``[B, ...]`` float32/float64 batch.
-            baselines: a scalar, a tensor broadcastable to ``inputs``, or one per sample.
-            target: None (argmax class), an int, or a ``[B]`` integer tensor.
-            n_steps: number of quadrature nodes (gradient evaluations per sample).
-            method: ``"gausslegendre"`` or ``"riemann_left|right|middle|trapezoid"``.
-            internal_batch_size: rows per forward+backward call; default automatic.
-            show_progress: show a tqdm bar over the chunks.
-        """
-        check_bool(return_convergence_delta, "return_convergence_delta")
-        check_bool(show_progress, "show_progress")
+    def _attribute(self, x, base, t, fx, *, n_steps: int = 50, method: str = "gausslegendre",
+                   internal_batch_size: int | None = None, show_progress: bool = False):
+        """Options: ``n_steps`` quadrature nodes (gradient evaluations per sample);
+        ``method`` ``"gausslegendre"`` or ``"riemann_left|right|middle|trapezoid"``;
+        ``internal_batch_size`` rows per forward+backward call (default automatic)."""
         chunk = check_optional_positive_int(internal_batch_size, "internal_batch_size")
         alphas, weights = quadrature(method, n_steps)
-        x, t, fx = self._inputs_and_target(inputs, target)
-        base = broadcast_baselines(baselines, x)
         diff = x - base
         alphas = alphas.to(x.device, x.dtype)
         weights = weights.to(x.device, x.dtype)
@@ -105,11 +91,8 @@ class IntegratedGradients(AttributionMethod):
             rows = rows.reshape((-1,) + tuple(x.shape[1:]))
             tr = None if t is None else t[s0:s1].repeat(k1 - k0)
             grad, _ = target_gradient(self.model, rows, tr)
-            grad = grad.view(k1 - k0, s1 - s0, -1)
+            grad = grad.reshape(k1 - k0, s1 - s0, -1)
             # total[s] += sum_k w_k grad[k, s]
             total[s0:s1] += torch.einsum("k,kbf->bf", weights[k0:k1], grad).view_as(
                 total[s0:s1])
-        attr = diff * total
-        if not return_convergence_delta:
-            return self._finite(attr)
-        return self._with_delta(attr, fx - self._explained(base, t), True)
+        return diff * total, base.unsqueeze(1)

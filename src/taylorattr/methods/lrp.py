@@ -17,14 +17,14 @@ from numbers import Real
 
 import torch
 
-from .._validation import check_bool, check_inputs
-from ._base import AttributionMethod
+from .._validation import check_inputs
+from ._base import ImplicitBaselineMethod
 from .layerwise import LayerRecord, LayerwiseMethod, epsilon_rule, propagate
 
 __all__ = ["EpsilonLRP"]
 
 
-class EpsilonLRP(LayerwiseMethod, AttributionMethod):
+class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
     """epsilon-LRP with the same ``epsilon`` on every layer: one forward, one backward.
 
     Equals Captum's ``LRP`` with its default ``EpsilonRule`` on Linear, Conv2d and
@@ -45,26 +45,16 @@ class EpsilonLRP(LayerwiseMethod, AttributionMethod):
         self._rule = epsilon_rule(self.epsilon)
         self._get_plan()
 
-    def attribute(self, inputs: torch.Tensor, target=None, *,
-                  return_convergence_delta: bool = False):
-        """Relevances ``[B, ...]``; with ``return_convergence_delta`` also
-        ``sum(a) - f(x)`` per sample (LRP explains ``f(x)`` itself; not zero with biases).
-
-        Args:
-            inputs: ``[B, ...]`` float32/float64 batch.
-            target: None (argmax class), an int, or a ``[B]`` integer tensor.
-        """
-        check_bool(return_convergence_delta, "return_convergence_delta")
-        x, prop = self._run(inputs, target, records=False)
-        return self._with_delta(x * prop.gradient, prop.output, return_convergence_delta)
+    def _attribute(self, x, base, t, fx, *, show_progress=False):
+        """Relevances of ``f(x)`` itself: the convergence delta is ``sum(a) - f(x)`` (not
+        zero with biases)."""
+        prop = propagate(self.model, self._get_plan(), self._rule, x, None, t, False)
+        return x * prop.gradient, None
 
     def layer_records(self, inputs: torch.Tensor, target=None) -> list[LayerRecord]:
         """One :class:`~taylorattr.methods.layerwise.LayerRecord` per Linear/Conv layer
         with the zero baseline of the paper's supplement (``x~^(l) = 0``, ``y~ = b``);
         see :func:`~taylorattr.methods.layerwise.local_relevance`.
         """
-        return self._run(inputs, target, records=True)[1].records
-
-    def _run(self, inputs, target, records):
         x = check_inputs(inputs).detach()
-        return x, propagate(self.model, self._get_plan(), self._rule, x, None, target, records)
+        return propagate(self.model, self._get_plan(), self._rule, x, None, target, True).records

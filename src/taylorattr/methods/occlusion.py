@@ -29,7 +29,7 @@ import math
 
 import torch
 
-from .._validation import broadcast_baselines, check_bool, check_inputs, select_output
+from .._validation import select_output
 from ._base import (
     AttributionMethod,
     check_optional_positive_int,
@@ -85,33 +85,21 @@ class Occlusion(AttributionMethod):
     """Occlusion with windows of size ``patch``: each feature gets its window's output drop.
 
     Equals Captum's ``Occlusion`` with ``sliding_window_shapes=(C, *patch)`` and the same
-    strides (and ``FeatureAblation`` for ``patch=1``). See the module docstring for the
+    strides. ``patch=1`` on ``[C, H, W]`` inputs occludes all channels of a pixel together
+    (Captum's ``Occlusion`` with window ``(C, 1, 1)``, not ``FeatureAblation``, which
+    ablates every element alone). See the module docstring for the
     window layout and how overlapping windows combine (average).
     """
 
     name = "occlusion"
 
-    def attribute(self, inputs: torch.Tensor, baselines=0.0, target=None, patch=1,
-                  stride=None, *, perturbations_per_eval: int | None = None,
-                  return_convergence_delta: bool = False, show_progress: bool = False):
-        """Attributions ``[B, ...]`` shaped like ``inputs``.
-
-        Args:
-            inputs: ``[B, ...]`` float32/float64 batch.
-            baselines: the value occluded features take: a scalar, a tensor broadcastable
-                to ``inputs`` or one baseline per sample.
-            target: None (argmax class), an int, or a ``[B]`` integer tensor.
-            patch: window size, an int or a tuple (``(h, w)`` for images).
-            stride: window step, same form as ``patch``; default ``patch``.
-            perturbations_per_eval: occluded copies per model call (rows across samples
-                and windows; Captum counts windows per sample instead); default: automatic.
-            return_convergence_delta: also return ``sum(a) - (f(x) - f(baselines))``.
-            show_progress: show a tqdm bar over the chunks.
-        """
-        check_bool(return_convergence_delta, "return_convergence_delta")
-        check_bool(show_progress, "show_progress")
+    def _attribute(self, x, base, t, fx, *, patch=1, stride=None,
+                   perturbations_per_eval: int | None = None, show_progress: bool = False):
+        """Options: ``patch`` window size, an int or a tuple (``(h, w)`` for images);
+        ``stride`` window step, same form as ``patch`` (default ``patch``);
+        ``perturbations_per_eval`` occluded copies per model call (rows across samples and
+        windows; Captum counts windows per sample instead), default automatic."""
         chunk = check_optional_positive_int(perturbations_per_eval, "perturbations_per_eval")
-        x = check_inputs(inputs)
         patch_t = window_shape(patch, x.dim() - 1)
         d = len(patch_t)
         stride_t = patch_t if stride is None else _as_tuple(stride, "stride", d)
@@ -121,8 +109,6 @@ class Occlusion(AttributionMethod):
         if any(s > p for s, p in zip(stride_t, patch_t)):
             raise ValueError(f"stride {stride_t} must not exceed patch {patch_t} "
                              "(a larger stride leaves features never occluded)")
-        x, t, fx = self._inputs_and_target(x, target)
-        base = broadcast_baselines(baselines, x)
 
         masks = [m.to(x.device) for m in window_masks(sizes, patch_t, stride_t)]
         counts = [m.shape[0] for m in masks]
@@ -157,8 +143,4 @@ class Occlusion(AttributionMethod):
             attr = torch.tensordot(attr, mf, dims=([1], [0]))  # window axis k -> feature axis k
             attr = attr / mf.sum(0)  # the new feature axis is appended last
         attr = attr.view((batch,) + (1,) * len(lead) + sizes).expand_as(x).to(x.dtype)
-        attr = attr.contiguous()
-        if not return_convergence_delta:
-            return self._finite(attr)
-        fb = self._explained(base, t)
-        return self._with_delta(attr, fx - fb, True)
+        return attr.contiguous(), base.unsqueeze(1)

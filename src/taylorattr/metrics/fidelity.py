@@ -1,7 +1,7 @@
 """Fidelity metrics: percentage change, approximation error and infidelity.
 
 All three are pure functions of tensors that return one value per sample (shape ``[B]``);
-tables report the mean over samples. Sign convention as in ``DESIGN.md``: attributions
+tables report the mean over samples. Sign convention as in ``docs/design.md``: attributions
 explain the output drop, so a perturbation ``I`` that turns ``x`` into ``x_I`` should
 satisfy ``sum(attribution * I) ~= f(x) - f(x_I)``.
 """

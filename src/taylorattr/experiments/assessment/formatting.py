@@ -1,0 +1,127 @@
+"""Markdown for the assessment's tables (data in, text out; nothing is computed here)."""
+from __future__ import annotations
+
+import math
+
+from .. import paper
+from .localisation import MAX_MASK_COVERAGE
+
+__all__ = ["format_assessment"]
+
+
+def _fmt(v, spec=".4g") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "n/a"
+    return format(v, spec)
+
+
+def _trend_table(rows: list[dict], metric: str, sem: str) -> list[str]:
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    look = {(r["model"], r["method"]): r for r in rows}
+    head = ["method", "principles (measured)", "principles (paper)"] + models
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for meth in methods:
+        first = next(r for r in rows if r["method"] == meth)
+        cells = [meth, _fmt(first["principles"], "g"), _fmt(first["principles_paper"], "g")]
+        for m in models:
+            r = look.get((m, meth))
+            if r is None or r[metric] is None:
+                cells.append("unsupported" if r is not None and r.get("note") else "")
+            else:
+                cells.append(f"{r[metric]:.4g} ± {_fmt(r[sem], '.2g')}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def _correlation_table(result, experiment: str) -> list[str]:
+    rows = [r for r in result.correlations if r["experiment"] == experiment]
+    if not rows:
+        return []
+    sign = paper.CORRELATION_SIGN[experiment]
+    lines = ["", f"Spearman rank correlation with the number of principles (paper: {sign}):", "",
+             "| model | measured counts | paper's counts | measured, point baselines only "
+             "| methods |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {_fmt(r['spearman'], '.3f')} | "
+                     f"{_fmt(r['spearman_paper_counts'], '.3f')} | "
+                     f"{_fmt(r.get('spearman_point_baselines'), '.3f')} | {r['n_methods']} |")
+    lines += ["", ("Point baselines only: methods whose references are drawn from a "
+                   "distribution (noise around the input, say) explain f(x) - E f(x~), not "
+                   "the removal to 0 that the square perturbations test.")]
+    return lines
+
+
+def format_assessment(result) -> str:
+    """Markdown: each experiment's table beside the paper's claims."""
+    s = result.settings
+    lines: list[str] = []
+    if result.principles:
+        lines += ["### Principles followed (x-axis)", "",
+                  ("Count = #follows + 0.5 x #partially, from the measured verdicts "
+                   f"({s.get('principle_counts_source', '')})."), "",
+                  "| method | principle 1 | principle 2 | principle 3 | count | paper's count |",
+                  "|---|---|---|---|---|---|"]
+        for r in result.principles:
+            v = [r.get(f"verdict_{p}", "") for p in (1, 2, 3)]
+            lines.append(f"| {r['method']} | {v[0]} | {v[1]} | {v[2]} | "
+                         f"{_fmt(r['principles'], 'g')} | {_fmt(r.get('principles_paper'), 'g')} |")
+        lines.append("")
+    if result.infidelity:
+        n = result.settings.get("samples", {}).get("infidelity")
+        lines += ["### Infidelity vs principles (paper Figure 3)", "",
+                  ("Square removal (sides 1..10, baseline 0), optimal beta, predicted-class "
+                   f"logit; mean ± standard error over {n} held-out MNIST digits. Lower is "
+                   "better. Occ-2x2 is Occlusion-patch with 2x2 windows."), ""]
+        lines += _trend_table(result.infidelity, "infidelity", "infidelity_sem")
+        lines += _correlation_table(result, "infidelity")
+        lines.append("")
+    if result.taylor_order:
+        n = result.settings.get("samples", {}).get("taylor_order")
+        lines += ["### Infidelity of first- vs second-order Taylor attribution", "",
+                  f"Baseline 0, predicted-class logit, {n} held-out digits. The paper: "
+                  "second order lower (better) on both models. Our infidelity is in squared "
+                  "logit units, the paper's scale is not stated, so compare directions. "
+                  "Paper: " + "; ".join(f"{m} {d[1]} (first) vs {d[2]} (second)"
+                                        for m, d in paper.TAYLOR_ORDER.items()) + ".", "",
+                  "| model | order | infidelity | paper |", "|---|---|---|---|"]
+        for r in result.taylor_order:
+            val = "n/a" if r["infidelity"] is None else (
+                f"{r['infidelity']:.4g} ± {_fmt(r['infidelity_sem'], '.2g')}")
+            lines.append(f"| {r['model']} | {r['order']} | {val} | {_fmt(r['paper'], 'g')} |")
+        by_model: dict[str, dict[int, float]] = {}
+        for r in result.taylor_order:
+            by_model.setdefault(r["model"], {})[r["order"]] = r["infidelity"]
+        for m, d in by_model.items():
+            if d.get(1) is not None and d.get(2) is not None:
+                verdict = "lower" if d[2] < d[1] else "not lower"
+                lines.append(f"\n{m}: second-order infidelity is {verdict} than first-order "
+                             f"({d[2]:.4g} vs {d[1]:.4g}; paper: lower).")
+        lines.append("")
+    if result.bbox:
+        n = result.settings.get("samples", {}).get("bbox")
+        excl = {r["model"]: r["n_excluded"] for r in result.bbox}
+        lines += ["### Bounding-box accuracy vs principles (paper Figure 4)", "",
+                  f"Up to {n} held-out images per model whose box covers at most "
+                  f"{MAX_MASK_COVERAGE:.0%} of the image (excluded: "
+                  + ", ".join(f"{m} {k}" for m, k in excl.items()) + f"); target: "
+                  f"{s.get('bbox_target', 'predicted')} class. Higher is better.", ""]
+        lines += _trend_table(result.bbox, "bbox_accuracy", "bbox_accuracy_sem")
+        notes = {}
+        for r in result.bbox:
+            if r.get("note"):
+                notes.setdefault(" ".join(r["note"].splitlines()[:2])[:240], []).append(
+                    f"{r['method']} on {r['model']}")
+        for note, where in notes.items():
+            lines.append(f"\n{', '.join(where)}: {note}")
+        lines += _correlation_table(result, "bbox")
+        lines.append("")
+    if result.models:
+        acc = ", ".join(f"{m['model']} {100 * m['held_out_accuracy']:.1f}%"
+                        for m in result.models if m.get("held_out_accuracy") is not None)
+        if acc:
+            lines.append(f"Held-out accuracy of the models: {acc}.")
+    if result.timings:
+        lines.append("Timings: " + ", ".join(f"{k} {v}" for k, v in result.timings.items()) + ".")
+    return "\n".join(lines)

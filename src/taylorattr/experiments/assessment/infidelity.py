@@ -1,0 +1,152 @@
+"""Experiments 1 and 2: infidelity of every method, and of first- vs second-order Taylor
+attribution (paper Figure 3 and its Taylor-order comparison).
+
+The removal set (every square of side 1..10 at every position, set to the baseline 0)
+does not depend on the method, so ``f(x) - f(x with square k removed)`` is computed once
+per (model, batch) and every method's predicted changes (the sums of its attribution over
+each square, from an integral image) are scored against them with the formula of
+:func:`taylorattr.metrics.infidelity`:
+
+    infidelity = mean_k (beta * pred_k - change_k)^2,   beta = E[pred change] / E[pred^2]
+"""
+from __future__ import annotations
+
+import torch
+from tqdm.auto import tqdm
+
+from ..._validation import broadcast_baselines, select_output
+from ...baselines import Point
+from ...metrics import square_removal
+from ...metrics.fidelity import optimal_beta_score, square_removed_rows, square_sums
+from ...registry import METHODS
+from ...statistics import mean_sem
+from .. import paper
+from .._units import fingerprint
+from .stage import Stage, collect, timed
+
+__all__ = ["infidelity_from_changes", "run_infidelity", "run_taylor_order",
+           "square_output_changes", "square_predictions"]
+
+
+def square_output_changes(model, inputs: torch.Tensor, target: torch.Tensor, baselines=0.0,
+                          max_side: int = 10, batch_size: int = 1024) -> torch.Tensor:
+    """``f(x) - f(x with square k set to the baseline)`` for every square of
+    :func:`taylorattr.metrics.square_removal`, ``[B, N]`` float64.
+
+    ``f`` is the logit of ``target`` (``[B]``). These are the true changes of
+    :func:`taylorattr.metrics.infidelity`'s square removal; they do not depend on the
+    attribution, so one set serves every method.
+    """
+    x = inputs.detach()
+    b, _, h, w = x.shape
+    t = target.to(torch.long)
+    base = broadcast_baselines(baselines, x)
+    changes = []
+    with torch.no_grad():
+        fx = select_output(model(x), t).to(torch.float64)
+        for rows in square_removed_rows(x, base, square_removal(h, w, max_side),
+                                        max(1, batch_size // b)):
+            m = rows.shape[1]
+            f = select_output(model(rows.reshape((b * m,) + tuple(x.shape[1:]))),
+                              t.repeat_interleave(m))
+            changes.append(fx[:, None] - f.to(torch.float64).view(b, m))
+    return torch.cat(changes, 1)
+
+
+def square_predictions(attributions: torch.Tensor, max_side: int = 10) -> torch.Tensor:
+    """The sum of the (channel-summed) attribution over every square of
+    :func:`taylorattr.metrics.square_removal`, ``[B, N]`` float64, from an integral image."""
+    _, _, h, w = attributions.shape
+    return square_sums(attributions.detach(), square_removal(h, w, max_side))
+
+
+def infidelity_from_changes(predictions: torch.Tensor, changes: torch.Tensor,
+                            normalize: bool = True) -> torch.Tensor:
+    """``mean_k (beta * pred_k - change_k)^2`` per sample, ``[B]`` float64, with the optimal
+    ``beta`` of :func:`taylorattr.metrics.infidelity` (or ``beta = 1``)."""
+    return optimal_beta_score(predictions.to(torch.float64), changes.to(torch.float64), normalize)
+
+
+def _changes(stage: Stage, name, model, mfp, x, xfp):
+    def compute():
+        with torch.no_grad():
+            target = model(x).argmax(1)
+        return {"target": target, "changes": square_output_changes(model, x, target, 0.0)}
+    return stage.store.get(f"changes-{name}-{mfp}-{xfp}", lambda: timed(compute))
+
+
+def _score(method, model, xb, ch) -> dict:
+    attr = stage_attribute(method, model, xb, ch["target"], Point(0.0))
+    if isinstance(attr, str):
+        return {"error": attr}
+    return {"infidelity": infidelity_from_changes(square_predictions(attr), ch["changes"])}
+
+
+def stage_attribute(method, model, x, target, baseline):
+    """The attributions of a bound method, or the reason it cannot run on ``model``."""
+    from ...methods import UnsupportedModelError
+
+    try:
+        return method(model, x, baseline, target).detach()
+    except UnsupportedModelError as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _units(stage: Stage, models, x: torch.Tensor, methods, desc: str) -> dict:
+    """Scores per (model, label, batch start) and the removal sets per (model, batch)."""
+    spans = stage.spans(x)
+    out: dict = {}
+    bar = tqdm(total=len(models) * len(spans) * len(methods), desc=desc,
+               disable=not stage.ws.progress)
+    for m in models:
+        model, mfp = stage.model(m)
+        for i0, i1 in spans:
+            xb = x[i0:i1].to(stage.dtype)
+            xfp = fingerprint([("x", xb)])
+            ch = _changes(stage, m, model, mfp, xb, xfp)
+            out[(m, "changes", i0)] = ch
+            for method in methods:
+                bar.set_postfix_str(f"{m} {method.label} {i0}:{i1}")
+                out[(m, method.label, i0)] = stage.store.get(
+                    f"infidelity-{m}-{method.name}-{method.tag()}-seed{stage.ws.seed}-{mfp}-{xfp}",
+                    lambda method=method, model=model, xb=xb, ch=ch: timed(
+                        lambda: _score(method, model, xb, ch)))
+                bar.update(1)
+    bar.close()
+    return out
+
+
+def run_infidelity(stage: Stage, models, n: int, counts, result) -> None:
+    """Experiment 1: one row per (model, method) in ``result.infidelity``."""
+    x = stage.ws.held_out_digits(n)
+    units = _units(stage, models, x, stage.methods, "infidelity")
+    starts = [i0 for i0, _ in stage.spans(x)]
+    for m in models:
+        for method in stage.methods:
+            v, seconds, note = collect(units, m, method.label, starts, "infidelity")
+            mean, sem = mean_sem(v) if v is not None else (None, None)
+            result.infidelity.append({
+                "model": paper.model_label(m), "method": method.label,
+                "principles": counts.get(method.label),
+                "principles_paper": stage.paper_count(method),
+                "infidelity": mean, "infidelity_sem": sem, "n": 0 if v is None else v.numel(),
+                "seconds": round(seconds, 3), "note": note})
+        ch = sum(float(units[(m, "changes", i0)].get("seconds", 0.0)) for i0 in starts)
+        result.timings[f"infidelity removal forwards {paper.model_label(m)} (s)"] = round(ch, 3)
+
+
+def run_taylor_order(stage: Stage, models, n: int, orders, result) -> None:
+    """Experiment 2: infidelity of the order-K Taylor attribution, one row per (model, K)."""
+    x = stage.ws.held_out_digits(n)
+    taylor = [METHODS["taylor"].bind(order=k) for k in orders]
+    units = _units(stage, models, x, taylor, "taylor order")
+    starts = [i0 for i0, _ in stage.spans(x)]
+    for m in models:
+        mlabel = paper.model_label(m)
+        for k, method in zip(orders, taylor):
+            v, seconds, note = collect(units, m, method.label, starts, "infidelity")
+            mean, sem = mean_sem(v) if v is not None else (None, None)
+            result.taylor_order.append({
+                "model": mlabel, "order": k, "infidelity": mean, "infidelity_sem": sem,
+                "paper": paper.TAYLOR_ORDER.get(mlabel, {}).get(k),
+                "n": 0 if v is None else v.numel(), "seconds": round(seconds, 3), "note": note})

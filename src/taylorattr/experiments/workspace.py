@@ -1,0 +1,104 @@
+"""The experiment workspace: one object every stage receives.
+
+A :class:`Workspace` holds what the stages share: the output folder, the seed, quick or
+full mode, where MNIST comes from, the training-epochs override and whether to show
+progress; and it loads, once per workspace, what several stages use: the held-out
+digits, the held-out cluttered canvases (bounding boxes) and the trained models (cached
+on disk under ``out/models`` by :func:`taylorattr.models.get_trained`)::
+
+    ws = Workspace("results", seed=0, quick=True)
+    x = ws.held_out_digits(150)                 # [150, 1, 28, 28] float32 in [0, 1]
+    model, info = ws.trained("c_sg")            # trained (or loaded) and cached
+    validation = run_validation(ws, orders=(2, 3))
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from .._validation import check_bool, check_seed
+from ._units import UnitStore, model_fingerprint
+
+__all__ = ["Workspace"]
+
+
+@dataclass
+class Workspace:
+    """Settings and shared data of one run of the experiments (see the module docstring)."""
+
+    out: Path
+    seed: int = 0
+    quick: bool = True
+    mnist_dir: Path | None = None
+    epochs: int | None = None
+    progress: bool = True
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        self.out = Path(self.out)
+        check_seed(self.seed)
+        check_bool(self.quick, "quick")
+        check_bool(self.progress, "progress")
+        if self.epochs is not None and (isinstance(self.epochs, bool)
+                                        or not isinstance(self.epochs, int) or self.epochs < 0):
+            raise ValueError(f"epochs must be None or an int >= 0, got {self.epochs!r}")
+
+    def units(self, stage: str) -> UnitStore:
+        """The resumable unit store of ``stage`` (``out/<stage>/units``)."""
+        return UnitStore(self.out / stage / "units")
+
+    def _cached(self, key, make):
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    def held_out_split(self):
+        """The fixed MNIST split (:func:`taylorattr.data.mnist_split`, seed 0)."""
+        from .. import data
+
+        return self._cached("split", lambda: data.mnist_split(*data.load_mnist(self.mnist_dir),
+                                                               seed=0))
+
+    def held_out_digits(self, n: int | None = None) -> torch.Tensor:
+        """The first ``n`` held-out digits ``[n, 1, 28, 28]`` (all when None)."""
+        held = self.held_out_split().held_images
+        if n is None:
+            return held
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be a positive int, got {n!r}")
+        if n > held.shape[0]:
+            raise ValueError(f"n_samples={n} exceeds the {held.shape[0]} held-out digits")
+        return held[:n]
+
+    def canvases(self):
+        """The held-out cluttered-MNIST canvases with their box masks (bounding-box stage)."""
+        from .. import models
+
+        return self._cached("canvases", lambda: models.held_out_canvases(self.mnist_dir))
+
+    def trained(self, name: str, dtype: torch.dtype | None = None):
+        """``(model, info)``: the registered model ``name`` trained with this workspace's
+        settings (cached in memory and under ``out/models``), in eval mode, cast to ``dtype``."""
+        from .. import models
+
+        def train():
+            return models.get_trained(name, self.out, seed=self.seed, quick=self.quick,
+                                      mnist_dir=self.mnist_dir, epochs=self.epochs,
+                                      show_progress=self.progress)
+        model, info = self._cached(("model", name), train)
+        if dtype is not None:
+            model = self._cached(("model", name, dtype),
+                                 lambda: _cast(model, dtype))
+        return model.eval(), info
+
+    def fingerprint(self, model) -> str:
+        """A short hash of a model's weights (unit keys follow the weights)."""
+        return model_fingerprint(model)
+
+
+def _cast(model, dtype):
+    import copy
+
+    return copy.deepcopy(model).to(dtype)

@@ -1,0 +1,29 @@
+"""Order-K Taylor attribution (the paper's "Taylor attribution" of Figures 3 and 5).
+
+    a_i = sum_{k=1..K} (1/k) delta_i d/d(delta_i) P_k(delta),   delta = x - x~
+
+Each monomial of the order-K expansion at ``x`` goes to its features in proportion to
+their exponents (Theorem 5), so ``sum_i a_i = g_K = sum_{k<=K} P_k``; order 1 is
+Gradient*Input with respect to the baseline. This is the order-K reformulation of
+Integrated Gradients, computed directly by :func:`taylorattr.taylor.taylor_attribution`
+(one Taylor-mode pass and one backward pass). Its convergence delta is ``-eps_K``, the
+truncation error of the expansion.
+"""
+from __future__ import annotations
+
+from .._validation import check_positive_int
+from ..taylor import taylor_attribution
+from ._base import AttributionMethod
+
+__all__ = ["TaylorAttribution"]
+
+
+class TaylorAttribution(AttributionMethod):
+    """Taylor attribution of order ``order`` (option, default 2) against a point baseline."""
+
+    name = "taylor"
+
+    def _attribute(self, x, base, t, fx, *, order: int = 2, show_progress: bool = False):
+        """Options: ``order`` K >= 1 of the expansion."""
+        check_positive_int(order, "order")
+        return taylor_attribution(self.model, x, base, t, order), base.unsqueeze(1)

@@ -1,0 +1,400 @@
+"""One row per method: the registry every experiment, the audit and the CLI read.
+
+A :class:`MethodSpec` carries everything about a method besides its code: its class,
+display label(s), baseline kind (from the class), the paper's verdicts and Table 3
+numbers, its Taylor reformulation, its plot marker and the experiments it takes part
+in. Adding a method is one file under ``taylorattr/methods/`` and one :func:`register`
+call; nothing else names it::
+
+    from taylorattr import registry
+    registry.register(registry.MethodSpec("halved_gi", HalvedGI, label="GI/2", marker="x"))
+
+Everything that runs a method does it through :meth:`MethodSpec.bind`::
+
+    run = METHODS["occlusion_patch"].bind(context={"patch": 4})   # -> BoundMethod "Occ-4x4"
+    attributions = run(model, x, Point(0.0), target)
+
+``context`` holds an experiment's settings by *option name* (``patch``, ``n_steps``,
+``n_samples``, ``seed``); each method takes the ones it has as options and ignores the
+rest, so no caller tests a method's name. Explicit ``bind(**settings)`` are checked
+strictly. A bound method turns the experiment's baseline into what its class takes
+(``baseline_kind``): a point method gets the point, an implicit-baseline method
+(Gradient*Input, epsilon-LRP) ignores it, a distribution method (Expected Gradients)
+uses the distribution in its settings (or the caller's, when it is one).
+"""
+from __future__ import annotations
+
+import inspect
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+import torch
+
+from . import _validation as V
+from . import reformulations as R
+from .baselines import Baseline, Point, as_baseline
+from .methods import (
+    AttributionMethod,
+    DeepLift,
+    EpsilonLRP,
+    ExpectedGradients,
+    Explanation,
+    GradientInput,
+    IntegratedGradients,
+    Occlusion,
+    TaylorAttribution,
+)
+
+__all__ = ["EG_NOISE_STD", "EXPERIMENTS", "METHODS", "BoundMethod", "MethodSpec", "PaperFacts",
+           "Variant", "reformulate", "reformulate_orders", "register", "unregister", "variants"]
+
+#: Where a method can take part: the principle audit, the validation table (needs a
+#: reformulation), the assessment (infidelity, bounding boxes), the saliency grid.
+EXPERIMENTS = frozenset({"audit", "validation", "assessment", "saliency"})
+#: Noise scale of Expected Gradients' baselines ``N(x, s^2)`` (the paper's wording).
+EG_NOISE_STD = 0.2
+
+_VERDICT_WEIGHT = {"follows": 1.0, "partially": 0.5, "does not": 0.0}
+
+
+@dataclass(frozen=True)
+class PaperFacts:
+    """What the paper's Table 2 says of a method: ``verdicts[p]`` for principles 1..3."""
+
+    verdicts: Mapping[int, str]
+
+    def __post_init__(self):
+        bad = [v for v in self.verdicts.values() if v not in _VERDICT_WEIGHT]
+        if sorted(self.verdicts) != [1, 2, 3] or bad:
+            raise ValueError(f"verdicts must map 1, 2, 3 to one of {list(_VERDICT_WEIGHT)}, got "
+                             f"{dict(self.verdicts)}")
+
+    @property
+    def principle_count(self) -> float:
+        """``#follows + 0.5 * #partially`` (the x-axis of the paper's Figures 3 and 4)."""
+        return principle_count(self.verdicts)
+
+
+def principle_count(verdicts) -> float:
+    """``#follows + 0.5 * #partially`` over verdicts (a mapping principle -> verdict or a
+    sequence of verdicts)."""
+    values = list(verdicts.values()) if isinstance(verdicts, Mapping) else list(verdicts)
+    bad = [v for v in values if v not in _VERDICT_WEIGHT]
+    if bad:
+        raise ValueError(f"unknown verdict(s) {bad}; expected one of {list(_VERDICT_WEIGHT)}")
+    return float(sum(_VERDICT_WEIGHT[v] for v in values))
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A labelled setting of a method. ``label`` may name options in braces
+    (``"Occ-{patch}x{patch}"``), filled from the effective settings. ``table3``: the
+    paper's percentage change per model label; ``experiments``: where it takes part."""
+
+    label: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    table3: Mapping[str, float] | None = None
+    experiments: frozenset = EXPERIMENTS
+
+
+@dataclass(frozen=True, eq=False)
+class MethodSpec:
+    """A registry row. ``variants[0]`` is the method's default setting.
+
+    Attributes:
+        name: the registry name.
+        cls: the method class (an :class:`~taylorattr.methods.AttributionMethod`).
+        variants: labelled settings; give ``label`` instead for a single default one.
+        fixed: options this entry pins (``occlusion_1``: ``patch=1``).
+        defaults: options a direct call ``spec(model, inputs)`` defaults
+            (``occlusion_patch``: ``patch=2``, the paper's 2x2).
+        init_args: settings routed to the constructor (``epsilon`` for LRP).
+        paper: the paper's verdicts, None for methods outside the paper.
+        reformulation: the Taylor reformulation, None where the method has none.
+        marker: matplotlib marker of the method in the trend figures.
+    """
+
+    name: str
+    cls: type
+    label: str = ""
+    variants: tuple[Variant, ...] = ()
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    init_args: tuple[str, ...] = ()
+    paper: PaperFacts | None = None
+    reformulation: R.Reformulation | None = None
+    marker: str = "o"
+
+    def __post_init__(self):
+        if not (isinstance(self.cls, type) and issubclass(self.cls, AttributionMethod)):
+            raise TypeError(f"cls must be an AttributionMethod subclass, got {self.cls!r}")
+        if not self.variants:
+            object.__setattr__(self, "variants", (Variant(self.label or self.name),))
+        if not self.label:
+            object.__setattr__(self, "label", self.variants[0].label)
+        for v in self.variants:
+            self._check_settings(v.settings, f"variant {v.label!r}")
+
+    # ---- what the method is ----------------------------------------------------
+    @property
+    def baseline_kind(self) -> str:
+        return self.cls.baseline_kind
+
+    @property
+    def uses_baselines(self) -> bool:
+        """Whether ``attribute`` takes ``baselines``."""
+        return self.baseline_kind != "none"
+
+    def options(self) -> set[str]:
+        """The settings this method takes: its options and constructor arguments."""
+        return set(self.cls.options()) | set(self.init_args)
+
+    def signature(self) -> inspect.Signature:
+        """The signature of the class's ``_attribute`` (its options are keyword-only)."""
+        return inspect.signature(self.cls._attribute)
+
+    def _check_settings(self, settings: Mapping, where: str) -> None:
+        unknown = sorted(set(settings) - self.options() - {"baselines"})
+        if unknown:
+            raise TypeError(f"{self.name} ({where}): unexpected setting(s) {unknown}; it takes "
+                            f"{sorted(self.options())}")
+        for k, v in self.fixed.items():
+            if k in settings and settings[k] != v:
+                raise ValueError(f"{self.name} fixes {k}={v!r}, got {k}={settings[k]!r}")
+
+    # ---- running it ------------------------------------------------------------
+    def bind(self, variant: Variant | str | None = None, context: Mapping | None = None,
+             **settings) -> BoundMethod:
+        """The method with its settings resolved: ``variant`` (default the first) <
+        ``context`` (only the options this method has, never a pinned one) < ``settings``."""
+        if variant is None:
+            variant = self.variants[0]
+        elif isinstance(variant, str):
+            found = [v for v in self.variants if v.label == variant]
+            if not found:
+                raise ValueError(f"variant must be one of {[v.label for v in self.variants]}, "
+                                 f"got {variant!r}")
+            variant = found[0]
+        self._check_settings(settings, "bind")
+        own = {k: v for k, v in (context or {}).items()
+               if k in self.options() and k not in self.fixed}
+        effective = {**variant.settings, **own, **settings, **self.fixed}
+        return BoundMethod(self, _format_label(variant.label, effective),
+                           MappingProxyType(effective), variant)
+
+    def build(self, model, **init_kwargs) -> AttributionMethod:
+        """The method object for ``model`` (constructor arguments: ``init_args``)."""
+        unknown = set(init_kwargs) - set(self.init_args)
+        if unknown:
+            raise TypeError(f"{self.name}: unexpected constructor argument(s) {sorted(unknown)}")
+        return self.cls(model, **init_kwargs)
+
+    def attribute_kwargs(self, **kwargs) -> dict:
+        """``kwargs`` with this entry's defaults and pinned options applied."""
+        self._check_settings({k: v for k, v in kwargs.items() if k in self.fixed}, "call")
+        return {**self.defaults, **kwargs, **self.fixed}
+
+    def __call__(self, model, inputs, **kwargs):
+        """Build the method and attribute ``inputs``; keyword arguments are routed to the
+        constructor (``init_args``) or to ``attribute``."""
+        init = {k: kwargs.pop(k) for k in self.init_args if k in kwargs}
+        return self.build(model, **init).attribute(inputs, **self.attribute_kwargs(**kwargs))
+
+
+def _format_label(label: str, settings: Mapping) -> str:
+    names = [f for _, f, _, _ in string.Formatter().parse(label) if f]
+    return label.format(**{n: settings.get(n) for n in names}) if names else label
+
+
+@dataclass(frozen=True)
+class BoundMethod:
+    """A method with resolved settings: ``run(model, x, baseline, target)``."""
+
+    spec: MethodSpec
+    label: str
+    settings: Mapping[str, Any]
+    variant: Variant
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def tag(self) -> str:
+        """A stable text of the settings (for cache keys)."""
+        return ",".join(f"{k}={_describe(self.settings[k])}" for k in sorted(self.settings)) \
+            or "default"
+
+    def explain(self, model, inputs, baseline=0.0, target=None) -> Explanation:
+        """Attributions with the references they explain the change against."""
+        init = {k: v for k, v in self.settings.items() if k in self.spec.init_args}
+        opts = {k: v for k, v in self.settings.items()
+                if k not in self.spec.init_args and k != "baselines"}
+        method = self.spec.build(model, **init)
+        return method._run(inputs, self._baselines(baseline), target, opts, False, False)
+
+    def __call__(self, model, inputs, baseline=0.0, target=None) -> torch.Tensor:
+        return self.explain(model, inputs, baseline, target).attributions
+
+    def _baselines(self, baseline):
+        kind = self.spec.baseline_kind
+        if kind == "none":
+            return None
+        if kind == "distribution":
+            own = self.settings.get("baselines")
+            if own is not None:
+                return own
+            # the caller's distribution, else none (the method may define its own, e.g. noise_std)
+            return baseline if isinstance(baseline, Baseline) and baseline.kind == "distribution" \
+                else None
+        point = as_baseline(baseline)
+        if point.kind != "point":
+            raise TypeError(f"baseline: {self.spec.name} takes a point baseline, got a "
+                            f"{type(point).__name__}")
+        return point.value
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        from ._io import fingerprint
+
+        return f"tensor{tuple(value.shape)}:{fingerprint([('t', value)])}"
+    if isinstance(value, Baseline):
+        from .baselines import describe
+
+        return describe(value)
+    return repr(value)
+
+
+# =======================================================================================
+# The registry
+# =======================================================================================
+_F, _P, _N = "follows", "partially", "does not"
+_ROWS: dict[str, MethodSpec] = {}
+#: Registry name -> :class:`MethodSpec` (read-only view; use :func:`register`).
+METHODS: Mapping[str, MethodSpec] = MappingProxyType(_ROWS)
+
+
+def register(spec: MethodSpec, *, replace: bool = False) -> MethodSpec:
+    """Add ``spec`` to :data:`METHODS` (``replace=True`` to overwrite a row of that name)."""
+    if not isinstance(spec, MethodSpec):
+        raise TypeError(f"spec must be a MethodSpec, got {type(spec).__name__}")
+    if spec.name in _ROWS and not replace:
+        raise ValueError(f"a method named {spec.name!r} is registered already "
+                         "(pass replace=True to overwrite it)")
+    _ROWS[spec.name] = spec
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Remove a registered method."""
+    if name not in _ROWS:
+        raise ValueError(f"name must be a registered method, got {name!r}")
+    del _ROWS[name]
+
+
+def variants(experiment: str) -> list[tuple[MethodSpec, Variant]]:
+    """Every (method, variant) taking part in ``experiment``, in registration order."""
+    if experiment not in EXPERIMENTS:
+        raise ValueError(f"experiment must be one of {sorted(EXPERIMENTS)}, got {experiment!r}")
+    return [(spec, v) for spec in _ROWS.values() for v in spec.variants
+            if experiment in v.experiments
+            and (experiment != "validation" or spec.reformulation is not None)]
+
+
+def _paper(v1, v2, v3) -> PaperFacts:
+    return PaperFacts(MappingProxyType({1: v1, 2: v2, 3: v3}))
+
+
+def _table3(poly, msg, csg) -> Mapping[str, float]:
+    return MappingProxyType({"Poly": poly, "M-sg": msg, "C-sg": csg})
+
+
+_NOT_VALIDATED = EXPERIMENTS - {"validation"}
+register(MethodSpec("gradient_input", GradientInput, variants=(
+    Variant("GI", table3=_table3(0.0, 0.0, 0.0), experiments=EXPERIMENTS),),
+    paper=_paper(_N, _N, _N), reformulation=R.GRADIENT_INPUT, marker="o"))
+register(MethodSpec("occlusion_1", Occlusion, variants=(
+    Variant("Occ-1", table3=_table3(0.0, 0.05, 13.17), experiments=EXPERIMENTS - {"saliency"}),),
+    fixed=MappingProxyType({"patch": 1}), paper=_paper(_N, _P, _N),
+    reformulation=R.OCCLUSION_1, marker="v"))
+register(MethodSpec("occlusion_patch", Occlusion, variants=(
+    Variant("Occ-{patch}x{patch}", {"patch": 2}, _table3(0.0, 0.35, 21.22)),
+    Variant("Occ-{patch}x{patch}", {"patch": 4}, _table3(0.0, 2.00, 35.93),
+            frozenset({"validation"}))),
+    defaults=MappingProxyType({"patch": 2}), paper=_paper(_N, _P, _N), reformulation=R.OCCLUSION_PATCH, marker="^"))
+register(MethodSpec("deeplift", DeepLift, variants=(
+    Variant("DL", table3=_table3(0.0, 2.35, 32.76)),),
+    paper=_paper(_F, _N, _N), reformulation=R.DEEPLIFT, marker="s"))
+register(MethodSpec("epsilon_lrp", EpsilonLRP, variants=(
+    Variant("LRP", experiments=frozenset({"audit"})),),
+                    init_args=("epsilon",), paper=_paper(_F, _N, _N),
+                    reformulation=R.EPSILON_LRP, marker="P"))
+register(MethodSpec("integrated_gradients", IntegratedGradients, variants=(
+    Variant("IG", {"n_steps": 50}, _table3(0.12, 3.50, 40.29)),),
+    paper=_paper(_F, _F, _N), reformulation=R.INTEGRATED_GRADIENTS, marker="D"))
+register(MethodSpec("expected_gradients", ExpectedGradients, variants=(
+    Variant("EG", {"noise_std": EG_NOISE_STD, "n_samples": 50}, experiments=_NOT_VALIDATED),),
+    paper=_paper(_F, _F, _F), reformulation=R.EXPECTED_GRADIENTS, marker="*"))
+register(MethodSpec("taylor", TaylorAttribution, variants=(
+    Variant("Taylor-{order}", {"order": 1}, experiments=frozenset({"saliency"})),
+    Variant("Taylor-{order}", {"order": 2}, experiments=frozenset({"saliency"}))),
+    marker="X"))
+
+
+# =======================================================================================
+# reformulate()
+# =======================================================================================
+def _reformulation(method, baselines, kwargs):
+    if not isinstance(method, str):
+        raise TypeError(f"method must be a method name (str), got {type(method).__name__}")
+    with_reform = sorted(n for n, s in _ROWS.items() if s.reformulation is not None)
+    if method not in with_reform:
+        raise ValueError(f"method must be one of {with_reform}, got {method!r}")
+    spec = _ROWS[method]
+    spec.reformulation.check_options(method, kwargs)
+    if spec.baseline_kind == "distribution" and not isinstance(baselines, (Baseline, torch.Tensor)) \
+            and baselines == 0.0:
+        baselines = None  # the default point means "none given" for a distribution method
+    return spec.reformulation, baselines
+
+
+def reformulate(method: str, model, inputs: torch.Tensor, baselines=0.0, target=None,
+                order: int = 2, **kwargs):
+    """The Taylor reformulation of ``method`` at order ``order``.
+
+    Returns an attribution shaped like ``inputs``, except for the layer-wise methods
+    (``deeplift``, ``epsilon_lrp``), which return one
+    :class:`~taylorattr.reformulations.LayerReformulation` per layer followed by a
+    nonlinearity. Extra keyword arguments: those the reformulation takes (``patch``,
+    ``stride``, ``chunk_size``, ``show_progress`` for occlusion; ``n_samples``,
+    ``noise_std``, ``seed`` for Expected Gradients, whose ``baselines`` is a distribution
+    or reference tensor; ``epsilon`` for epsilon-LRP).
+    """
+    reform, baselines = _reformulation(method, baselines, kwargs)
+    V.check_positive_int(order, "order")
+    return reform(model, inputs, baselines, target, order, **kwargs)
+
+
+def reformulate_orders(method: str, model, inputs: torch.Tensor, baselines=0.0, target=None,
+                       orders=(2,), **kwargs) -> dict:
+    """``{K: reformulate(method, ..., order=K) for K in orders}``, sharing work across orders.
+
+    The occlusion reformulations expand once at ``max(orders)`` and cut the series at each
+    K (``P_k`` does not depend on the truncation), so a sweep costs about one expansion at
+    the highest order; the other methods run once per order.
+    """
+    reform, baselines = _reformulation(method, baselines, kwargs)
+    if isinstance(orders, (str, bytes)) or not hasattr(orders, "__iter__"):
+        raise TypeError(f"orders must be a sequence of positive ints, got {type(orders).__name__}")
+    orders = tuple(orders)
+    if not orders:
+        raise ValueError("orders must hold at least one order, got an empty sequence")
+    for K in orders:
+        V.check_positive_int(K, "orders")
+    return reform.orders(model, inputs, baselines, target, orders, **kwargs)
+
+
+__all__ += ["Point", "principle_count"]
