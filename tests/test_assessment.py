@@ -23,8 +23,15 @@ from torch import nn
 from taylorattr import data as D
 from taylorattr import models as M
 from taylorattr.experiments import assessment as A
-from taylorattr.methods import METHODS, UnsupportedModelError
+from taylorattr.experiments._units import UnitStore
+from taylorattr.experiments.assessment import infidelity as AI
+from taylorattr.experiments.assessment import localisation as AL
+from taylorattr.experiments.assessment.stage import Stage
+from taylorattr.experiments.workspace import Workspace
+from taylorattr.methods import UnsupportedModelError
 from taylorattr.metrics import bbox_accuracy, infidelity
+from taylorattr.registry import METHODS, principle_count
+from taylorattr.statistics import spearman
 
 COUNTS = {"GI": 0.0, "Occ-1": 1.0, "Occ-2x2": 0.0, "DL": 1.5, "IG": 2.0, "EG": 3.0}
 
@@ -74,11 +81,11 @@ def test_square_predictions_slow_loop():
 
 # ------------------------------------------------------------------ pure helpers
 def test_principle_count():
-    assert A.principle_count({1: "follows", 2: "partially", 3: "does not"}) == 1.5
-    assert A.principle_count(["follows"] * 3) == 3.0
-    assert A.principle_count(["does not"] * 3) == 0.0
+    assert principle_count({1: "follows", 2: "partially", 3: "does not"}) == 1.5
+    assert principle_count(["follows"] * 3) == 3.0
+    assert principle_count(["does not"] * 3) == 0.0
     with pytest.raises(ValueError, match="unknown verdict"):
-        A.principle_count(["yes"])
+        principle_count(["yes"])
 
 
 def test_spearman_equals_scipy():
@@ -87,10 +94,10 @@ def test_spearman_equals_scipy():
              ([0, 1, 0, 1.5, 2, 3], [0.2, 0.2, 0.9, 0.4, 0.4, 0.4]),
              (list(rng.integers(0, 4, 20) / 2), list(rng.normal(size=20)))]
     for x, y in cases:
-        assert A.spearman(x, y) == pytest.approx(scipy.stats.spearmanr(x, y).statistic,
+        assert spearman(x, y) == pytest.approx(scipy.stats.spearmanr(x, y).statistic,
                                                  abs=1e-12)
-    assert math.isnan(A.spearman([1, 1, 1], [1, 2, 3]))
-    assert math.isnan(A.spearman([1], [2]))
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+    assert math.isnan(spearman([1], [2]))
 
 
 def test_mask_exclusion_matches_hand_count():
@@ -103,9 +110,9 @@ def test_mask_exclusion_matches_hand_count():
     assert A.keep_by_coverage(masks).tolist() == by_hand
     torch.testing.assert_close(A.mask_coverage(masks),
                                torch.tensor(areas, dtype=torch.float64) / 100)
-    idx, excluded = A._select(masks, 2)  # the first two kept: areas 1 and 20, after area 0
+    idx, excluded = AL._select(masks, 2)  # the first two kept: areas 1 and 20, after area 0
     assert idx.tolist() == [1, 2] and excluded == 1
-    idx, excluded = A._select(masks, 10)
+    idx, excluded = AL._select(masks, 10)
     assert idx.tolist() == [1, 2, 3] and excluded == 1
 
 
@@ -126,16 +133,17 @@ def test_measured_counts_from_audit_rows(monkeypatch, tmp_path):
                  **{f"score_{p}": 0.5 for p in (1, 2, 3)}} for m in methods]
 
     monkeypatch.setattr(P, "principles_table", fake_table)
-    store = A.UnitStore(tmp_path)
-    counts, rows = A.measured_principle_counts(0, store)
+    store = UnitStore(tmp_path)
+    methods = A.assessment_methods(0)
+    counts, rows = A.measured_principle_counts(methods, 0, store)
     assert counts == {"GI": 0.0, "Occ-1": 1.0, "Occ-2x2": 0.5, "DL": 1.5, "IG": 2.0, "EG": 3.0}
     assert [r["principles_paper"] for r in rows] == [0.0, 0.5, 0.5, 1.0, 2.0, 3.0]
-    assert A.measured_principle_counts(0, store)[0] == counts  # cached: no second audit
+    assert A.measured_principle_counts(methods, 0, store)[0] == counts  # cached: no second audit
     assert len(calls) == 1
 
 
 # ------------------------------------------------------------------ the MNIST route, resume
-RUN = {"n_samples": 2, "batch_size": 1, "epochs": 0, "show_progress": False,
+RUN = {"n_samples": 2, "batch_size": 1,
        "principle_counts": COUNTS, "method_kwargs": {"IG": {"n_steps": 8}, "EG": {"n_samples": 4}},
        "models": {"infidelity": ("m_sg",), "taylor_order": ("m_sg",), "bbox": ("loc_c_sp",)}}
 
@@ -143,10 +151,15 @@ RUN = {"n_samples": 2, "batch_size": 1, "epochs": 0, "show_progress": False,
 METHODS_RUN = ("GI", "DL", "IG", "EG")
 
 
+def _ws(out):
+    """An untrained (epochs=0), quiet workspace."""
+    return Workspace(out, epochs=0, progress=False)
+
+
 @pytest.fixture(scope="module")
 def first_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("assess")
-    result = A.run_assessment(out, methods=METHODS_RUN, **RUN)
+    result = A.run_assessment(_ws(out), methods=METHODS_RUN, **RUN)
     return out, result
 
 
@@ -165,13 +178,14 @@ def test_tables_and_files(first_run):
     assert "0.27" in text and "0.48" in text and "negative" in text and "positive" in text
 
 
-def test_correlations_equal_scipy_with_and_without_eg(first_run):
+def test_correlations_equal_scipy_all_and_point_baselines(first_run):
     _, r = first_run
     for c in r.correlations:
         metric = c["metric"]
         rows = [row for row in getattr(r, c["experiment"]) if row["model"] == c["model"]]
         for key, kept in (("spearman", rows),
-                          ("spearman_without_eg", [row for row in rows if row["method"] != "EG"])):
+                          ("spearman_point_baselines",
+                           [row for row in rows if row["method"] != "EG"])):
             expected = scipy.stats.spearmanr([row["principles"] for row in kept],
                                              [row[metric] for row in kept]).statistic
             assert c[key] == pytest.approx(expected, abs=1e-12, nan_ok=True), (c, key)
@@ -219,49 +233,56 @@ def test_resume_computes_nothing_new(first_run, monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("a finished unit was computed again")
 
+    import taylorattr.methods.taylor_attribution as TA
     import taylorattr.taylor
 
-    monkeypatch.setattr(A, "_attribute", fail)
-    monkeypatch.setattr(A, "square_output_changes", fail)
+    monkeypatch.setattr(Stage, "attribute", fail)
+    monkeypatch.setattr(AI, "square_output_changes", fail)
     monkeypatch.setattr(taylorattr.taylor, "taylor_attribution", fail)
-    monkeypatch.setattr(A, "bbox_accuracy", fail)
-    again = A.run_assessment(out, methods=METHODS_RUN, **RUN)
+    monkeypatch.setattr(TA, "taylor_attribution", fail)
+    monkeypatch.setattr(AL, "bbox_accuracy", fail)
+    again = A.run_assessment(_ws(out), methods=METHODS_RUN, **RUN)
     for name in ("infidelity", "taylor_order", "bbox", "correlations", "principles"):
         assert getattr(again, name) == getattr(r, name), name
 
 
 def test_interrupted_run_resumes(tmp_path, monkeypatch):
     """A run killed after some units picks up where it stopped."""
-    real = A._attribute
+    real = Stage.attribute
     calls = []
 
     def flaky(*args, **kwargs):
-        calls.append(args[0][0])
+        calls.append(args[0].label)
         if len(calls) == 3:
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(A, "_attribute", flaky)
+    monkeypatch.setattr(Stage, "attribute", staticmethod(flaky))
     kw = {**RUN, "models": {"infidelity": ("m_sg",)}}
     with pytest.raises(KeyboardInterrupt):
-        A.run_assessment(tmp_path, experiments=("infidelity",), methods=("GI", "IG"), **kw)
+        A.run_assessment(_ws(tmp_path), experiments=("infidelity",), methods=("GI", "IG"), **kw)
     calls.clear()
-    r = A.run_assessment(tmp_path, experiments=("infidelity",), methods=("GI", "IG"), **kw)
+    r = A.run_assessment(_ws(tmp_path), experiments=("infidelity",), methods=("GI", "IG"), **kw)
     assert len(calls) == 2  # units (GI, batch 1) and (IG, batch 1); batch 0 was stored
     assert all(row["n"] == 2 for row in r.infidelity)
 
 
 def test_arguments_are_checked(tmp_path):
+    ws = _ws(tmp_path)
     with pytest.raises(ValueError, match="experiments"):
-        A.run_assessment(tmp_path, experiments=("nope",))
+        A.run_assessment(ws, experiments=("nope",))
     with pytest.raises(ValueError, match="methods"):
-        A.run_assessment(tmp_path, methods=("LRP",))
+        A.run_assessment(ws, methods=("LRP",))
     with pytest.raises(ValueError, match="methods"):
-        A.run_assessment(tmp_path, method_kwargs={"LRP": {}})
+        A.run_assessment(ws, method_kwargs={"LRP": {}})
     with pytest.raises(ValueError, match="weights"):
-        A.run_assessment(tmp_path, imagenet_dir=tmp_path)
+        A.ImagenetRoute(tmp_path, {})
+    with pytest.raises(ValueError, match="weights names"):
+        A.ImagenetRoute(tmp_path, {"alexnet": tmp_path})
+    with pytest.raises(TypeError, match="imagenet"):
+        A.run_assessment(ws, imagenet=tmp_path)
     with pytest.raises(ValueError, match="lacks"):
-        A.run_assessment(tmp_path, experiments=("infidelity",), principle_counts={"GI": 0})
+        A.run_assessment(ws, experiments=("infidelity",), principle_counts={"GI": 0})
 
 
 # ------------------------------------------------------------------ the ImageNet route
@@ -290,11 +311,10 @@ def test_imagenet_route_end_to_end(tmp_path):
     weights = tmp_path / "resnet18.pt"
     torch.save(torchvision.models.resnet18(weights=None).state_dict(), weights)
 
-    r = A.run_assessment(tmp_path / "out", experiments=("bbox",), models={"bbox": ()},
+    r = A.run_assessment(_ws(tmp_path / "out"), experiments=("bbox",), models={"bbox": ()},
                          methods=("GI", "DL", "IG"), method_kwargs={"IG": {"n_steps": 4}},
-                         n_samples=5, batch_size=2,
-                         show_progress=False, principle_counts=COUNTS, imagenet_dir=folder,
-                         weights={"resnet18": weights}, imagenet_size=(20, 16))
+                         n_samples=5, batch_size=2, principle_counts=COUNTS,
+                         imagenet=A.ImagenetRoute(folder, {"resnet18": weights}, (20, 16)))
     rows = {row["method"]: row for row in r.bbox}
     assert set(rows) == {"GI", "DL", "IG"}
     assert all(row["model"] == "ResNet18" and row["n_excluded"] == 1 for row in rows.values())
@@ -334,13 +354,15 @@ def test_cli_passes_the_imagenet_route_through(tmp_path, monkeypatch):
     weights.write_bytes(b"")
     seen = {}
 
-    def fake_run(out, **kw):
-        seen.update(kw)
+    def fake_run(ws, **kw):
+        seen.update(kw, out=ws.out)
         return A.AssessmentResult()
 
     monkeypatch.setattr(A, "run_assessment", fake_run)
     monkeypatch.setattr(A, "format_assessment", lambda result: "table")
     assert cli.main(["assess", "--experiment", "bbox", "--imagenet-dir", str(tmp_path),
                      "--weights", f"vgg16={weights}", "--out", str(tmp_path / "out")]) == 0
-    assert seen["imagenet_dir"] == tmp_path and seen["weights"] == {"vgg16": weights}
+    route = seen["imagenet"]
+    assert route.root == tmp_path and dict(route.weights) == {"vgg16": weights}
+    assert seen["out"] == tmp_path / "out"
     assert seen["experiments"] == ("bbox",)

@@ -15,7 +15,6 @@ from torch import nn
 
 import taylorattr as ta
 from taylorattr.methods import (
-    METHODS,
     DeepLift,
     EGDraws,
     EpsilonLRP,
@@ -30,6 +29,7 @@ from taylorattr.methods import (
 from taylorattr.methods.expected_gradients import draw
 from taylorattr.methods.integrated_gradients import quadrature
 from taylorattr.methods.layerwise import denominator, edge_terms
+from taylorattr.registry import METHODS
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

@@ -254,7 +254,8 @@ def test_a_user_callable_and_the_captum_adapter_are_accepted(ig_report):
 
 
 def test_classes_instances_and_specs_of_ours_are_accepted():
-    from taylorattr.methods import METHODS, EpsilonLRP
+    from taylorattr.methods import EpsilonLRP
+    from taylorattr.registry import METHODS
 
     model = _quadratic_probe()
     x = torch.tensor([[1.2, -0.7]], dtype=DT)

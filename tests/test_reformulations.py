@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 import taylorattr as ta
-from taylorattr.methods import METHODS, IntegratedGradients
+from taylorattr.methods import IntegratedGradients
 from taylorattr.reformulations import occlusion_groups
+from taylorattr.registry import METHODS
 
 DT = torch.float64
 

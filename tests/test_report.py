@@ -2,6 +2,7 @@
 import base64
 import html
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,9 +72,9 @@ def test_reproduce_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
     """Every stage runs and the HTML report carries each table and figure the run produced,
     with the output folder given as a relative path (as ``make reproduce`` does)."""
     from taylorattr.experiments.reproduce import ReproduceSettings, reproduce
-    from taylorattr.experiments.validation import VALIDATION_METHODS
+    from taylorattr.experiments.validation import validation_methods
 
-    tiny = ReproduceSettings(validation_samples=4, validation_orders=(2,), assessment_samples=2,
+    tiny = ReproduceSettings(validation_samples=4, validation_orders=(2, 3), assessment_samples=2,
                              quick=True, digits=1, photos=(), epochs=0)
     monkeypatch.chdir(tmp_path)
     md = reproduce("results", show_progress=False, settings=tiny)
@@ -84,10 +85,53 @@ def test_reproduce_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
     validation = __import__("json").loads((tmp_path / "validation" / "validation.json").read_text())
     for row in validation["rows"]:  # every measured percentage change is printed in the table
         assert f"{row['percentage_change']:.3g}%" in html.unescape(page)
-    assert {r["method"] for r in validation["rows"]} == set(VALIDATION_METHODS)
+    assert {r["method"] for r in validation["rows"]} == {m.label for m in validation_methods()}
     pngs = list((tmp_path).rglob("*.png"))
     assert {p.name for p in pngs} >= {"saliency_mnist.png", "figure3_infidelity.png",
                                       "figure4_bbox_accuracy.png"}
     for png in pngs:  # every figure the run wrote is embedded and linked
         assert base64.b64encode(png.read_bytes()).decode() in page, png
         assert f"]({png.relative_to(tmp_path).as_posix()})" in md.read_text(), png
+    _same_tables_as_v01(tmp_path)
+
+
+_VOLATILE = {"seconds", "cached", "train_seconds", "figures", "timings"}
+
+
+def _clean(v):
+    if isinstance(v, dict):
+        return {k: _clean(x) for k, x in v.items() if k not in _VOLATILE}
+    if isinstance(v, list):
+        return [_clean(x) for x in v]
+    return v
+
+
+def _same_tables_as_v01(out):
+    """The refactor of issue 12 changed no number: the tables equal those that taylorattr 0.1
+    (commit ec398f7, before the method registry) wrote for these tiny settings, stored in
+    tests/data/reproduce_tiny_v0.1.json with times left out (one field renamed since:
+    ``spearman_without_eg`` -> ``spearman_point_baselines``, the same values)."""
+    import json
+
+    golden = json.loads((Path(__file__).parent / "data" / "reproduce_tiny_v0.1.json").read_text())
+    assess = json.loads((out / "assessment" / "assessment.json").read_text())
+    now = _clean({
+        "validation": json.loads((out / "validation" / "validation.json").read_text()),
+        "principles": [r for r in json.loads((out / "principles" / "principles.json").read_text())
+                       if r["method"] in {g["method"] for g in golden["principles"]}],
+        "assessment": {k: assess[k] for k in golden["assessment"]}})
+    assert _close(now, golden)
+
+
+def _close(a, b, path="tables"):
+    if isinstance(b, dict):
+        assert isinstance(a, dict) and set(a) == set(b), (path, sorted(set(a) ^ set(b)))
+        return all(_close(a[k], b[k], f"{path}/{k}") for k in b)
+    if isinstance(b, list):
+        assert isinstance(a, list) and len(a) == len(b), path
+        return all(_close(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b)))
+    if isinstance(b, float) and isinstance(a, float):
+        assert a == pytest.approx(b, rel=1e-9, abs=1e-12, nan_ok=True), path
+        return True
+    assert a == b, path
+    return True

@@ -39,10 +39,10 @@ from torch import nn
 import taylorattr as ta
 from taylorattr import cli
 from taylorattr import metrics as M
-from taylorattr.methods import METHODS, UnsupportedModelError
+from taylorattr.methods import UnsupportedModelError
 from taylorattr.methods.integrated_gradients import QUADRATURE_METHODS
 from taylorattr.models import Square
-from taylorattr.reformulations import REFORMULATIONS
+from taylorattr.registry import METHODS
 from taylorattr.taylor import group_expansions, taylor_attribution
 from taylorattr.taylor_mode import UnsupportedOperation
 
@@ -427,7 +427,8 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     _method_entry("epsilon_lrp"),
     _method_entry("integrated_gradients", n_steps=3),
     _method_entry("expected_gradients", noise_std=0.1, n_samples=2),
-    *[_reform_entry(n) for n in REFORMULATIONS if n != "expected_gradients"],
+    *[_reform_entry(n) for n, spec in METHODS.items()
+      if spec.reformulation is not None and n != "expected_gradients"],
     _reform_entry("expected_gradients", noise_std=0.1, n_samples=2),
     Entry("metrics.infidelity", _infidelity, baselines=None,
           options={"attributions": lambda shape: malformed_tensor(

@@ -382,7 +382,7 @@ def test_the_network_guard_refuses(no_network):
 
 def test_nothing_opens_a_network_connection_at_run_time(no_network, monkeypatch):
     import taylorattr as ta
-    from taylorattr.methods import METHODS
+    from taylorattr.registry import METHODS
 
     loads = []
     real_load = torch.load

@@ -40,8 +40,8 @@ def _correlation_table(result, experiment: str) -> list[str]:
         return []
     sign = paper.CORRELATION_SIGN[experiment]
     lines = ["", f"Spearman rank correlation with the number of principles (paper: {sign}):", "",
-             "| model | measured counts | paper's counts | measured, point baselines only "
-             "| methods |",
+             ("| model | measured counts | paper's counts | measured, point baselines only "
+              "| methods |"),
              "|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} | {_fmt(r['spearman'], '.3f')} | "

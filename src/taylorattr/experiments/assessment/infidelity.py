@@ -75,21 +75,11 @@ def _changes(stage: Stage, name, model, mfp, x, xfp):
     return stage.store.get(f"changes-{name}-{mfp}-{xfp}", lambda: timed(compute))
 
 
-def _score(method, model, xb, ch) -> dict:
-    attr = stage_attribute(method, model, xb, ch["target"], Point(0.0))
+def _score(stage: Stage, method, model, xb, ch) -> dict:
+    attr = stage.attribute(method, model, xb, ch["target"], Point(0.0))
     if isinstance(attr, str):
         return {"error": attr}
     return {"infidelity": infidelity_from_changes(square_predictions(attr), ch["changes"])}
-
-
-def stage_attribute(method, model, x, target, baseline):
-    """The attributions of a bound method, or the reason it cannot run on ``model``."""
-    from ...methods import UnsupportedModelError
-
-    try:
-        return method(model, x, baseline, target).detach()
-    except UnsupportedModelError as exc:
-        return f"{type(exc).__name__}: {exc}"
 
 
 def _units(stage: Stage, models, x: torch.Tensor, methods, desc: str) -> dict:
@@ -110,7 +100,7 @@ def _units(stage: Stage, models, x: torch.Tensor, methods, desc: str) -> dict:
                 out[(m, method.label, i0)] = stage.store.get(
                     f"infidelity-{m}-{method.name}-{method.tag()}-seed{stage.ws.seed}-{mfp}-{xfp}",
                     lambda method=method, model=model, xb=xb, ch=ch: timed(
-                        lambda: _score(method, model, xb, ch)))
+                        lambda: _score(stage, method, model, xb, ch)))
                 bar.update(1)
     bar.close()
     return out

@@ -21,7 +21,6 @@ from ...metrics import bbox_accuracy
 from ...statistics import mean_sem
 from .. import paper
 from .._units import fingerprint
-from .infidelity import stage_attribute
 from .stage import Stage, collect, timed
 
 __all__ = ["IMAGENET_MODELS", "MAX_MASK_COVERAGE", "ImagenetRoute", "keep_by_coverage",
@@ -89,7 +88,7 @@ def _units(stage: Stage, name: str, model, mfp: str, x, masks, labels_true, base
             bar.set_postfix_str(f"{method.label} {i0}:{i1}")
 
             def compute(method=method, xb=xb, mb=mb, target=target):
-                attr = stage_attribute(method, model, xb, target, baseline)
+                attr = stage.attribute(method, model, xb, target, baseline)
                 if isinstance(attr, str):
                     return {"error": attr}
                 return {"accuracy": bbox_accuracy(attr.to(torch.float64), mb)}

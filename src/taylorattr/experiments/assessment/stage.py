@@ -49,6 +49,16 @@ class Stage:
                                     "cached": info.get("cached")})
         return self._models[name]
 
+    @staticmethod
+    def attribute(method, model, x, target, baseline):
+        """The attributions of a bound method, or the reason it cannot run on ``model``."""
+        from ...methods import UnsupportedModelError
+
+        try:
+            return method(model, x, baseline, target).detach()
+        except UnsupportedModelError as exc:
+            return f"{type(exc).__name__}: {exc}"
+
     def add_model(self, name: str, model, row: dict):
         """A model from outside the registry (the ImageNet route), with its table row."""
         self._models[name] = (model, self.ws.fingerprint(model))
