@@ -87,7 +87,9 @@ def trace(model: nn.Module, what: str, error: type[Exception] = TypeError,
 def _name(target) -> str:
     mod = getattr(target, "__module__", None) or ""
     name = getattr(target, "__name__", repr(target))
-    if mod in ("torch._C._nn", "torch.nn.functional"):
+    if mod == "_operator":
+        mod = "operator"
+    elif mod in ("torch._C._nn", "torch.nn.functional"):
         mod = "torch.nn.functional"
     elif mod.startswith("torch._C") or mod == "torch._VariableFunctions":
         mod = "torch"

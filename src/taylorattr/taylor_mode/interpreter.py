@@ -28,6 +28,10 @@ ADVICE = ("What you can do: use an operation listed in docs/supported_ops.md "
           "(taylorattr.taylor_mode.supported_ops()), register an exact rule with "
           "ta.register_taylor_rule({key}, rule), or, for a ReLU/max-pool network, analyse "
           "ta.smooth(model, beta) instead.")
+ADVICE_ARGS = ("What you can do: the op is supported with other arguments (keep the batch axis "
+               "first and whole, as docs/supported_ops.md says), or override its rule with "
+               "ta.register_taylor_rule({key}, rule, replace=True); for a ReLU/max-pool network, "
+               "analyse ta.smooth(model, beta) instead.")
 
 
 def trace(model: nn.Module) -> fx.GraphModule:
@@ -90,16 +94,20 @@ class TaylorInterpreter(fx.Interpreter):
         except UnsupportedOperation as exc:
             if getattr(exc, "annotated", False):
                 raise
-            key = exc.args[1] if len(exc.args) > 1 else None
+            no_rule = len(exc.args) > 1
             reason = exc.args[0]
-            if key is None:
-                key = {"call_module": lambda: type(self.fetch_attr(n.target)).__name__,
-                       "call_function": lambda: _fx._name(n.target),
-                       "call_method": lambda: f"'Tensor.{n.target}'"}.get(n.op, lambda: "...")()
+            key = exc.args[1] if no_rule else self._key(n)
+            advice = ADVICE if no_rule else ADVICE_ARGS
             err = UnsupportedOperation(f"{_fx.describe(n, self.module)}: {reason}. "
-                                       + ADVICE.format(key=key))
+                                       + advice.format(key=key))
             err.annotated = True
             raise err from exc
+
+    def _key(self, n: fx.Node) -> str:
+        """How ``register_taylor_rule`` names the op of node ``n``."""
+        if n.op == "call_module":
+            return type(self.fetch_attr(n.target)).__name__
+        return _fx._name(n.target) if n.op == "call_function" else f"'Tensor.{n.target}'"
 
     def call_module(self, target, args, kwargs):
         module = self.fetch_attr(target)

@@ -132,6 +132,17 @@ builtin(nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, family="shape", po
 # ---------------------------------------------------------------- shape and indexing
 
 
+def _new_like(fn):
+    """A new tensor shaped like the Jet: a constant (it does not depend on the values)."""
+    return lambda x, *args, **kwargs: fn(x.primal, *args, **kwargs)
+
+
+for _fn in (torch.zeros_like, torch.ones_like, torch.full_like):
+    builtin(_fn, family="shape")(_new_like(_fn))
+for _name in ("new_zeros", "new_ones", "new_full"):
+    builtin(f"Tensor.{_name}", family="shape")(_new_like(getattr(torch.Tensor, _name)))
+
+
 @builtin(torch.reshape, "Tensor.reshape", "Tensor.view", family="shape")
 def reshape(x: Jet, *shape) -> Jet:
     if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
@@ -156,7 +167,10 @@ builtin(nn.Flatten, family="shape")(lambda m, x: flatten(x, m.start_dim, m.end_d
 
 @builtin(operator.getitem, family="shape")
 def getitem(x, index):
-    if not is_jet(x):
+    if isinstance(x, BatchSecond):
+        raise UnsupportedOperation("indexing a sequence-first tensor (transpose(0, 1) it back "
+                                   "to batch-first first)")
+    if not is_jet(x):  # a tuple or list holding Jets (e.g. attention's (output, weights))
         return operator.getitem(x, index)
     idx = index if isinstance(index, tuple) else (index,)
     if not idx or idx[0] != slice(None):
@@ -164,6 +178,9 @@ def getitem(x, index):
     if any(is_jet(i) or isinstance(i, torch.Tensor) for i in idx):
         raise UnsupportedOperation("indexing by a tensor (use a slice, an int or None)")
     return Jet(x.primal[idx], x.series[(slice(None), slice(None)) + idx], affine=x.affine)
+
+
+getitem.accepts_batch_second = True
 
 
 @builtin(torch.cat, torch.concat, family="shape")
@@ -206,7 +223,8 @@ def expand(x: Jet, *sizes) -> Jet:
     return Jet(primal, x.series.expand(*x.series.shape[:3], *primal.shape[1:]), affine=x.affine)
 
 
-builtin("Tensor.expand_as", family="shape")(lambda x, other: expand(x, other.shape))
+builtin("Tensor.expand_as", family="shape")(
+    lambda x, other: expand(x, other.primal.shape if is_jet(other) else other.shape))
 
 
 def _transpose(x, d0, d1):
