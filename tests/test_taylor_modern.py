@@ -49,7 +49,7 @@ def _check_orders(model, x, base, K=3, target=1, sample_model=None):
     terms = ta.taylor_terms(model, x, base, order=K, target=target)
     for b in range(x.shape[0]):
         one = model if sample_model is None else sample_model(b)
-        ref = _reference(_autograd_orders)(lambda z: one(z[None])[0, target], x[b],
+        ref = _reference(_autograd_orders)(lambda z, one=one: one(z[None])[0, target], x[b],
                                           x[b] - base[b], K)
         torch.testing.assert_close(terms.orders[b], ref, rtol=1e-9, atol=1e-13)
     return terms

@@ -27,7 +27,8 @@ _TORCH_DIR = os.path.dirname(torch.__file__)
 class Tracer(fx.Tracer):
     """fx tracer keeping elementwise modules and ``leaf_modules`` whole; records stack traces.
 
-    ``leaf_modules``: module types never traced into; ``autowrap_functions``: plain Python
+    ``leaf_modules``: module types never traced into (exact types: a subclass with its own
+    forward is traced); ``autowrap_functions``: plain Python
     functions recorded as single calls (as ``torch.fx.wrap`` would)."""
 
     def __init__(self, leaf_modules: tuple[type, ...] = (), autowrap_functions: tuple = ()):
@@ -45,7 +46,7 @@ class Tracer(fx.Tracer):
         return traceback.StackSummary.from_list(user[-1:])
 
     def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        if getattr(m, "elementwise", False) is True or isinstance(m, self.leaf_modules):
+        if getattr(m, "elementwise", False) is True or type(m) in self.leaf_modules:
             return True
         return super().is_leaf_module(m, qualname)
 

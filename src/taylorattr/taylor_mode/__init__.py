@@ -44,7 +44,13 @@ from Jet arithmetic (+ - * /), jet.unary(series_fn) and jet.linear(fn):
 """
 from __future__ import annotations
 
-from . import rules_affine, rules_attention, rules_norm, rules_pointwise  # noqa: F401 (register)
+from . import (  # noqa: F401 (they register their rules)
+    rules_affine,
+    rules_attention,
+    rules_norm,
+    rules_pointwise,
+    rules_surrogates,
+)
 from .interpreter import piecewise_linear_ops, propagate, trace
 from .jet import BatchSecond, Jet, UnsupportedOperation
 from .registry import register_taylor_rule, supported_ops, supported_ops_markdown

@@ -38,7 +38,7 @@ def trace(model: nn.Module) -> fx.GraphModule:
     """Trace ``model`` with torch.fx, keeping polynomial activations, registered module
     types and registered functions whole; defaulted forward arguments fixed."""
     return _fx.trace(model, "Taylor-mode propagation", UnsupportedOperation,
-                     leaf_modules=R.user_leaf_modules(), autowrap_functions=R.user_functions())
+                     leaf_modules=R.leaf_modules(), autowrap_functions=R.user_functions())
 
 
 def piecewise_linear_ops(gm: fx.GraphModule) -> list[str]:

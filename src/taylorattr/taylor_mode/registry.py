@@ -26,6 +26,7 @@ FAMILIES = {
     "reduction": "Reductions and statistics over non-batch axes",
     "normalisation": "Normalisation",
     "attention": "Attention, softmax and multilinear products",
+    "surrogates": "Smooth surrogates made by `ta.smooth`",
     "user": "Registered by the user (`ta.register_taylor_rule`)",
 }
 
@@ -118,8 +119,10 @@ def module_entry(m: nn.Module) -> Entry | None:
     return None
 
 
-def user_leaf_modules() -> tuple[type, ...]:
-    return tuple(k for k, e in MODULE_RULES.items() if e.family == "user")
+def leaf_modules() -> tuple[type, ...]:
+    """Module types with a rule defined outside torch.nn (kept whole while tracing; torch.nn's
+    own modules are leaves anyway)."""
+    return tuple(k for k in MODULE_RULES if not k.__module__.startswith("torch.nn"))
 
 
 def user_functions() -> tuple[Callable, ...]:
@@ -133,6 +136,8 @@ def _display(key) -> str:
     if isinstance(key, type):
         return f"nn.{key.__name__}" if getattr(nn, key.__name__, None) is key else key.__qualname__
     name = getattr(key, "__name__", repr(key))
+    if name.startswith("special_") and getattr(torch.special, name[8:], None) is key:
+        return f"torch.special.{name[8:]}"
     for prefix, namespace in (("F", F), ("torch", torch), ("torch.special", torch.special),
                               ("operator", operator)):
         if getattr(namespace, name, None) is key:
@@ -143,10 +148,14 @@ def _display(key) -> str:
 def supported_ops() -> dict[str, list[str]]:
     """Family -> sorted display names of every module, function and tensor method with a rule."""
     out: dict[str, set[str]] = {f: set() for f in FAMILIES}
-    for table in (MODULE_RULES, FUNCTION_RULES):
-        for key, entry in table.items():
-            if not isinstance(key, type) or not key.__name__.startswith("_"):
-                out[entry.family].add(_display(key))
+    for key, entry in MODULE_RULES.items():
+        if key.__name__.startswith("_"):  # a private base class: list its public subclasses
+            out[entry.family].update(_display(c) for c in vars(nn).values()
+                                     if isinstance(c, type) and issubclass(c, key))
+        else:
+            out[entry.family].add(_display(key))
+    for key, entry in FUNCTION_RULES.items():
+        out[entry.family].add(_display(key))
     for key, entry in METHOD_RULES.items():
         out[entry.family].add(_display(key))
     return {f: sorted(names) for f, names in out.items() if names}

@@ -132,6 +132,12 @@ builtin(nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, family="shape", po
 # ---------------------------------------------------------------- shape and indexing
 
 
+@builtin("Tensor.detach", family="shape")
+def _detach(x: Jet) -> torch.Tensor:
+    """``detach`` makes a constant, as it does for autograd: the primal alone."""
+    return x.primal.detach()
+
+
 def _new_like(fn):
     """A new tensor shaped like the Jet: a constant (it does not depend on the values)."""
     return lambda x, *args, **kwargs: fn(x.primal, *args, **kwargs)
@@ -173,6 +179,10 @@ def getitem(x, index):
     if not is_jet(x):  # a tuple or list holding Jets (e.g. attention's (output, weights))
         return operator.getitem(x, index)
     idx = index if isinstance(index, tuple) else (index,)
+    if any(i is Ellipsis for i in idx):  # spell the Ellipsis out
+        at = next(k for k, i in enumerate(idx) if i is Ellipsis)
+        named = sum(i is not None and i is not Ellipsis for i in idx)
+        idx = idx[:at] + (slice(None),) * (x.primal.dim() - named) + idx[at + 1:]
     if not idx or idx[0] != slice(None):
         raise UnsupportedOperation(f"indexing {index!r} that does not keep the batch axis whole")
     if any(is_jet(i) or isinstance(i, torch.Tensor) for i in idx):
