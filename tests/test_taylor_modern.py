@@ -220,6 +220,31 @@ def test_multihead_attention_against_autograd(batch_first, masks):
     _check_orders(Bound().eval(), x, base, K=3, sample_model=lambda b: Bound(b).eval())
 
 
+class SeqFirst(nn.Module):
+    """Pointwise work on a sequence-first tensor [L, B, E], constants in that layout."""
+
+    def __init__(self, norm_shape=(4,)):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(5, 1, 4))  # [L, 1, E], as seq-first code writes it
+        self.norm = nn.LayerNorm(norm_shape)
+        self.lin = nn.Linear(4, 4)
+        self.attn = nn.MultiheadAttention(4, 2)
+        self.head = nn.Linear(4, 2)
+
+    def forward(self, x):  # x: [B, 5, 4]
+        h = x.transpose(0, 1) + self.pos
+        h = F.gelu(self.lin(self.norm(h))) * 2.0 + torch.tanh(h)
+        h = h + self.attn(h, h, h, need_weights=False)[0]
+        return self.head(h.transpose(0, 1).mean(1))
+
+
+def test_sequence_first_tensors_against_autograd_and_refusals():
+    x, base = _pair(5, 4)
+    _check_orders(SeqFirst().to(DT).eval(), x, base, K=3)
+    with pytest.raises(UnsupportedOperation, match="sequence-first"):  # would mix samples
+        ta.taylor_terms(SeqFirst((2, 4)).to(DT).eval(), x, base, order=2)
+
+
 # ---------------------------------------------------------------- shapes, constants, tracing
 
 class Shapes(nn.Module):

@@ -71,11 +71,11 @@ def _call(entry: R.Entry, args, kwargs):
                           if isinstance(v, BatchSecond) else None)
     if not has_second or getattr(entry.rule, "accepts_batch_second", False):
         return entry.rule(*args, **kwargs)
-    if not entry.pointwise:
+    ndim = has_second[0].jet.primal.dim()
+    if not entry.is_pointwise(args, kwargs, ndim):
         raise UnsupportedOperation(
             "this op on a sequence-first tensor (made by transpose(0, 1)) is not supported; "
             "transpose(0, 1) back to batch-first before it, or use batch_first=True")
-    ndim = has_second[0].jet.primal.dim()
     args, kwargs = fx.node.map_aggregate((args, kwargs), lambda v: _to_batch_first(v, ndim))
     out = entry.rule(*args, **kwargs)
     return BatchSecond(out) if is_jet(out) else out

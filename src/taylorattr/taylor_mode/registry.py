@@ -1,8 +1,9 @@
 """The Taylor-mode rule tables: one entry per module type, function or tensor method.
 
-Every entry knows its family (for the support table) and whether it acts on each
-position of the last axes alone (``pointwise``: it may then run on a sequence-first
-tensor, see :class:`~taylorattr.taylor_mode.jet.BatchSecond`). Errors, the docs table
+Every entry knows its family (for the support table) and whether it treats every position
+of the leading axes alike (``pointwise``: it may then run on a sequence-first tensor, see
+:class:`~taylorattr.taylor_mode.jet.BatchSecond`; a callable ``(args, kwargs, ndim) -> bool``
+decides per call). Errors, the docs table
 (:func:`supported_ops_markdown`, written to ``docs/supported_ops.md``) and user rules
 (:func:`register_taylor_rule`) all read these tables, so they cannot disagree.
 """
@@ -35,7 +36,10 @@ FAMILIES = {
 class Entry:
     rule: Callable
     family: str
-    pointwise: bool = False
+    pointwise: bool | Callable = False
+
+    def is_pointwise(self, args, kwargs, ndim: int) -> bool:
+        return self.pointwise(args, kwargs, ndim) if callable(self.pointwise) else self.pointwise
 
 
 MODULE_RULES: dict[type, Entry] = {}
@@ -60,7 +64,7 @@ def _table(key):
                     f"got {type(key).__name__}")
 
 
-def builtin(*keys, family: str, pointwise: bool = False):
+def builtin(*keys, family: str, pointwise: bool | Callable = False):
     """Decorator: register ``rule`` for every key (module types, functions, 'Tensor.x')."""
     def deco(rule):
         for key in keys:
@@ -83,15 +87,8 @@ def register_taylor_rule(target, rule: Callable, *, pointwise: bool = False,
     recurrences of :mod:`taylorattr.series`, and ``jet.linear(fn)`` for linear maps.
     ``pointwise=True`` declares that the op treats every position of the leading axes
     alike (it may then run on sequence-first tensors). Returns a function that removes
-    the rule again. Example (``asinh``, whose derivative is ``(1 + x^2)^(-1/2)``)::
-
-        from taylorattr import series as S
-
-        def asinh_rule(m, x):
-            g = S.power(S.polynomial(x.coeffs(), [1.0, 0.0, 1.0]), -0.5)
-            return x.unary(lambda c: S.compose(c, torch.asinh(c[0]), lambda k, _: g[k]))
-
-        remove = ta.register_taylor_rule(MyAsinh, asinh_rule)
+    the rule again. The example in :mod:`taylorattr.taylor_mode` (and in
+    ``docs/supported_ops.md``) registers ``asinh``.
     """
     if not callable(rule):
         raise TypeError(f"rule must be callable, got {type(rule).__name__}")

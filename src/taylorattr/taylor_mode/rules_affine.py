@@ -248,6 +248,9 @@ def _transpose(x, d0, d1):
                                        "(transpose(0, 1) back to batch-first first)")
         return x.jet
     if swaps_batch:
+        if n < 3:
+            raise UnsupportedOperation(f"transpose({d0}, {d1}) of a [B, n] tensor moves the batch "
+                                       "axis last")
         return BatchSecond(x)
     batch_dim(d0, n, "transpose")
     batch_dim(d1, n, "transpose")

@@ -76,13 +76,23 @@ def _affine(y: Jet, weight, bias) -> Jet:
     return y if bias is None else y + bias
 
 
-@builtin(F.layer_norm, family="normalisation", pointwise=True)
+def _last_axes_only(args, kwargs, ndim: int) -> bool:
+    """A normalisation over the trailing axes is pointwise on a sequence-first tensor
+    ``[L, B, ...]`` only if it leaves the batch axis (axis 1) out."""
+    if isinstance(args[0], nn.Module):
+        shape = args[0].normalized_shape
+    else:
+        shape = args[1] if len(args) > 1 else kwargs["normalized_shape"]
+    return len(shape) <= ndim - 2
+
+
+@builtin(F.layer_norm, family="normalisation", pointwise=_last_axes_only)
 def layer_norm(x: Jet, normalized_shape, weight=None, bias=None, eps=1e-5) -> Jet:
     dims = _dims(x, tuple(range(-len(normalized_shape), 0)), "layer_norm")
     return _affine(normalise(x, dims, eps), weight, bias)
 
 
-builtin(nn.LayerNorm, family="normalisation", pointwise=True)(
+builtin(nn.LayerNorm, family="normalisation", pointwise=_last_axes_only)(
     lambda m, x: layer_norm(x, m.normalized_shape, m.weight, m.bias, m.eps))
 
 
@@ -99,7 +109,7 @@ builtin(nn.GroupNorm, family="normalisation")(
     lambda m, x: group_norm(x, m.num_groups, m.weight, m.bias, m.eps))
 
 
-@builtin(F.rms_norm, family="normalisation", pointwise=True)
+@builtin(F.rms_norm, family="normalisation", pointwise=_last_axes_only)
 def rms_norm(x: Jet, normalized_shape, weight=None, eps=None) -> Jet:
     dims = _dims(x, tuple(range(-len(normalized_shape), 0)), "rms_norm")
     eps = torch.finfo(x.primal.dtype).eps if eps is None else eps
@@ -107,5 +117,5 @@ def rms_norm(x: Jet, normalized_shape, weight=None, eps=None) -> Jet:
     return _affine(x * (mean_square + eps).unary(lambda s: S.power(s, -0.5)), weight, None)
 
 
-builtin(nn.RMSNorm, family="normalisation", pointwise=True)(
+builtin(nn.RMSNorm, family="normalisation", pointwise=_last_axes_only)(
     lambda m, x: rms_norm(x, m.normalized_shape, m.weight, m.eps))
