@@ -12,6 +12,10 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "TaylorTerms": "taylorattr.taylor",
     "taylor_terms": "taylorattr.taylor",
+    "register_taylor_rule": "taylorattr.taylor_mode",
+    "supported_ops": "taylorattr.taylor_mode",
+    "smooth": "taylorattr.smoothing",
+    "SmoothedModel": "taylorattr.smoothing",
     "GradientInput": "taylorattr.methods",
     "Occlusion": "taylorattr.methods",
     "DeepLift": "taylorattr.methods",
@@ -31,7 +35,7 @@ _EXPORTS = {
     "AuditReport": "taylorattr.principles",
 }
 _SUBMODULES = {"baselines", "metrics", "models", "data", "methods", "experiments", "plotting",
-               "principles", "reformulations", "registry", "taylor"}
+               "principles", "reformulations", "registry", "series", "taylor", "taylor_mode"}
 
 __all__ = sorted(_EXPORTS.keys() | _SUBMODULES)  # noqa: PLE0605 (from the lazy table)
 

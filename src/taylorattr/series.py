@@ -15,9 +15,13 @@ derivatives of repeated ``jvp``:
   (exp: g = y;  sigmoid: g = y - y^2;  tanh: g = 1 - y^2;  softplus: g = sigmoid(x);
   log: g = 1/x)
 * real power:        y_k = 1/(k x_0) sum_{j=1..k} (p j - (k - j)) x_j y_{k-j}
+* erf (g = 2/sqrt(pi) exp(-x^2)) and the normal CDF Phi (g = exp(-x^2/2)/sqrt(2 pi)), so
+  GELU = x Phi(x) and its tanh approximation 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))
+  are Cauchy products of exact series
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import torch
@@ -108,6 +112,37 @@ def softplus(x: Sequence[torch.Tensor], beta: float = 1.0, threshold: float = 20
     if not bool(linear.any()):
         return y
     return [torch.where(linear, xk, yk) for xk, yk in zip(x, y)]
+
+
+def _gaussian_slope(x: Sequence[torch.Tensor], a: float, scale: float) -> Series:
+    """Series of ``scale * exp(-a x^2)``, the slope of erf (a=1) and of Phi (a=1/2)."""
+    e = exp([-a * c for c in mul(x, x)])
+    return [scale * c for c in e]
+
+
+def erf(x: Sequence[torch.Tensor]) -> Series:
+    """``erf(x)``: phi' = 2/sqrt(pi) exp(-x^2)."""
+    g = _gaussian_slope(x, 1.0, 2.0 / math.sqrt(math.pi))
+    return compose(x, torch.erf(x[0]), lambda m, _: g[m])
+
+
+def normal_cdf(x: Sequence[torch.Tensor]) -> Series:
+    """``Phi(x) = (1 + erf(x / sqrt 2)) / 2``: phi' = exp(-x^2/2) / sqrt(2 pi)."""
+    g = _gaussian_slope(x, 0.5, 1.0 / math.sqrt(2.0 * math.pi))
+    return compose(x, 0.5 * (1.0 + torch.erf(x[0] * math.sqrt(0.5))), lambda m, _: g[m])
+
+
+def gelu(x: Sequence[torch.Tensor], approximate: str = "none") -> Series:
+    """``GELU(x) = x Phi(x)``, or with ``approximate="tanh"``
+    ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (PyTorch's two forms)."""
+    if approximate == "none":
+        return mul(x, normal_cdf(x))
+    if approximate != "tanh":
+        raise ValueError(f"approximate must be 'none' or 'tanh', got {approximate!r}")
+    c = math.sqrt(2.0 / math.pi)
+    half_one_plus = [0.5 + 0.5 * t if k == 0 else 0.5 * t
+                     for k, t in enumerate(tanh(polynomial(x, [0.0, c, 0.0, 0.044715 * c])))]
+    return mul(x, half_one_plus)
 
 
 def log(x: Sequence[torch.Tensor]) -> Series:

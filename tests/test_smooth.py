@@ -1,0 +1,150 @@
+"""ta.smooth: surrogates against closed forms, the output gap against plain model calls,
+and the smoothed network's Taylor terms against float64 repeated autograd."""
+import math
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_taylor import DT, _autograd_orders
+from torch import nn
+
+import taylorattr as ta
+from taylorattr.smoothing import SmoothLeakyReLU, SmoothMaxPool, SmoothReLU, SmoothReLU6
+from taylorattr.taylor_mode import piecewise_linear_ops, trace
+
+torch.manual_seed(0)
+POINTS = [-3.0, -0.4, 0.0, 0.25, 2.0, 5.9, 7.5]
+
+
+def _softplus(x, beta):  # closed form, in Python floats
+    return math.log1p(math.exp(beta * x)) / beta
+
+
+@pytest.mark.parametrize("beta", [1.0, 10.0])
+def test_surrogates_equal_their_closed_forms(beta):
+    x = torch.tensor(POINTS, dtype=DT)
+    relu = [_softplus(v, beta) if beta * v <= 20 else v for v in POINTS]
+    relu6 = [r - (_softplus(v - 6, beta) if beta * (v - 6) <= 20 else v - 6) for r, v in zip(relu, POINTS)]
+    leaky = [0.1 * v + 0.9 * r for r, v in zip(relu, POINTS)]
+    for module, expected in ((SmoothReLU(beta), relu), (SmoothReLU6(beta), relu6),
+                             (SmoothLeakyReLU(beta, 0.1), leaky)):
+        torch.testing.assert_close(module(x), torch.tensor(expected, dtype=DT), rtol=1e-12, atol=1e-12)
+
+
+def test_log_sum_exp_pooling_equals_its_closed_form():
+    x = torch.randn(1, 1, 4, 6, dtype=DT) * 3
+    beta = 2.0
+    got = SmoothMaxPool(beta, 2, 2)(x)  # 2x2 windows, stride 2
+    assert got.shape == (1, 1, 2, 3)
+    for i in range(2):
+        for j in range(3):
+            window = x[0, 0, 2 * i:2 * i + 2, 2 * j:2 * j + 2].flatten().tolist()
+            expected = math.log(sum(math.exp(beta * v) for v in window)) / beta
+            assert got[0, 0, i, j].item() == pytest.approx(expected, rel=1e-12)
+    # overlapping windows with padding and dilation, 1-d: against a window-by-window sum
+    y = torch.randn(2, 3, 9, dtype=DT)
+    pool = SmoothMaxPool(5.0, 1, 3, stride=2, padding=1, dilation=2)
+    padded = F.pad(y, (1, 1), value=float("-inf"))
+    ref = torch.stack([torch.logsumexp(5.0 * padded[..., s:s + 5:2], -1) / 5.0
+                       for s in range(0, padded.shape[-1] - 4, 2)], -1)
+    torch.testing.assert_close(pool(y), ref, rtol=1e-12, atol=1e-12)
+
+
+class ReluCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.act = nn.ReLU(inplace=True)
+        self.pool = nn.MaxPool2d(2)
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1)
+        self.act6 = nn.ReLU6()
+        self.leaky = nn.LeakyReLU(0.05)
+        self.fc = nn.Linear(4 * 3 * 3, 3)
+
+    def forward(self, x):
+        h = self.pool(self.act(self.bn(self.conv1(x))))
+        h = self.leaky(self.act6(2 * self.conv2(h)) + h)  # a residual
+        h = F.max_pool2d(F.relu(h), 2, 1) + h[..., :3, :3].relu()  # functional kinks
+        return self.fc(h.flatten(1))
+
+
+def _relu_cnn():
+    model = ReluCNN().to(DT).eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-0.2, 0.2)
+        model.bn.running_var.uniform_(0.5, 1.5)
+    return model
+
+
+def test_output_gap_falls_as_beta_grows_and_equals_plain_model_calls():
+    model = _relu_cnn()
+    x = torch.randn(3, 1, 8, 8, dtype=DT)
+    gaps = []
+    for beta in (1.0, 10.0, 100.0):
+        smoothed = ta.smooth(model, beta, inputs=x)
+        with torch.no_grad():
+            by_hand = (smoothed(x) - model(x)).abs().max().item()
+        assert smoothed.output_gap == pytest.approx(by_hand, rel=1e-12)
+        gaps.append(smoothed.output_gap)
+    assert gaps[0] > gaps[1] > gaps[2] > 0
+    assert gaps[2] < 0.1 * gaps[0]
+
+
+def test_copy_is_deep_and_every_kink_is_replaced():
+    model = _relu_cnn()
+    smoothed = ta.smooth(model, 10.0)
+    assert smoothed.output_gap is None
+    assert isinstance(model.act, nn.ReLU) and isinstance(model.pool, nn.MaxPool2d)  # unchanged
+    assert piecewise_linear_ops(trace(model))
+    assert piecewise_linear_ops(trace(smoothed)) == []
+    kinds = " ".join(smoothed.replaced)
+    for name in ("act (ReLU)", "pool (MaxPool2d)", "act6 (ReLU6)", "leaky (LeakyReLU)", "functional"):
+        assert name in kinds
+    assert sum("functional" in r for r in smoothed.replaced) == 3  # F.relu, F.max_pool2d, .relu()
+    with torch.no_grad():
+        next(smoothed.parameters()).add_(1.0)
+    assert not torch.equal(next(smoothed.parameters()), next(model.parameters()))
+
+
+def test_smoothed_taylor_terms_are_exact_and_higher_orders_do_not_vanish():
+    model = _relu_cnn()
+    x, base = torch.randn(2, 1, 8, 8, dtype=DT), 0.1 * torch.randn(2, 1, 8, 8, dtype=DT)
+    smoothed = ta.smooth(model, 5.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no piecewise-linear warning any more
+        terms = ta.taylor_terms(smoothed, x, base, order=3, target=1)
+    for b in range(2):
+        ref = _autograd_orders(lambda z: smoothed(z[None])[0, 1], x[b], x[b] - base[b], 3)
+        torch.testing.assert_close(terms.orders[b], ref, rtol=1e-8, atol=1e-12)
+    assert (terms.orders[:, 1].abs() > 1e-6).all()
+    assert (terms.independent.abs().sum((1, 2, 3)) > 0).all()
+
+
+def test_first_order_terms_tend_to_the_original_as_beta_grows():
+    model = _relu_cnn()
+    x = torch.randn(2, 1, 8, 8, dtype=DT)
+    with pytest.warns(UserWarning, match="piecewise-linear"):
+        original = ta.taylor_terms(model, x, 0.0, order=2, target=0).first
+    distance = [(ta.taylor_terms(ta.smooth(model, beta), x, 0.0, order=1, target=0).first
+                 - original).abs().max().item() for beta in (1.0, 10.0, 100.0)]
+    assert distance[0] > distance[1] > distance[2]
+
+
+def test_bad_arguments_are_named():
+    model = _relu_cnn()
+    for beta in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="beta"):
+            ta.smooth(model, beta)
+    for beta in (True, "10", None):
+        with pytest.raises(TypeError, match="beta"):
+            ta.smooth(model, beta)
+    with pytest.raises(TypeError, match="model"):
+        ta.smooth(lambda x: x, 1.0)
+    with pytest.raises(ValueError, match="ceil_mode"):
+        ta.smooth(nn.Sequential(nn.MaxPool2d(2, ceil_mode=True)), 1.0)
+    with pytest.raises(TypeError, match="Hardtanh"):
+        ta.smooth(nn.Sequential(nn.Linear(2, 2), nn.Hardtanh()), 1.0)
+    with pytest.raises(TypeError, match="inputs"):
+        ta.smooth(model, 1.0, inputs=torch.zeros(2, 1, 8, 8, dtype=torch.int64))
