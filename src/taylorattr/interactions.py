@@ -44,7 +44,7 @@ from . import _validation as V
 from .taylor import _default_chunk, _prepare, _select
 from .taylor_mode import propagate
 
-__all__ = ["Interactions", "interactions", "resolve_groups", "default_groups"]
+__all__ = ["Interactions", "default_groups", "interactions", "resolve_groups"]
 
 ROUTES = ("auto", "pairs", "gradient")
 
@@ -153,6 +153,7 @@ def _pairs_route(gm, inputs, u, target, member, order, chunk):
         cross = -(torch.cat(joint, dim=2) - own_c[:, :, a] - own_c[:, :, b])  # [K, B, P]
         pairs[:, :, a, b] = cross
         pairs[:, :, b, a] = cross
+        pairs[0] = 0.0  # P_1 is linear: only rounding is left there
     return pairs, -own_c
 
 
