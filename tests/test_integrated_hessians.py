@@ -9,7 +9,7 @@ from _polynomial import DT, poly_net
 from torch import nn
 from torch.func import grad, hessian, vmap
 
-from taylorattr.integrated_hessians import integrated_hessians
+from taylorattr.path_hessians import integrated_hessians
 from taylorattr.taylor import taylor_attribution
 
 

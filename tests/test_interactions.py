@@ -6,7 +6,7 @@ from _polynomial import DT, poly_net, terms_at_x
 from torch import nn
 
 from taylorattr.interaction_plot import interaction_map, strongest_pairs
-from taylorattr.interactions import interactions
+from taylorattr.pair_interactions import interactions
 from taylorattr.taylor import group_expansions
 
 GROUPS = torch.tensor([0, 2, 1, 1, 2])  # 5 features in 3 groups
@@ -135,3 +135,13 @@ def test_interaction_map_figure(tmp_path):
     assert [(a, b) for a, b, _ in strongest_pairs(result, sample=0, top=3)] == expected
     image_ax = next(ax for ax in fig.axes if ax.get_images() and ax.get_images()[0].get_array().shape == (8, 8))
     assert len(image_ax.patches) == 3  # one arc per strongest pair
+
+
+def test_public_names_are_the_functions():
+    import taylorattr as ta
+    import taylorattr.path_hessians
+    import taylorattr.shapley_rule  # submodules imported first must not shadow the functions
+
+    assert ta.interactions is interactions
+    assert ta.integrated_hessians is taylorattr.path_hessians.integrated_hessians
+    assert callable(ta.shapley_attribution) and ta.Interactions.__name__ == "Interactions"

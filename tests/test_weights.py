@@ -6,7 +6,7 @@ import torch
 from _polynomial import DT, monomials, poly_net, terms_at_x
 
 import taylorattr as ta
-from taylorattr.integrated_hessians import integrated_hessians, path_weights
+from taylorattr.path_hessians import integrated_hessians, path_weights
 from taylorattr.shapley_rule import shapley_attribution
 
 N = 4

@@ -23,6 +23,11 @@ _EXPORTS = {
     "reformulate_orders": "taylorattr.reformulations",
     "audit": "taylorattr.principles",
     "AuditReport": "taylorattr.principles",
+    "Interactions": "taylorattr.pair_interactions",
+    "interactions": "taylorattr.pair_interactions",
+    "integrated_hessians": "taylorattr.path_hessians",
+    "shapley_attribution": "taylorattr.shapley_rule",
+    "interaction_map": "taylorattr.interaction_plot",
 }
 _SUBMODULES = {"metrics", "models", "data", "methods", "experiments", "plotting", "principles",
                "reformulations", "taylor"}

@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 
 from . import _validation as V
-from .interactions import resolve_groups
+from .pair_interactions import resolve_groups
 from .taylor import _default_chunk, _ig_shares, _prepare, _select
 from .taylor_mode import propagate
 

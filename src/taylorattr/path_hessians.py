@@ -37,7 +37,7 @@ from fractions import Fraction
 
 import torch
 
-from .interactions import resolve_groups
+from .pair_interactions import resolve_groups
 from .taylor import _default_chunk, _prepare, _select
 from .taylor_mode import propagate
 
