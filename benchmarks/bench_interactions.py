@@ -20,6 +20,7 @@ file directly. Allocator: the default glibc malloc for every peer. Run:
 """
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
 import sys
 import tempfile
@@ -40,8 +41,6 @@ DT = torch.float64
 
 
 def _path_explainer():
-    import importlib.metadata
-
     dist = importlib.metadata.distribution("path-explain")
     path = Path(dist.locate_file("path_explain/explainers/path_explainer_torch.py"))
     spec = importlib.util.spec_from_file_location("path_explainer_torch", path)
@@ -66,7 +65,7 @@ def quadrature_ih(model, x, base, nodes=48):
     out = []
     for xi, bi in zip(x, base):
         d = xi - bi
-        f = lambda z: model(z[None]).reshape(-1)[0]  # noqa: E731
+        f = lambda z: model(z[None]).reshape(-1)[0]
         pts = bi[None] + g[:, None] * d[None]
         H, G = vmap(hessian(f))(pts), vmap(grad(f))(pts)
         gamma = d[:, None] * d[None, :] * (weight[:, None, None] * g[:, None, None] * H).sum(0)
@@ -78,9 +77,9 @@ def rel(a, b) -> float:
     return float((a.double() - b).norm() / b.norm())
 
 
-def timed(fn):
+def timed(fn, *args, **kwargs):
     start = time.perf_counter()
-    out = fn()
+    out = fn(*args, **kwargs)
     return out, time.perf_counter() - start
 
 
@@ -97,13 +96,13 @@ def bench_ih(rows_out):
         xx = x.to(next(model.parameters()).dtype)
         for K in (2, 3, 4, 6, 8):
             ta.integrated_hessians(model, xx, 0.0, order=K)  # warm-up
-            out, t = timed(lambda: ta.integrated_hessians(model, xx, 0.0, order=K))
+            out, t = timed(ta.integrated_hessians, model, xx, 0.0, order=K)
             err = rel(out, truth)
             ours[(dtype, K)] = (t, err)
             rows.append((f"taylorattr K={K} ({dtype})", f"{t:.3f}", f"{100 * err:.4f}%"))
     try:
         Explainer = _path_explainer()
-    except Exception as exc:  # report, do not hide
+    except (ImportError, OSError, AttributeError) as exc:  # report, do not hide
         rows.append(("path_explain", "n/a", f"could not load: {type(exc).__name__}: {exc}"))
         print_table("1. Integrated Hessians, 64-32-32-1 sigmoid MLP, batch 4", rows,
                     ("method", "seconds", "rel. error"))
@@ -112,9 +111,8 @@ def bench_ih(rows_out):
     x32 = x.float().requires_grad_(True)  # path_explain differentiates w.r.t. its input
     peer = {}
     for samples in (49, 400, 1600, 4900):
-        out, t = timed(lambda: explainer.interactions(x32, base[:1].float(),
-                                                      num_samples=samples, use_expectation=False,
-                                                      verbose=False))
+        out, t = timed(explainer.interactions, x32, base[:1].float(), num_samples=samples,
+                       use_expectation=False, verbose=False)
         err = rel(out.detach(), truth)
         peer[samples] = (t, err)
         rows.append((f"path_explain num_samples={samples}", f"{t:.3f}", f"{100 * err:.3f}%"))
@@ -122,7 +120,7 @@ def bench_ih(rows_out):
             break
     print_table("1. Integrated Hessians, 64-32-32-1 sigmoid MLP, batch 4 (error vs float64 "
                 "Gauss-Legendre quadrature, 48x48)", rows, ("method", "seconds", "rel. error"))
-    first = lambda table: min((v[0] for v in table.values() if v[1] < 0.01), default=None)  # noqa: E731
+    first = lambda table: min((v[0] for v in table.values() if v[1] < 0.01), default=None)
     t_ours = first({k: v for k, v in ours.items() if k[0] == "float32"})
     t_peer = first(peer)
     summary = [("taylorattr (float32)", "n/a" if t_ours is None else f"{t_ours:.3f}"),
@@ -157,12 +155,12 @@ def bench_shapiq_mlp():
     gen = torch.Generator().manual_seed(1)
     x = torch.randn(64, dtype=DT, generator=gen)
     base = torch.zeros_like(x)
-    game = lambda c: removal_game(net, x, base, torch.as_tensor(c)).numpy()  # noqa: E731
+    game = lambda c: removal_game(net, x, base, torch.as_tensor(c)).numpy()
     rows = []
     exact = {}
     for K, route in ((3, "gradient"), (4, "pairs")):
-        res, t = timed(lambda: ta.interactions(net, x[None], 0.0, groups=torch.arange(64),
-                                               order=K, route=route))
+        res, t = timed(ta.interactions, net, x[None], 0.0, groups=torch.arange(64), order=K,
+                       route=route)
         exact[K] = res.total()[0].numpy()
         rows.append((f"taylorattr J_{K} ({route})", "-", f"{t:.2f}", "0 (exact)", "-"))
     for name in ("KernelSHAPIQ", "SHAPIQ"):
@@ -170,7 +168,7 @@ def bench_shapiq_mlp():
             mats, times = [], []
             for seed in (0, 1):
                 approx = getattr(shapiq, name)(n=64, max_order=2, index="k-SII", random_state=seed)
-                values, t = timed(lambda: approx.approximate(budget, game))
+                values, t = timed(approx.approximate, budget, game)
                 mats.append(_pair_matrix(values, 64))
                 times.append(t)
             spread = np.linalg.norm(mats[0] - mats[1]) / np.linalg.norm(mats[0])
@@ -193,7 +191,7 @@ def bench_shapiq_cnn():
     groups = torch.arange(784).view(28, 28)
     groups = (groups // 28 // 7) * 4 + (groups % 28) // 7  # 16 patches of 7x7
     member = (groups.reshape(-1)[None] == torch.arange(16)[:, None]).to(DT)  # [16, 784]
-    head = lambda z: net(z.view(-1, 1, 28, 28))[:, int(net(x[None]).argmax())]  # noqa: E731
+    head = lambda z: net(z.view(-1, 1, 28, 28))[:, int(net(x[None]).argmax())]
 
     def game(coalitions):
         masks = torch.as_tensor(coalitions).to(DT) @ member
@@ -205,14 +203,14 @@ def bench_shapiq_cnn():
     truth = _pair_matrix(truth, 16)
     rows = [("shapiq ExactComputer k-SII", 2**16, f"{t_exact:.2f}", "0 (truth)")]
     for K in (2, 3, 4, 6):
-        res, t = timed(lambda: ta.interactions(net, x[None], 0.0, groups=groups[None], order=K))
+        res, t = timed(ta.interactions, net, x[None], 0.0, groups=groups[None], order=K)
         mat = res.total()[0].numpy()
         rows.append((f"taylorattr J_{K}", "-", f"{t:.2f}",
                      f"{100 * np.linalg.norm(mat - truth) / np.linalg.norm(truth):.2f}%"))
     for name in ("KernelSHAPIQ", "SHAPIQ"):
         for budget in (136, 1000, 5000):
             approx = getattr(shapiq, name)(n=16, max_order=2, index="k-SII", random_state=0)
-            values, t = timed(lambda: approx.approximate(budget, game))
+            values, t = timed(approx.approximate, budget, game)
             mat = _pair_matrix(values, 16)
             rows.append((f"shapiq {name}", budget, f"{t:.2f}",
                          f"{100 * np.linalg.norm(mat - truth) / np.linalg.norm(truth):.2f}%"))
@@ -234,7 +232,7 @@ def interactive_share(model, x, order=4):
 def bench_share(rows_out):
     from taylorattr.data import load_mnist
 
-    images, labels = load_mnist()
+    images, _ = load_mnist()
     x = images[[0, 1000, 2000, 3000]].to(DT)
     rows = []
     cache = Path(tempfile.gettempdir()) / "taylorattr-bench-cache"
@@ -245,7 +243,7 @@ def bench_share(rows_out):
             trained, info = models.get_trained(name, cache, quick=True, show_progress=False)
             variants.append((f"trained (quick, acc {info['held_out_accuracy']:.2f})",
                              trained.to(DT).eval()))
-        except Exception as exc:  # report, do not hide
+        except (ImportError, OSError, RuntimeError, ValueError) as exc:  # report, do not hide
             print(f"{name}: no trained model ({type(exc).__name__}: {exc})")
         for label, model in variants:
             pixel, pair, eps = interactive_share(model, x)

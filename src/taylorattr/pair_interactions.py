@@ -44,7 +44,7 @@ from . import _validation as V
 from .taylor import _default_chunk, _prepare, _select
 from .taylor_mode import propagate
 
-__all__ = ["Interactions", "default_groups", "interactions", "resolve_groups"]
+__all__ = ["Interactions", "autograd_chunk", "default_groups", "interactions", "resolve_groups"]
 
 ROUTES = ("auto", "pairs", "gradient")
 
@@ -120,6 +120,12 @@ def default_groups(sample_shape: tuple[int, ...], max_groups: int) -> torch.Tens
     raise ValueError(f"groups is required for samples of shape {tuple(sample_shape)} with {n} "
                      f"features (> max_groups={max_groups}): pass groups=<integer id tensor shaped "
                      "like one sample>, or raise max_groups to pair every feature")
+
+
+def autograd_chunk(order: int, batch: int, n_features: int) -> int:
+    """Directions per pass when reverse sweeps go through it: the engine's chunk / 8, since
+    the kept graph (and a second or third sweep) costs several times the pass's memory."""
+    return max(1, _default_chunk(order, batch, n_features) // 8)
 
 
 def _cost(G: int, order: int) -> str:
@@ -216,8 +222,9 @@ def interactions(model, inputs: torch.Tensor, baselines=0.0, target=None, groups
     ids = ids.reshape(-1).to(inputs.device)
     member = ids[None, :] == torch.arange(G, device=ids.device)[:, None]  # [G, n]
     u = -delta.reshape(delta.shape[0], -1)
-    chunk = chunk_size or _default_chunk(order, inputs.shape[0], u.shape[1])
     use_gradient = route == "gradient" or (route == "auto" and order <= 3)
+    chunk = chunk_size or (autograd_chunk if use_gradient else _default_chunk)(
+        order, inputs.shape[0], u.shape[1])
     if use_gradient:
         pairs, own = _gradient_route(gm, inputs, u, target, member, order, chunk)
     else:

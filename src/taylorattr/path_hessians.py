@@ -37,8 +37,8 @@ from fractions import Fraction
 
 import torch
 
-from .pair_interactions import resolve_groups
-from .taylor import _default_chunk, _prepare, _select
+from .pair_interactions import autograd_chunk, resolve_groups
+from .taylor import _prepare, _select
 from .taylor_mode import propagate
 
 __all__ = ["integrated_hessians", "path_weights"]
@@ -79,7 +79,7 @@ def integrated_hessians(model, inputs: torch.Tensor, baselines=0.0, target=None,
     G = int(ids.max()) + 1
     member = (ids[None, :] == torch.arange(G, device=ids.device)[:, None]).to(inputs.dtype)
     hess_w, grad_w = path_weights(order)
-    chunk = chunk_size or _default_chunk(order, B, n)
+    chunk = chunk_size or autograd_chunk(order, B, n)
     gamma = torch.zeros(B, G, G, dtype=inputs.dtype, device=inputs.device)
     grad_psi_j = None
     for s in range(0, G, chunk):

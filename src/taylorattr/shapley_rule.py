@@ -33,8 +33,8 @@ from __future__ import annotations
 import torch
 
 from . import _validation as V
-from .pair_interactions import resolve_groups
-from .taylor import _default_chunk, _ig_shares, _prepare, _select
+from .pair_interactions import autograd_chunk, resolve_groups
+from .taylor import _ig_shares, _prepare, _select
 from .taylor_mode import propagate
 
 __all__ = ["MAX_ORDER", "shapley_attribution"]
@@ -105,6 +105,6 @@ def shapley_attribution(model, inputs: torch.Tensor, baselines=0.0, target=None,
     value = ig @ member.T  # IG rule per group
     if order >= 3:
         u = -delta.reshape(B, -1)
-        chunk = chunk_size or _default_chunk(order, B, u.shape[1])
+        chunk = chunk_size or autograd_chunk(order, B, u.shape[1])
         value = value - _corrections(gm, inputs, u, target, member, order, chunk)
     return value[:, ids].view_as(inputs)
