@@ -33,6 +33,11 @@ _EXPORTS = {
     "Noise": "taylorattr.baselines",
     "audit": "taylorattr.principles",
     "AuditReport": "taylorattr.principles",
+    "Interactions": "taylorattr.pair_interactions",
+    "interactions": "taylorattr.pair_interactions",
+    "integrated_hessians": "taylorattr.path_hessians",
+    "shapley_attribution": "taylorattr.shapley_rule",
+    "interaction_map": "taylorattr.interaction_plot",
 }
 _SUBMODULES = {"baselines", "metrics", "models", "data", "methods", "experiments", "plotting",
                "principles", "reformulations", "registry", "series", "taylor", "taylor_mode"}
