@@ -7,8 +7,8 @@ rule's multiplier and every linear map left exact; the attribution is
 at the input. The package is split by concept:
 
 * :mod:`.rules`: the families of operations the engine understands, one small class per
-  rule (Rescale, Captum's max-pool rule, epsilon, winner-take-all, ...), the two rule
-  sets and :func:`supported_operations`, the support table generated from them;
+  rule (Rescale, Captum's max-pool rule, epsilon, winner-take-all, ...), the two rule sets;
+* :mod:`.table`: :func:`supported_operations`, the support table generated from them;
 * :mod:`.plan`: tracing with ``torch.fx``, classifying each operation, BatchNorm
   folding and epsilon placement, :class:`UnsupportedModelError`;
 * :mod:`.engine`: the modified-gradient pass (:func:`propagate`);
@@ -30,15 +30,8 @@ from .records import (
     global_relevance,
     local_relevance,
 )
-from .rules import (
-    DEEPLIFT_RESCALE,
-    FAMILIES,
-    RESCALE_THRESHOLD,
-    RuleSet,
-    SupportRow,
-    epsilon_rule,
-    supported_operations,
-)
+from .rules import DEEPLIFT_RESCALE, FAMILIES, RESCALE_THRESHOLD, RuleSet, epsilon_rule
+from .table import SupportRow, supported_operations
 
 __all__ = [
     "DEEPLIFT_RESCALE",

@@ -44,11 +44,11 @@ def _callable(interp: fx.Interpreter, node: fx.Node, args, kwargs):
     else:
         meth = getattr(torch.Tensor, node.target)
         inplace = node.target.endswith("_")
-        fn = lambda y: meth(y, *rest, **kwargs)  # noqa: E731
+        fn = lambda y: meth(y, *rest, **kwargs)
         label = f"Tensor.{node.target}"
     if inplace:
         inner = fn
-        fn = lambda y: inner(y.clone())  # noqa: E731
+        fn = lambda y: inner(y.clone())
     return fn, label
 
 

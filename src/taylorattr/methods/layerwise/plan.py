@@ -30,7 +30,8 @@ from dataclasses import dataclass
 import torch
 from torch import fx, nn
 
-from .rules import RuleSet, support_summary
+from .rules import RuleSet
+from .table import support_summary
 
 __all__ = ["Plan", "UnsupportedModelError", "build_plan", "get_plan"]
 

@@ -26,16 +26,16 @@ rule                backward pass of ``z = op(y)`` (``s(v) = +1 if v >= 0 else -
 
 When a layer's only users are activations, its :class:`Epsilon` factor is carried by
 the activations' :class:`PassRelevance` multiplier (one division per neuron, as in
-Captum); otherwise the layer's output gets the factor itself. :func:`supported_operations`
-generates the support table from these objects; the error of an unsupported model quotes
-the same table, so the two cannot disagree.
+Captum); otherwise the layer's output gets the factor itself.
+:func:`~taylorattr.methods.layerwise.table.supported_operations` generates the support
+table from these objects; the error of an unsupported model quotes the same table, so the
+two cannot disagree.
 """
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -53,10 +53,8 @@ __all__ = [
     "Rescale",
     "Rule",
     "RuleSet",
-    "SupportRow",
     "WinnerTakeAll",
     "epsilon_rule",
-    "supported_operations",
 ]
 
 #: ``|y - y~|`` below which DeepLIFT's multipliers fall back to the plain derivative
@@ -372,54 +370,3 @@ def epsilon_rule(epsilon: float) -> RuleSet:
     return RuleSet("epsilon_lrp", "EpsilonLRP", {
         **_linear_rules(Epsilon(epsilon)), "max_pool": WinnerTakeAll(epsilon),
         "activation": PassRelevance(epsilon)}, epsilon=float(epsilon))
-
-
-_SYMBOLS = {operator.add: "a + b", operator.sub: "a - b", operator.neg: "-a",
-            operator.pos: "+a", operator.getitem: "a[...]", operator.mul: "a * c",
-            operator.truediv: "a / c"}
-
-
-def _function_name(fn) -> str:
-    if fn in _SYMBOLS:
-        return _SYMBOLS[fn]
-    name = getattr(fn, "__name__", repr(fn))
-    for prefix, namespace in (("F.", F), ("torch.", torch)):
-        if getattr(namespace, name, None) is fn:
-            return prefix + name
-    return name
-
-
-def operation_names(family: Family) -> list[str]:
-    """The module classes, functions and ``Tensor.`` methods of ``family``, by name."""
-    return ([m.__name__ for m in family.modules] + [_function_name(f) for f in family.functions]
-            + [f"Tensor.{m}" for m in family.methods])
-
-
-class SupportRow(NamedTuple):
-    """One family of operations and the rule each method applies to it."""
-
-    family: str
-    operations: str
-    deeplift: str
-    epsilon_lrp: str
-    note: str
-
-
-def supported_operations() -> list[SupportRow]:
-    """The support table of DeepLIFT and epsilon-LRP, generated from the rule sets.
-
-    One row per family; a method's column is ``"-"`` where it refuses the family.
-    """
-    sets = (DEEPLIFT_RESCALE, epsilon_rule(1e-9))
-    return [SupportRow(f.title, ", ".join(operation_names(f)),
-                       *(s.rules[f.key].label if f.key in s.rules else "-" for s in sets),
-                       f.note) for f in FAMILIES]
-
-
-def support_summary(rules: RuleSet) -> str:
-    """One line per family ``rules`` supports, for error messages."""
-    lines = []
-    for f in rules.families:
-        extra = f" ({f.note})" if f.note else ""
-        lines.append(f"  {f.title}: {', '.join(operation_names(f))}{extra}")
-    return "\n".join(lines)
