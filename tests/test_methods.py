@@ -461,10 +461,10 @@ class Branchy(nn.Module):
 @pytest.mark.parametrize("cls", [DeepLift, EpsilonLRP])
 def test_unsupported_operations_raise_errors_naming_them(cls):
     cases = [
-        (nn.Sequential(nn.Conv2d(2, 2, 3), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(18, 2)),
-         ["MaxPool2d", "'1'"]),
-        (nn.Sequential(nn.Conv2d(2, 2, 3), nn.BatchNorm2d(2), nn.Flatten(), nn.Linear(72, 2)),
-         ["BatchNorm2d", "'1'"]),
+        (nn.Sequential(nn.Conv2d(2, 2, 3), nn.LayerNorm(6), nn.Flatten(), nn.Linear(72, 2)),
+         ["LayerNorm", "'1'", "What to do"]),
+        (nn.Sequential(nn.Conv2d(2, 2, 3), nn.BatchNorm2d(2, track_running_stats=False),
+                       nn.Flatten(), nn.Linear(72, 2)), ["BatchNorm2d", "'1'", "batch"]),
         (WithExp(), ["exp", "test_methods.py"]),
         (nn.Sequential(nn.Linear(6, 6), Gate(), nn.Linear(6, 2)), ["mul", "'1'"]),
         (nn.Sequential(nn.Linear(6, 6), PolyUndeclared()), ["pow"]),

@@ -3,8 +3,9 @@
     a_i = (x_i - x~_i) * m_i,   m = modified gradient of f, each nonlinearity's local
                                 derivative replaced by (sigma(y) - sigma(y~)) / (y - y~)
 
-Complete by construction: ``sum_i a_i = f(x) - f(x~)``. Layer-wise, neuron ``j`` of layer
-``l`` sends ``a_ij = (z_ji - z~_ji) / (y_j - y~_j) * (x_j^(l+1) - x~_j^(l+1))`` to input
+Max pooling follows Captum's rule (multiplier of the pool input: the output change
+routed to the arg-max at ``x`` and at ``x~``, over ``x - x~``). Complete by construction:
+``sum_i a_i = f(x) - f(x~)``. Layer-wise, neuron ``j`` of layer ``l`` sends ``a_ij = (z_ji - z~_ji) / (y_j - y~_j) * (x_j^(l+1) - x~_j^(l+1))`` to input
 ``i`` (paper Thm 4); see :meth:`DeepLift.layer_records` and
 :mod:`taylorattr.methods.layerwise` for what is supported and for the per-layer terms.
 """
@@ -23,13 +24,18 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
     """DeepLIFT (Rescale): one baseline forward, one forward and one backward pass.
 
     Equals Captum's ``DeepLift`` (``multiply_by_inputs=True``, ``eps=1e-10``) on the
-    models Captum handles correctly, and raises
+    models Captum handles correctly, ReLU CNNs with BatchNorm (eval; affine, so exact
+    gradient), max pooling (Captum's max-pool rule), adaptive average pooling,
+    concatenation and residual sums included. It raises
     :class:`~taylorattr.methods.layerwise.UnsupportedModelError` (at construction)
     naming any operation it cannot propagate through, where Captum would silently use
-    the plain gradient.
+    the plain gradient (e.g. activations called as functions, reused modules). The
+    supported operations: :func:`taylorattr.methods.layerwise.supported_operations`.
     """
 
     name = "deeplift"
+
+    _rules = DEEPLIFT_RESCALE
 
     def __init__(self, model) -> None:
         super().__init__(model)
@@ -41,9 +47,9 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
 
     def layer_records(self, inputs: torch.Tensor, baselines=0.0, target=None
                       ) -> list[LayerRecord]:
-        """One :class:`~taylorattr.methods.layerwise.LayerRecord` per Linear/Conv layer,
-        in execution order: ``x^(l), x~^(l), y, y~, x^(l+1), x~^(l+1)``, the activation,
-        the Rescale multipliers and the upstream multipliers. Feed a record to
+        """One :class:`~taylorattr.methods.layerwise.LayerRecord` per Linear/Conv layer
+        (a directly following eval-mode BatchNorm folded in), in execution order:
+        ``x^(l), x~^(l), y, y~, x^(l+1), x~^(l+1)``, the activation, the Rescale multipliers and the upstream multipliers. Feed a record to
         :func:`~taylorattr.methods.layerwise.local_relevance` for the ``[B, out, in]``
         local relevances ``a_ij^(l)``.
         """
@@ -51,4 +57,4 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
         return self._propagate(x, broadcast_baselines(baselines, x), target, True).records
 
     def _propagate(self, x, b, target, records):
-        return propagate(self.model, self._get_plan(), DEEPLIFT_RESCALE, x, b, target, records)
+        return propagate(self.model, self._get_plan(), self._rules, x, b, target, records)

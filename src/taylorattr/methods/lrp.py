@@ -1,13 +1,16 @@
 """epsilon-LRP (Bach et al. 2015), in its gradient form.
 
-Relevance starts as the explained output ``f(x)`` and flows down; a Linear/Conv/average
-pooling layer with inputs ``x_i`` and outputs ``y_j = sum_i z_ji + b_j`` sends
+Relevance starts as the explained output ``f(x)`` and flows down; a Linear/Conv/
+BatchNorm/pooling layer with inputs ``x_i`` and outputs ``y_j = sum_i z_ji + b_j`` sends
 
     R_i = sum_j z_ji / (y_j + eps * s(y_j)) * R_j,   z_ji = w_ji x_i,  s(v) = 1 if v >= 0 else -1
 
-and relevance passes elementwise activations unchanged. The attribution is ``R`` at the
-input. Equivalently ``a = x * g`` with ``g`` the modified gradient of
-:mod:`taylorattr.methods.layerwise` (rule ``epsilon``). On bias-free ReLU networks this
+(max pooling: all of ``R_j`` to the arg-max, winner-take-all; an eval-mode BatchNorm
+directly after a Linear/Conv is folded into it), a sum ``y = a + b`` splits relevance
+in proportion, ``R_a = a / (y + eps s(y)) R_y``, and relevance passes elementwise
+activations unchanged. The attribution is ``R`` at the input. Equivalently
+``a = x * g`` with ``g`` the modified gradient of :mod:`taylorattr.methods.layerwise`
+(:func:`~taylorattr.methods.layerwise.epsilon_rule`). On bias-free ReLU networks this
 is Gradient*Input (up to ``eps``); in general ``sum(a) != f(x)`` because biases absorb
 relevance.
 """
@@ -27,10 +30,15 @@ __all__ = ["EpsilonLRP"]
 class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
     """epsilon-LRP with the same ``epsilon`` on every layer: one forward, one backward.
 
-    Equals Captum's ``LRP`` with its default ``EpsilonRule`` on Linear, Conv2d and
-    average-pooling layers (Captum only knows ReLU/Tanh/Dropout as activations; relevance
-    passes every supported activation unchanged here). Unsupported operations raise
-    :class:`~taylorattr.methods.layerwise.UnsupportedModelError` at construction.
+    Equals Captum's ``LRP`` with its default ``EpsilonRule`` on Linear, Conv2d,
+    BatchNorm2d, max- and average-pooling layers (Captum only knows ReLU/Tanh/Dropout as
+    activations; relevance passes every supported activation unchanged here), except at
+    residual sums, where Captum passes the whole relevance of ``a + b`` to both summands
+    and this class splits it in proportion. Captum puts a separate epsilon step on a
+    BatchNorm's input, this class folds the BatchNorm into the layer before: the two
+    differ by ``O(eps)``. Unsupported operations raise
+    :class:`~taylorattr.methods.layerwise.UnsupportedModelError` at construction; see
+    :func:`taylorattr.methods.layerwise.supported_operations`.
     """
 
     name = "epsilon_lrp"
@@ -42,13 +50,16 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
             raise ValueError(f"epsilon must be finite and >= 0, got {epsilon}")
         super().__init__(model)
         self.epsilon = float(epsilon)
-        self._rule = epsilon_rule(self.epsilon)
+        self._rules = epsilon_rule(self.epsilon)
         self._get_plan()
 
     def _attribute(self, x, base, t, fx, *, show_progress=False):
-        """Relevances of ``f(x)`` itself: the convergence delta is ``sum(a) - f(x)`` (not
-        zero with biases)."""
-        prop = propagate(self.model, self._get_plan(), self._rule, x, None, t, False)
+        """Relevances of ``f(x)`` itself. The convergence delta is ``sum(a) - f(x)`` (not zero
+        with biases): the sign of the other methods here (attributions minus the explained
+        change), the *opposite* of Captum's ``LRP.compute_convergence_delta``, which returns
+        ``f(x) - sum(a)`` for LRP (while its DeepLift and IntegratedGradients return
+        ``sum(a) - (f(x) - f(x~))`` like this library)."""
+        prop = propagate(self.model, self._get_plan(), self._rules, x, None, t, False)
         return x * prop.gradient, None
 
     def layer_records(self, inputs: torch.Tensor, target=None) -> list[LayerRecord]:
@@ -57,4 +68,4 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
         see :func:`~taylorattr.methods.layerwise.local_relevance`.
         """
         x = check_inputs(inputs).detach()
-        return propagate(self.model, self._get_plan(), self._rule, x, None, target, True).records
+        return propagate(self.model, self._get_plan(), self._rules, x, None, target, True).records
