@@ -197,7 +197,7 @@ def test_subprocess_full_stdout_and_bad_out():
     one_line(err, "stdout", "No space left on device")
     proc = subprocess.run([sys.executable, "-m", "taylorattr", "validate", "--out", "/dev/null/x"],
                           env={**os.environ, "PYTHONPATH": SRC}, capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, check=False)
     assert proc.returncode == 2 and proc.stdout == ""
     one_line(proc.stderr, "--out", "/dev/null")
 

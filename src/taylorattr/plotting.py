@@ -185,9 +185,9 @@ def draw_saliency_grid(panels: Sequence, *, sign: str = "all", overlay: bool = F
     import numpy as np
     from matplotlib.cm import ScalarMappable
 
-    cmap, bar_label = SIGN_COLORMAPS[sign] if sign in SIGN_COLORMAPS else (None, None)
-    if cmap is None:
+    if sign not in SIGN_COLORMAPS:
         raise ValueError(f"sign must be one of {', '.join(SIGN_COLORMAPS)}, got {sign!r}")
+    cmap, bar_label = SIGN_COLORMAPS[sign]
     labels = list(dict.fromkeys(label for p in panels for label in p.maps))
     fig = _new_figure((1.9 * (len(labels) + 1) + 1.0, 2.3 * len(panels) + (0.4 if footer else 0)))
     axes = fig.subplots(len(panels), len(labels) + 1, squeeze=False)

@@ -832,8 +832,8 @@ def format_table(rows: list[dict]) -> str:
             cells.append(text)
         body.append(cells)
     out = [markdown_table(["method"] + [f"{c}: score verdict (paper)" for c in cols], body), "",
-           f"A probe passes at score >= {PASS_SCORE}; follows = every probe passes, "
-           "partially = some do, does not = none."]
+           (f"A probe passes at score >= {PASS_SCORE}; follows = every probe passes, "
+            "partially = some do, does not = none.")]
     if marked:
         out.append("Verdicts marked * differ from the paper's Table 2 (see docs/principles.md).")
     return "\n".join(out)

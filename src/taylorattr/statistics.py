@@ -98,7 +98,7 @@ def wilcoxon_signed_rank(a, b) -> PairedTest:
     _, tie_sizes = np.unique(np.abs(d), return_counts=True)
     if n <= _EXACT_WILCOXON_MAX and tie_sizes.max() == 1:
         counts = _signed_rank_counts(n)
-        t = int(round(min(w_plus, w_minus)))
+        t = round(min(w_plus, w_minus))
         p = min(1.0, 2.0 * float(counts[:t + 1].sum()) / 2.0 ** n)
         return PairedTest(min(w_plus, w_minus), p, n, "exact", direction)
     mean = n * (n + 1) / 4
