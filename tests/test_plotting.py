@@ -65,3 +65,107 @@ def test_backend_and_rows_are_left_alone(tmp_path):
     plot_trend(r, "infidelity", tmp_path / "f.png")
     assert matplotlib.get_backend() == before
     assert r == snapshot  # plotting only consumes the rows
+
+
+# ------------------------------------------------------------------ saliency grids, explain
+import numpy as np
+import torch
+from torch import nn
+
+from taylorattr import cli
+from taylorattr.experiments import explain as E
+from taylorattr.models import ImageClassifier
+from taylorattr.plotting import draw_saliency_grid, signed_map
+
+
+def tiny_classifier(activation) -> ImageClassifier:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), activation, nn.AvgPool2d(4), nn.Flatten(),
+                        nn.Linear(4 * 4 * 4, 3))
+    return ImageClassifier(net, (0.5, 0.5, 0.5), (0.25, 0.25, 0.25), ["ant", "bee", "cat"],
+                           size=16, resize=16, name="tiny").eval()
+
+
+def photo(path):
+    gen = torch.Generator().manual_seed(1)
+    pixels = (torch.rand(16, 16, 3, generator=gen) * 255).to(torch.uint8).numpy()
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+def fast(tmp_path, model, **kw):
+    return E.explain(photo(tmp_path / "img.png"), model=model, out_dir=tmp_path / "out", patch=4,
+                     ig_steps=4, eg_samples=4, **kw)
+
+
+@pytest.mark.parametrize("sign", ["all", "positive", "negative", "abs"])
+def test_signed_map_matches_numpy(sign):
+    a = torch.randn(5, 6, generator=torch.Generator().manual_seed(2))
+    ref = {"all": a.numpy(), "positive": np.maximum(a.numpy(), 0),
+           "negative": np.minimum(a.numpy(), 0), "abs": np.abs(a.numpy())}[sign]
+    assert np.array_equal(signed_map(a, sign).numpy(), ref)
+
+
+def test_explain_smooth_model_maps_titles_colour_bar_and_saved_maps(tmp_path):
+    model = tiny_classifier(nn.Softplus())
+    r = fast(tmp_path, model, save_maps=True, overlay=True)
+    # the explained class and its probability, from an independent forward pass
+    x = model.preprocess(np.asarray(Image.open(tmp_path / "img.png").convert("RGB")))
+    with torch.no_grad():
+        probs = torch.softmax(model(x), 1)[0]
+    assert r.target == int(probs.argmax()) and not r.chosen
+    assert r.probability == pytest.approx(float(probs[r.target]))
+    # GI from float64 autograd, channels summed
+    x = x.double().requires_grad_(True)
+    copy.deepcopy(model).double()(x)[0, r.target].backward()
+    gi = (x.grad * x).detach()[0].sum(0)
+    assert torch.allclose(r.panel.maps["GI"].double(), gi, atol=1e-5)
+    assert "DL" in r.panel.maps and not r.left_out  # DeepLIFT runs on Softplus
+    diff = next(k for k in r.panel.maps if k.startswith(E.DIFFERENCE_LABEL))
+    assert r.panel.maps[diff].abs().max() > 0  # order 2 adds something on a smooth net
+    fig = draw_saliency_grid([r.panel], overlay=True)
+    axes = fig.axes
+    assert f"class {r.target}: {model.class_name(r.target)}" in axes[0].get_title()
+    assert f"p = {r.probability:.3g} (predicted)" in axes[0].get_title()
+    assert "attribution" in axes[-1].get_ylabel()  # the row's colour bar
+    assert len(axes) == len(r.panel.maps) + 2
+    lo, hi = axes[1].get_images()[-1].get_clim()
+    assert lo == -hi and all(a.get_images()[-1].get_clim() == (lo, hi) for a in axes[1:-1])
+    # every saved map loads and equals the array matplotlib plotted
+    files = {p.name for p in r.map_files}
+    assert len(files) == 2 * len(r.panel.maps)
+    for ax, label in zip(axes[1:-1], r.panel.maps):
+        plotted = np.asarray(ax.get_images()[-1].get_array())
+        stem = r.map_files[0].parent / (
+            __import__("re").sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower())
+        assert np.array_equal(np.load(stem.with_suffix(".npy")), plotted), label
+        assert np.array_equal(torch.load(stem.with_suffix(".pt")).numpy(), plotted), label
+    assert r.warnings_file.read_text() == "\n".join(r.warnings or ["no warnings"]) + "\n"
+    check_png(r.figure)
+
+
+def test_explain_leaves_out_deeplift_and_says_why_on_relu6(tmp_path):
+    r = fast(tmp_path, tiny_classifier(nn.ReLU6()), target=2, sign="positive")
+    assert "DL" not in r.panel.maps and "DL" in r.left_out
+    assert any(w.startswith("DL left out: ") for w in r.warnings)
+    diff = next(k for k in r.panel.maps if k.startswith(E.DIFFERENCE_LABEL))
+    assert float(r.panel.maps[diff].abs().max()) == 0.0
+    assert any("identical maps" in w for w in r.warnings)
+    assert torch.equal(r.panel.maps["Taylor-1"], r.panel.maps["GI"])
+    text = r.warnings_file.read_text()
+    assert all(w in text for w in r.warnings)
+    fig = draw_saliency_grid([r.panel], sign="positive")
+    assert "(chosen)" in fig.axes[0].get_title()
+    assert all(a.get_images()[-1].get_clim()[0] == 0 for a in fig.axes[1:-1])
+
+
+def test_cli_explain_prints_every_warning_to_stderr(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(E, "_classifier", lambda model, weights: tiny_classifier(nn.ReLU6()))
+    img = photo(tmp_path / "img.png")
+    assert cli.main(["explain", str(img), "--methods", "gi", "DL", "taylor-1", "taylor-2",
+                     "--out", str(tmp_path / "o"), "--save-maps"]) == 0
+    captured = capsys.readouterr()
+    lines = (tmp_path / "o" / "img-warnings.txt").read_text().splitlines()
+    assert lines and [f"taylorattr explain: warning: {w}" for w in lines] == \
+        captured.err.strip().splitlines()
+    assert "img-saliency.png" in captured.out and "maps:" in captured.out

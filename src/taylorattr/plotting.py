@@ -8,7 +8,8 @@ without a display.
 Sections:
 
 1. Trend plots (paper Figures 3 and 4): :func:`plot_trend`.
-2. Saliency grids (paper Figure 5): :func:`saliency_grid`.
+2. Saliency grids (paper Figure 5, ``taylorattr explain``): :func:`saliency_grid`,
+   :func:`draw_saliency_grid`, :func:`signed_map`.
 """
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["MODEL_COLORS", "plot_trend", "saliency_grid"]
+__all__ = ["MODEL_COLORS", "SIGN_COLORMAPS", "draw_saliency_grid", "plot_trend",
+           "saliency_grid", "signed_map"]
 
 #: Model colours in order of appearance: blue, green, red as in the paper, then more.
 MODEL_COLORS = ("tab:blue", "tab:green", "tab:red", "tab:purple", "tab:orange", "tab:brown",
@@ -116,39 +118,123 @@ def plot_trend(rows: Sequence[Mapping], metric: str, path: str | Path, *,
 # =======================================================================================
 # 2. Saliency grids (paper Figure 5)
 # =======================================================================================
-def saliency_grid(panels: Sequence, path: str | Path, dpi: int = 150) -> Path:
-    """One row per image: the image, then one map per method (paper Figure 5).
+#: ``sign`` -> (colormap, colour bar label); the range is ``[-s, s]``, ``[0, s]``,
+#: ``[-s, 0]`` or ``[0, s]`` with ``s`` the row's shared scale.
+SIGN_COLORMAPS = {"all": ("bwr", "attribution (red +, blue -)"),
+                  "positive": ("Reds", "positive part of the attribution"),
+                  "negative": ("Blues_r", "negative part of the attribution"),
+                  "abs": ("Purples", "|attribution|")}
 
-    ``panels`` are :class:`taylorattr.experiments.saliency.SaliencyPanel` objects (``image``
-    ``[H, W]`` or ``[3, H, W]`` in [0, 1], ``predicted``, ``maps[label]`` a ``[H, W]`` tensor
-    or the reason it is missing). Maps use a diverging colormap symmetric about zero (red
-    positive, blue negative), each scaled to its own 99th percentile of ``|a|``.
+
+def signed_map(a, sign: str = "all"):
+    """What a panel shows of the map ``a``: ``a`` (``"all"``), ``max(a, 0)``
+    (``"positive"``), ``min(a, 0)`` (``"negative"``) or ``|a|`` (``"abs"``), as float32."""
+    if sign not in SIGN_COLORMAPS:
+        raise ValueError(f"sign must be one of {', '.join(SIGN_COLORMAPS)}, got {sign!r}")
+    a = a.detach().float().cpu()
+    return {"all": a, "positive": a.clamp(min=0), "negative": a.clamp(max=0),
+            "abs": a.abs()}[sign]
+
+
+def _row_scale(maps) -> float:
+    """The row's shared colour scale: the median over its maps of each map's 99th
+    percentile of ``|m|`` (its largest ``|m|`` where that percentile is 0; all-zero maps
+    do not count), 1 for an all-zero row. The median keeps one map on a much larger scale
+    (occlusion gives every pixel its whole patch's change) from washing out the others;
+    values beyond the scale saturate, which the colour bar's arrows show."""
+    import torch
+
+    scales = []
+    for m in maps:
+        flat = m.abs().flatten()
+        s = float(torch.quantile(flat, 0.99)) or float(flat.max())
+        if s > 0:
+            scales.append(s)
+    return float(torch.tensor(scales).median()) if scales else 1.0
+
+
+_EXTEND = {"all": "both", "positive": "max", "negative": "min", "abs": "max"}
+
+
+def _norm(sign: str, scale: float):
+    from matplotlib.colors import Normalize
+
+    low, high = {"all": (-scale, scale), "negative": (-scale, 0.0)}.get(sign, (0.0, scale))
+    return Normalize(vmin=low, vmax=high)
+
+
+def _show_image(ax, image, grey: bool = False):
+    image = image.detach().float().cpu()
+    if image.dim() == 3 and not grey:
+        ax.imshow(image.permute(1, 2, 0).numpy())
+    else:
+        ax.imshow((image.mean(0) if image.dim() == 3 else image).numpy(), cmap="gray", vmin=0,
+                  vmax=1)
+
+
+def draw_saliency_grid(panels: Sequence, *, sign: str = "all", overlay: bool = False,
+                       footer: str | None = None):
+    """The figure of :func:`saliency_grid`, not saved (a matplotlib ``Figure``).
+
+    In each map's axes the last image is the plotted array, ``signed_map(map, sign)``.
     """
     import textwrap
 
-    import torch
+    import numpy as np
+    from matplotlib.cm import ScalarMappable
 
+    if sign not in SIGN_COLORMAPS:
+        raise ValueError(f"sign must be one of {', '.join(SIGN_COLORMAPS)}, got {sign!r}")
+    cmap, bar_label = SIGN_COLORMAPS[sign]
     labels = list(dict.fromkeys(label for p in panels for label in p.maps))
-    fig = _new_figure((1.6 * (len(labels) + 1), 1.8 * len(panels)))
+    fig = _new_figure((1.9 * (len(labels) + 1) + 1.0, 2.3 * len(panels) + (0.4 if footer else 0)))
     axes = fig.subplots(len(panels), len(labels) + 1, squeeze=False)
     for row, panel in zip(axes, panels):
-        image = panel.image.detach().float()
-        if image.dim() == 3:
-            row[0].imshow(image.permute(1, 2, 0).numpy())
-        else:
-            row[0].imshow(image.numpy(), cmap="gray")
-        row[0].set_title(panel.predicted, fontsize=6)
+        _show_image(row[0], panel.image)
+        row[0].set_title(panel.predicted, fontsize=8)
+        shown = {k: signed_map(v, sign) for k, v in panel.maps.items() if not isinstance(v, str)}
+        norm = _norm(sign, _row_scale(shown.values()))
         for ax, label in zip(row[1:], labels):
             value = panel.maps.get(label, "not computed")
             if isinstance(value, str):
-                ax.text(0.5, 0.5, "\n".join(textwrap.wrap(value, 24)[:7]), ha="center",
-                        va="center", fontsize=4, transform=ax.transAxes)
+                ax.text(0.5, 0.5, "\n".join(textwrap.wrap(value, 26)[:7]), ha="center",
+                        va="center", fontsize=6, transform=ax.transAxes)
+            elif overlay:
+                _show_image(ax, panel.image, grey=True)
+                v = shown[label].numpy()
+                alpha = np.clip(np.abs(v) / max(abs(norm.vmin), abs(norm.vmax)), 0, 1)
+                ax.imshow(v, cmap=cmap, norm=norm, alpha=0.85 * alpha)
             else:
-                v = value.detach().float()
-                scale = float(torch.quantile(v.abs().flatten(), 0.99)) or 1.0
-                ax.imshow(v.numpy(), cmap="bwr", vmin=-scale, vmax=scale)
-            ax.set_title(label, fontsize=7)
+                ax.imshow(shown[label].numpy(), cmap=cmap, norm=norm)
+            title = "\n".join(textwrap.wrap(label, 22))
+            if not isinstance(value, str):
+                title += f"\nsum {float(shown[label].double().sum()):.3g}"
+            ax.set_title(title, fontsize=9)
         for ax in row:
             ax.set_xticks([])
             ax.set_yticks([])
-    return _save(fig, path, dpi)
+        bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(row), shrink=0.8,
+                           pad=0.01, aspect=15, extend=_EXTEND[sign])
+        bar.set_label(bar_label, fontsize=8)
+        bar.ax.tick_params(labelsize=7)
+    if footer:
+        fig.supxlabel(footer, fontsize=8)
+    return fig
+
+
+def saliency_grid(panels: Sequence, path: str | Path, dpi: int = 150, *, sign: str = "all",
+                  overlay: bool = False, footer: str | None = None) -> Path:
+    """One row per image: the image, then one map per method (paper Figure 5).
+
+    ``panels`` are :class:`taylorattr.experiments.saliency.SaliencyPanel` objects (``image``
+    ``[H, W]`` or ``[3, H, W]`` in [0, 1], ``predicted`` (the image's title), ``maps[label]``
+    a ``[H, W]`` tensor or the reason it is missing). Each panel shows
+    :func:`signed_map` of its map; the maps of a row share one colour scale, ``s`` =
+    the median over the row's maps of their 99th percentiles of ``|m|``, symmetric about
+    zero for ``sign="all"`` (red positive, blue negative), drawn as a colour bar at the
+    row's end (arrows: values beyond it saturate). Each map's title gives its sum (for a
+    complete method, the explained output change).
+    ``overlay`` draws each map over a grey copy of the image, opacity ``|m| / s``.
+    ``footer`` is a line of text under the grid. Writes a PNG and returns its path.
+    """
+    return _save(draw_saliency_grid(panels, sign=sign, overlay=overlay, footer=footer), path, dpi)

@@ -3,18 +3,23 @@
 A report is a list of sections, each a title, markdown text (paragraphs and pipe tables)
 and PNG figures. The markdown links the figures; the HTML embeds them as base64 so the
 single file can be mailed around. Nothing here computes a result.
+
+Two rules hold for every section (:func:`tidy_markdown`): no value is printed empty (an
+empty table cell reads ``n/a``; an empty ``(paper: )`` bracket is left out), and every
+pipe table of ``report.md`` is an HTML ``<table>`` of ``report.html``, cell for cell.
 """
 from __future__ import annotations
 
 import base64
 import html
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _io
 
-__all__ = ["Section", "markdown_to_html", "write_report"]
+__all__ = ["Section", "markdown_table", "markdown_to_html", "tidy_markdown", "write_report"]
 
 
 @dataclass
@@ -24,11 +29,60 @@ class Section:
     figures: list[Path] = field(default_factory=list)
 
 
+def markdown_table(header: list[str], rows: list[list]) -> str:
+    """A pipe table: ``| h1 | h2 |``, ``|---|---|``, then one line per row (``None`` and
+    empty values as ``n/a``; a ``|`` inside a value is escaped)."""
+    def cell(v) -> str:
+        text = "" if v is None else str(v).replace("|", "\\|").replace("\n", " ").strip()
+        return text or "n/a"
+
+    lines = ["| " + " | ".join(cell(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+_EMPTY_PAPER = re.compile(r"\s*\(paper:\s*\)")
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in _CELL_SPLIT.split(line.strip().strip("|"))]
+
+
+def _is_rule(cells: list[str]) -> bool:
+    return all(c and set(c) <= set("-: ") for c in cells)
+
+
+def tidy_markdown(text: str) -> str:
+    """``text`` with every empty pipe-table cell written ``n/a`` and every empty
+    ``(paper: )`` bracket removed, so that no value is printed blank."""
+    out = []
+    for line in _EMPTY_PAPER.sub("", text).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("|") and not _is_rule(_cells(stripped)):
+            line = "| " + " | ".join(c or "n/a" for c in _cells(stripped)) + " |"
+        out.append(line)
+    return "\n".join(out)
+
+
+_INLINE = [(re.compile(r"`([^`]+)`"), r"<code>\1</code>"),
+           (re.compile(r"\*\*(\S(?:[^*]*\S)?)\*\*"), r"<strong>\1</strong>"),
+           (re.compile(r"(?<![\w*])\*(\S(?:[^*]*\S)?)\*(?![\w*])"), r"<em>\1</em>")]
+
+
+def _inline(text: str) -> str:
+    """Escaped HTML of one block's text, with ``code``, **strong** and *emphasis*."""
+    out = html.escape(text)
+    for pattern, repl in _INLINE:
+        out = pattern.sub(repl, out)
+    return out.replace("\\|", "|")
+
+
 def _table_html(lines: list[str]) -> str:
-    rows = [[html.escape(c.strip()) for c in line.strip().strip("|").split("|")] for line in lines]
-    head, body = rows[0], [r for r in rows[1:] if not all(set(c) <= set("-: ") for c in r)]
-    out = ["<table>", "<tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr>"]
-    out += ["<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in body]
+    rows = [_cells(line) for line in lines]
+    head, body = rows[0], [r for r in rows[1:] if not _is_rule(r)]
+    out = ["<table>", "<tr>" + "".join(f"<th>{_inline(c)}</th>" for c in head) + "</tr>"]
+    out += ["<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in r) + "</tr>" for r in body]
     return "\n".join(out + ["</table>"])
 
 
@@ -36,10 +90,12 @@ def _block_html(kind: str, lines: list[str]) -> str:
     if kind == "table":
         return _table_html(lines)
     if kind == "item":
-        return "<ul>" + "".join(f"<li>{html.escape(i[2:])}</li>" for i in lines) + "</ul>"
+        return "<ul>" + "".join(f"<li>{_inline(i[2:])}</li>" for i in lines) + "</ul>"
     if kind == "heading":
-        return "\n".join(f"<h3>{html.escape(h.lstrip('#').strip())}</h3>" for h in lines)
-    return "<p>" + html.escape(" ".join(lines)) + "</p>"
+        return "\n".join(f"<h3>{_inline(h.lstrip('#').strip())}</h3>" for h in lines)
+    if kind == "code":
+        return "<pre>" + html.escape("\n".join(lines)) + "</pre>"
+    return "<p>" + _inline(" ".join(lines)) + "</p>"
 
 
 def _line_kind(line: str) -> str | None:
@@ -48,18 +104,39 @@ def _line_kind(line: str) -> str | None:
     return {"|": "table", "#": "heading"}.get(line[0], "item" if line.startswith("- ") else "para")
 
 
+def _blocks(text: str):
+    """``(kind, lines)`` blocks; a fenced block (```` ``` ````) keeps its lines verbatim."""
+    fenced = text.split("```")
+    for k, part in enumerate(fenced):
+        if k % 2:  # inside a fence: drop the info string line
+            yield "code", part.split("\n", 1)[1].rstrip("\n").splitlines() if "\n" in part else []
+            continue
+        lines = [line.strip() for line in part.splitlines()]
+        for kind, group in itertools.groupby(lines, key=_line_kind):
+            if kind is not None:
+                yield kind, list(group)
+
+
 def markdown_to_html(text: str) -> str:
     """The markdown subset the report uses: pipe tables, ``-`` lists, ``#`` headings (as
-    ``<h3>``) and paragraphs; a block ends at a blank line or where the kind of line changes."""
-    lines = [line.strip() for line in text.splitlines()]
-    blocks = [_block_html(kind, list(group))
-              for kind, group in itertools.groupby(lines, key=_line_kind) if kind is not None]
-    return "\n".join(blocks)
+    ``<h3>``), fenced code, paragraphs with ``code``, **strong** and *emphasis* (which may
+    span lines); a block ends at a blank line or where the kind of line changes."""
+    return "\n".join(_block_html(kind, lines) for kind, lines in _blocks(text))
+
+
+def _caption(path: Path) -> str:
+    """A readable caption from a figure's file name: ``figure3_infidelity`` ->
+    ``Figure 3: infidelity``."""
+    words = path.stem.replace("_", " ").replace("-", " ").split()
+    if words and re.fullmatch(r"figure\d+", words[0]):
+        return f"Figure {words[0][6:]}: " + " ".join(words[1:])
+    return " ".join(words).capitalize()
 
 
 _STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}"
           "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #bbb;padding:3px 8px;"
-          "text-align:right}th{background:#eee}img{max-width:100%}")
+          "text-align:right}th{background:#eee}img{max-width:100%}"
+          "figcaption{font-style:italic;margin-bottom:1.5em}pre{background:#f6f6f6;padding:.5em}")
 
 
 def write_report(out_dir: str | Path, title: str, sections: list[Section]) -> Path:
@@ -68,13 +145,16 @@ def write_report(out_dir: str | Path, title: str, sections: list[Section]) -> Pa
     md = [f"# {title}", ""]
     body = [f"<h1>{html.escape(title)}</h1>"]
     for s in sections:
-        md += [f"## {s.title}", "", s.text, ""]
-        body += [f"<h2>{html.escape(s.title)}</h2>", markdown_to_html(s.text)]
+        text = tidy_markdown(s.text)
+        md += [f"## {s.title}", "", text, ""]
+        body += [f"<h2>{_inline(s.title)}</h2>", markdown_to_html(text)]
         for fig in s.figures:
             fig = Path(fig)
-            md += [f"![{fig.stem}]({fig.relative_to(out).as_posix()})", ""]
+            caption = _caption(fig)
+            md += [f"![{fig.stem}]({fig.relative_to(out).as_posix()})", "", f"*{caption}*", ""]
             data = base64.b64encode(fig.read_bytes()).decode()
-            body.append(f'<img alt="{html.escape(fig.stem)}" src="data:image/png;base64,{data}">')
+            body.append(f'<figure><img alt="{html.escape(fig.stem)}" src="data:image/png;base64,'
+                        f'{data}"><figcaption>{html.escape(caption)}</figcaption></figure>')
     page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_STYLE}</style></head><body>\n" + "\n".join(body) + "\n</body></html>\n")
     _io.atomic_write_text(out / "report.html", page)

@@ -1,67 +1,209 @@
-"""``taylorattr explain IMAGE``: saliency maps and the top-5 classes of one photo."""
+"""``taylorattr explain IMAGE``: saliency maps and the top-5 classes of one photo.
+
+Every map explains the same difference of the explained logit ``t``,
+``df = f_t(x) - f_t(0)`` (baseline 0 in the network's input space; methods with a
+reference distribution draw their own),
+and is shown channel-summed, ``m(h, w) = sum_c a[c, h, w]``. When both Taylor orders
+run, the panel "Taylor-2 - Taylor-1" shows what the second-order terms add,
+``m_2 - m_1 = sum_c P_2[c, h, w]``; on a piecewise-linear network (ReLU, ReLU6) it is zero,
+and the figure says so.
+
+Outputs, beside each other in ``out_dir``: ``<stem>-saliency.png``, ``<stem>-warnings.txt``
+(every warning raised while computing the maps, and every method left out with the
+reason; "no warnings" when there are none) and, with ``save_maps``, ``<stem>-maps/<name>.pt``
+and ``.npy`` holding exactly the plotted arrays. A method that cannot run on the network
+(DeepLIFT on layers it has no rule for) is left out of the figure, never replaced.
+
+Hook for smoothed Taylor panels: ``taylor_model(net) -> (model, note)`` gives the network
+the Taylor panels expand (e.g. a smoothed copy, ``ta.smooth``, with a note such as
+``"smoothed, beta = 10, output gap 0.02"`` that goes into their titles).
+
+The columns are the methods the registry enters in the saliency grid
+(:func:`explain_columns`); each is named by the slug of its label.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
+__all__ = ["SIGNS", "Explanation", "canonical_method", "explain", "explain_columns",
+           "explain_methods"]
 
-from ..registry import EG_NOISE_STD
-from .saliency import SaliencyPanel, saliency_maps, saliency_methods
+#: What a map shows: signed values, the positive part, the negative part, or ``|a|``.
+SIGNS = ("all", "positive", "negative", "abs")
+DIFFERENCE_LABEL = "Taylor-2 - Taylor-1"
 
-__all__ = ["Explanation", "explain"]
+
+def _slug(text) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")
+
+
+def explain_columns(patch: int = 16, ig_steps: int = 32, eg_samples: int = 32,
+                    eg_noise: float | None = None) -> dict:
+    """Method name -> bound method of every column of the grid (the registry's saliency
+    methods), named by the slug of its label (``gi``, ``occ-16x16``, ``taylor-2``, ...)."""
+    from ..registry import variants
+
+    context = {"patch": patch, "n_steps": ig_steps, "n_samples": eg_samples}
+    if eg_noise is not None:
+        context["noise_std"] = eg_noise
+    bound = [spec.bind(v, context=context) for spec, v in variants("saliency")]
+    return {_slug(m.label): m for m in bound}
+
+
+def explain_methods(patch: int = 16) -> tuple[str, ...]:
+    """The names ``--methods`` takes, in the grid's column order."""
+    return tuple(explain_columns(patch))
+
+
+def canonical_method(name: str, patch: int = 16) -> str:
+    """The grid name of ``name``: a name, a label (``"Occ-16x16"``) or a registry name
+    (``"integrated_gradients"``, the method's first column), in any case."""
+    columns = explain_columns(patch)
+    slug = _slug(name)
+    if slug in columns:
+        return slug
+    for key, m in columns.items():
+        if _slug(m.name) == slug:
+            return key
+    raise ValueError(f"methods: unknown method {name!r}; choose from "
+                     f"{', '.join(columns)} (labels and registry names work too)")
 
 
 @dataclass
 class Explanation:
     top5: list[tuple[str, float]]  # (class name, softmax probability)
     target: int
-    panel: SaliencyPanel
+    panel: object  # a taylorattr.experiments.saliency.SaliencyPanel (maps as plotted inputs)
     figure: Path
+    probability: float = 0.0  # softmax probability of ``target``
+    chosen: bool = False  # the target was given, not the top class
+    top5_indices: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # one line each
+    left_out: dict[str, str] = field(default_factory=dict)  # label -> why
+    warnings_file: Path | None = None
+    map_files: list[Path] = field(default_factory=list)
 
 
-def _classifier(model: str, weights):
+def _classifier(model, weights):
     from .. import models
 
+    if isinstance(model, models.ImageClassifier):
+        return model.eval()
     if model == "efficientnet-lite0":
         return models.efficientnet_lite0()
     return models.torchvision_model(model, weights)
 
 
-def explain(image, model: str = "efficientnet-lite0", weights=None, methods=None, target=None,
+def _columns(methods, patch: int, ig_steps: int, eg_samples: int, eg_noise) -> dict:
+    """Grid name -> bound method of the chosen methods, in grid order."""
+    table = explain_columns(patch, ig_steps, eg_samples, eg_noise)
+    chosen = set(table) if not methods else {canonical_method(m, patch) for m in methods}
+    return {k: m for k, m in table.items() if k in chosen}
+
+
+def _maps(net, x, target: int, columns: dict, taylor_model) -> tuple[dict, list[str]]:
+    """The maps of every column; Taylor expansions (methods with an ``order``) run on
+    ``taylor_model(net)`` when given (a smoothed copy, say), the others on ``net``."""
+    from .saliency import saliency_maps
+
+    others = [m for m in columns.values() if "order" not in m.settings]
+    taylor = [m for m in columns.values() if "order" in m.settings]
+    maps, notes = saliency_maps(net, x, target, others)
+    if taylor:
+        expanded, note = (net, "") if taylor_model is None else taylor_model(net)
+        t_maps, t_notes = saliency_maps(expanded, x, target, taylor)
+        suffix = f" ({note})" if note else ""
+        maps.update({label + suffix: v for label, v in t_maps.items()})
+        notes += t_notes
+    return maps, notes
+
+
+def _difference_panel(maps: dict, notes: list[str]) -> None:
+    """Add "Taylor-2 - Taylor-1" when both orders gave maps, with its relative size noted."""
+    one = next((v for k, v in maps.items() if k.startswith("Taylor-1")), None)
+    two = next((v for k, v in maps.items() if k.startswith("Taylor-2")), None)
+    if one is None or two is None or isinstance(one, str) or isinstance(two, str):
+        return
+    diff = two - one
+    rel = float(diff.abs().max() / one.abs().max().clamp_min(1e-30))
+    maps[f"{DIFFERENCE_LABEL} (max {rel:.2g} of Taylor-1)"] = diff
+    if rel == 0.0:
+        notes.append(f"{DIFFERENCE_LABEL}: identical maps; the network is piecewise linear "
+                     "here (second derivatives vanish), so order 2 adds nothing to order 1 "
+                     "(and Taylor-1 equals GI)")
+
+
+def _write_outputs(out: Path, stem: str, plotted: dict, lines: list[str],
+                   save_maps: bool) -> tuple[Path, list[Path]]:
+    import numpy as np
+
+    from .. import _io
+
+    warnings_file = _io.atomic_write_text(out / f"{stem}-warnings.txt",
+                                          "\n".join(lines or ["no warnings"]) + "\n")
+    files = []
+    if save_maps:
+        for name, array in plotted.items():
+            base = out / f"{stem}-maps" / re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
+            files.append(_io.save_tensors(array, base.with_suffix(".pt")))
+            with _io.atomic_path(base.with_suffix(".npy")) as tmp, open(tmp, "wb") as fh:
+                np.save(fh, array.numpy())
+            files.append(base.with_suffix(".npy"))
+    return warnings_file, files
+
+
+def explain(image, model="efficientnet-lite0", weights=None, methods=None, target=None,
             out_dir="explain", patch: int = 16, ig_steps: int = 32, eg_samples: int = 32,
-            eg_noise: float = EG_NOISE_STD) -> Explanation:
-    """Explain ``image`` (a path) with ``methods`` (grid labels or registry names; default all).
+            eg_noise: float | None = None, *, sign: str = "all", overlay: bool = False,
+            save_maps: bool = False, taylor_model=None) -> Explanation:
+    """Explain ``image`` (a path) with ``methods`` (:func:`explain_methods`, labels or
+    registry names; default all) for class ``target`` (default: the top class).
 
-    Writes ``out_dir/<image stem>-saliency.png`` and returns the top-5 classes and maps.
+    ``model`` is ``"efficientnet-lite0"``, a torchvision name with ``weights``, or an
+    :class:`taylorattr.models.ImageClassifier`. ``sign`` (:data:`SIGNS`) and ``overlay``
+    (maps over a grey copy of the photo) choose the display; ``save_maps`` writes the plotted
+    arrays. Writes the files listed in the module docstring and returns what was shown.
     """
-    from .. import data, plotting
+    import torch
 
+    from .. import data, plotting
+    from .saliency import SaliencyPanel
+
+    if sign not in SIGNS:
+        raise ValueError(f"sign must be one of {', '.join(SIGNS)}, got {sign!r}")
+    columns = _columns(methods, patch, ig_steps, eg_samples, eg_noise)
     net = _classifier(model, weights)
     x = net.preprocess(data.load_image(image))
     with torch.no_grad():
         probs = torch.softmax(net(x), 1)[0]
-    top = probs.topk(5)
+    top = probs.topk(min(5, probs.shape[0]))
+    chosen = target is not None
     if target is None:
         target = int(top.indices[0])
     elif not 0 <= target < probs.shape[0]:
         raise ValueError(f"target must lie in [0, {probs.shape[0]}), got {target}")
-    table = saliency_methods(patch, ig_steps, eg_samples)
-    table = [m.spec.bind(m.variant, context={"patch": patch, "n_steps": ig_steps,
-                                             "n_samples": eg_samples, "noise_std": eg_noise})
-             for m in table]
-    if methods:
-        by_label = {m.label: m for m in table}
-        by_name = {m.name: m for m in table}
-        unknown = [m for m in methods if m not in by_label and m not in by_name]
-        if unknown:
-            raise ValueError(f"methods must be among {sorted(by_label)} or {sorted(by_name)}, "
-                             f"got {unknown}")
-        table = [by_label.get(m) or by_name[m] for m in methods]
-    maps, notes = saliency_maps(net, x, target, table)
-    panel = SaliencyPanel(Path(image).stem, net.unnormalize(x[0]),
-                          f"{model}: {net.class_name(target)}", maps, notes)
-    out = Path(out_dir)
-    figure = plotting.saliency_grid([panel], out / f"{Path(image).stem}-saliency.png")
-    return Explanation([(net.class_name(int(i)), float(p)) for p, i in zip(top.values, top.indices)],
-                       target, panel, figure)
+    maps, notes = _maps(net, x, target, columns, taylor_model)
+    _difference_panel(maps, notes)
+    left_out = {k: v.removeprefix("not supported: ").rstrip(": ") for k, v in maps.items()
+                if isinstance(v, str)}
+    shown = {k: v for k, v in maps.items() if not isinstance(v, str)}
+    lines = notes + [f"{k} left out: {why}" for k, why in left_out.items()]
+
+    p = float(probs[target])
+    title = (f"class {target}: {net.class_name(target)}\n"
+             f"p = {p:.3g} ({'chosen' if chosen else 'predicted'})")
+    panel = SaliencyPanel(Path(image).stem, net.unnormalize(x[0]), title, shown, lines)
+    out, stem = Path(out_dir), Path(image).stem
+    footer = [f"{k} left out: {why}" for k, why in left_out.items()]
+    if chosen and target != int(top.indices[0]):
+        footer.append(f"top class: {int(top.indices[0])} {net.class_name(int(top.indices[0]))} "
+                      f"(p = {float(top.values[0]):.3g})")
+    plotted = {k: plotting.signed_map(v, sign) for k, v in shown.items()}
+    figure = plotting.saliency_grid([panel], out / f"{stem}-saliency.png", sign=sign,
+                                    overlay=overlay, footer="\n".join(footer) or None)
+    warnings_file, map_files = _write_outputs(out, stem, plotted, lines, save_maps)
+    return Explanation([(net.class_name(int(i)), float(q)) for q, i in zip(top.values, top.indices)],
+                       target, panel, figure, p, chosen, [int(i) for i in top.indices], lines,
+                       left_out, warnings_file, map_files)

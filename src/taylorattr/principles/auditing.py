@@ -359,27 +359,27 @@ def principles_table(methods=None, seed: int = 0) -> list[dict]:
 
 
 def format_table(rows: list[dict]) -> str:
-    """A plain-text table of :func:`principles_table` rows; ``*`` marks a measured verdict
-    that differs from the paper's."""
+    """A Markdown pipe table of :func:`principles_table` rows (score, verdict and the
+    paper's verdict per principle); ``*`` marks a measured verdict that differs from the
+    paper's."""
+    from ..report import markdown_table
+
     cols = ["1 low error", "2 assignment", "3 unbiased baseline"]
-    width = max([len("method")] + [len(str(r["method"])) for r in rows]) + 2
-    cell = 30
-    out = [f"{'method':<{width}}" + "".join(f"{c:<{cell}}" for c in cols),
-           f"{'':<{width}}" + "".join(f"{'score verdict (paper)':<{cell}}" for _ in cols)]
-    marked = False
+    body, marked = [], False
     for r in rows:
-        line = f"{r['method']!s:<{width}}"
+        cells = [r["method"]]
         for p in (1, 2, 3):
             paper = r.get(f"paper_{p}")
-            text = f"{r[f'score_{p}']:.2f}  {r[f'verdict_{p}']}"
+            text = f"{r[f'score_{p}']:.2f} {r[f'verdict_{p}']}"
             if paper is not None:
                 mark = "" if paper == r[f"verdict_{p}"] else " *"
                 marked |= bool(mark)
                 text += f" ({paper}){mark}"
-            line += f"{text:<{cell}}"
-        out.append(line.rstrip())
-    out.append(f"a probe passes at score >= {PASS_SCORE}; follows = every probe passes, "
-               "partially = some do, does not = none")
+            cells.append(text)
+        body.append(cells)
+    out = [markdown_table(["method"] + [f"{c}: score verdict (paper)" for c in cols], body), "",
+           (f"A probe passes at score >= {PASS_SCORE}; follows = every probe passes, "
+            "partially = some do, does not = none.")]
     if marked:
-        out.append("* differs from the paper's Table 2 (see docs/principles.md)")
+        out.append("Verdicts marked * differ from the paper's Table 2 (see docs/principles.md).")
     return "\n".join(out)
