@@ -372,7 +372,7 @@ def test_other_bad_arguments_name_themselves():
 
 
 def test_constants_and_paper_table():
-    assert 0 < P.PASS_SCORE < 1 and P.EG_NOISE_STD > 0 and P.EG_SAMPLES >= 1
+    assert 0 < P.PASS_SCORE < 1 and P.EG_NOISE_STD > 0 and P.AUDIT_DRAWS >= 1
     assert set(P.PAPER_VERDICTS) == {
         "gradient_input", "occlusion_1", "occlusion_patch", "deeplift", "epsilon_lrp",
         "integrated_gradients", "expected_gradients"}

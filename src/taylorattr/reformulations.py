@@ -1,18 +1,19 @@
-"""The paper's Theorems 1-5 and the Expected Gradients corollary, as code (docs/design.md).
+"""The paper's Theorems 1-5 and its corollary for sampled baselines, as code (docs/design.md).
 
 Each reformulation rebuilds a method's attribution from exact Taylor terms of order K,
-with ``delta = x - x~`` and ``P_k`` as in :mod:`taylorattr.taylor`:
+with ``delta = x - x~`` and ``P_k`` as in :mod:`taylorattr.taylor`; the registry
+(:mod:`taylorattr.registry`) gives each method its reformulation:
 
-=====================  ==============================================================
-gradient_input         Thm 1: ``T^a_i`` with ``x~ = 0`` (order 1, whatever K)
-occlusion_1            Thm 2: ``T^a_i + T^gd_i``: ``g_K`` of moving feature (pixel) i alone
-occlusion_patch        Thm 3 (corrected): ``g_K(delta restricted to p)``, every term
-                       inside the patch once, given to every feature of the patch
-deeplift               Thm 4, per layer: ``(z_ji - z~_ji)/(y_j - y~_j) * g_K(sigma; y_j -> y~_j)``
-epsilon_lrp            supplement, per layer: ``z_ji/(y_j + eps s) * g_K(sigma; y_j -> b_j)``
-integrated_gradients   Thm 5: ``T^a_i + T^gd_i + a^gt_i`` (each order's IG share)
-expected_gradients     the IG reformulation averaged over the same baseline draws
-=====================  ==============================================================
+=======================  ============================================================
+GRADIENT_INPUT           Thm 1: ``T^a_i`` with ``x~ = 0`` (order 1, whatever K)
+OCCLUSION_1              Thm 2: ``T^a_i + T^gd_i``: ``g_K`` of moving feature (pixel) i alone
+OCCLUSION_PATCH          Thm 3 (corrected): ``g_K(delta restricted to p)``, every term
+                         inside the patch once, given to every feature of the patch
+DEEPLIFT                 Thm 4, per layer: ``(z_ji - z~_ji)/(y_j - y~_j) * g_K(sigma; y_j -> y~_j)``
+EPSILON_LRP              supplement, per layer: ``z_ji/(y_j + eps s) * g_K(sigma; y_j -> b_j)``
+INTEGRATED_GRADIENTS     Thm 5: ``T^a_i + T^gd_i + a^gt_i`` (each order's IG share)
+averaged_over_draws(d)   the Theorem 5 reformulation averaged over the drawn references
+=======================  ============================================================
 
 The layer-wise originals replace the neuron's change ``x_j^(l+1) - x~_j^(l+1)`` in the
 ratio by its order-K Taylor expansion in ``y``, so per layer the original and the
@@ -20,6 +21,7 @@ reformulation share the ratio and differ by the truncation of one activation.
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -31,9 +33,9 @@ from .metrics import percentage_change
 from .taylor import group_expansions, taylor_attribution
 from .taylor_mode import propagate, trace
 
-__all__ = ["DEEPLIFT", "EPSILON_LRP", "EXPECTED_GRADIENTS", "GRADIENT_INPUT",
-           "INTEGRATED_GRADIENTS", "OCCLUSION_1", "OCCLUSION_PATCH", "LayerReformulation",
-           "Reformulation", "occlusion_groups"]
+__all__ = ["DEEPLIFT", "EPSILON_LRP", "GRADIENT_INPUT", "INTEGRATED_GRADIENTS", "OCCLUSION_1",
+           "OCCLUSION_PATCH", "LayerReformulation", "Reformulation", "averaged_over_draws",
+           "occlusion_groups"]
 
 
 @dataclass(frozen=True)
@@ -198,18 +200,29 @@ def _layerwise(rule: str):
     return run
 
 
-def _expected_gradients(model, inputs, baselines, target, order, n_samples=50, noise_std=None,
-                        seed=0, **kw):
-    from .methods.expected_gradients import draw
+def averaged_over_draws(draw: Callable, claim: str = "") -> Reformulation:
+    """The Theorem 5 reformulation averaged over the references a sampling method draws.
 
-    V.check_model(model)
-    draws = draw(inputs, baselines, n_samples=n_samples, noise_std=noise_std, seed=seed)
-    with torch.no_grad():
-        target = V.resolve_target(target, V.model_output(model, inputs))
-    total = torch.zeros_like(inputs)
-    for k in range(draws.n_samples):
-        total += taylor_attribution(model, inputs, draws.baselines[:, k], target, order)
-    return total / draws.n_samples
+    ``draw(inputs, baselines, **options)`` returns draws with ``.baselines`` ``[B, n, ...]``
+    (e.g. :meth:`taylorattr.methods.ExpectedGradients.draw`); the reformulation is
+    ``1/n sum_k taylor_attribution(x, x~_k)``, each term expanded at ``x`` towards its own
+    reference. Its options are those of ``draw`` after the inputs and baselines.
+    """
+    params = list(inspect.signature(draw).parameters)
+    options = frozenset(params[2:])
+
+    def single(model, inputs, baselines, target, order, **kw):
+        V.check_model(model)
+        draws = draw(inputs, baselines, **kw)
+        with torch.no_grad():
+            target = V.resolve_target(target, V.model_output(model, inputs))
+        refs = draws.baselines
+        total = torch.zeros_like(inputs)
+        for k in range(refs.shape[1]):
+            total += taylor_attribution(model, inputs, refs[:, k], target, order)
+        return total / refs.shape[1]
+    return Reformulation(_per_order(single), options,
+                         claim=claim or "the IG reformulation averaged over the same draws")
 
 
 _OCCLUSION_OPTIONS = frozenset({"patch", "stride", "chunk_size", "show_progress"})
@@ -230,6 +243,3 @@ INTEGRATED_GRADIENTS = Reformulation(
     _per_order(lambda model, inputs, baselines, target, order:
                taylor_attribution(model, inputs, baselines, target, order)),
     claim="Thm 5: first + independent + each order's IG share of the interactions")
-EXPECTED_GRADIENTS = Reformulation(_per_order(_expected_gradients),
-                                   frozenset({"n_samples", "noise_std", "seed"}),
-                                   claim="the IG reformulation averaged over the same draws")

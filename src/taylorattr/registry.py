@@ -337,7 +337,8 @@ register(MethodSpec("integrated_gradients", IntegratedGradients, variants=(
     paper=_paper(_F, _F, _N), reformulation=R.INTEGRATED_GRADIENTS, marker="D"))
 register(MethodSpec("expected_gradients", ExpectedGradients, variants=(
     Variant("EG", {"noise_std": EG_NOISE_STD, "n_samples": 50}, experiments=_NOT_VALIDATED),),
-    paper=_paper(_F, _F, _F), reformulation=R.EXPECTED_GRADIENTS, marker="*"))
+    paper=_paper(_F, _F, _F), reformulation=R.averaged_over_draws(ExpectedGradients.draw),
+    marker="*"))
 register(MethodSpec("taylor", TaylorAttribution, variants=(
     Variant("Taylor-{order}", {"order": 1}, experiments=frozenset({"saliency"})),
     Variant("Taylor-{order}", {"order": 2}, experiments=frozenset({"saliency"}))),

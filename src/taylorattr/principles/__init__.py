@@ -46,7 +46,7 @@ Scores (each probe scores in [0, 1], 1 = the principle holds exactly)
 ----------------------------------------------------------------------
 Every method uses its own baseline: the audit passes ``baselines = 0`` (the black image),
 which Gradient*Input and epsilon-LRP use implicitly; Expected Gradients draws its own,
-``x~ ~ N(x, EG_NOISE_STD^2)`` (``EG_SAMPLES`` draws). Targets are averaged over the
+``x~ ~ N(x, EG_NOISE_STD^2)`` (``AUDIT_DRAWS`` draws). Targets are averaged over the
 baselines a method used (one for a deterministic method); masses and ``|df|`` average
 their absolute values per baseline, so terms that cancel in expectation over random
 baselines (interactions under isotropic noise) still count.
@@ -80,7 +80,7 @@ from __future__ import annotations
 
 from ..registry import EG_NOISE_STD
 from .auditing import (
-    EG_SAMPLES,
+    AUDIT_DRAWS,
     PAPER_VERDICTS,
     PASS_SCORE,
     VERDICTS,
@@ -94,7 +94,7 @@ from .probes import Probe, probe_suite
 
 __all__ = [
     "EG_NOISE_STD",
-    "EG_SAMPLES",
+    "AUDIT_DRAWS",
     "PAPER_VERDICTS",
     "PASS_SCORE",
     "VERDICTS",

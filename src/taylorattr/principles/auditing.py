@@ -23,17 +23,17 @@ from ..registry import METHODS, MethodSpec
 from .measures import _assignment, _completeness, _polarity, _reference_correlation, _target_tensor
 from .probes import _audit_suite
 
-__all__ = ["EG_SAMPLES", "PAPER_VERDICTS", "PASS_SCORE", "VERDICTS", "AuditReport", "audit",
+__all__ = ["AUDIT_DRAWS", "PAPER_VERDICTS", "PASS_SCORE", "VERDICTS", "AuditReport", "audit",
            "captum_adapter", "format_table", "principles_table"]
 
 #: A probe is passed when its score (1 = exact) is at least this: at most 10% of the
 #: mass in question (the output change for principle 1, the higher-order terms for 2,
 #: a polarity gap or correlation for 3) is wrong.
 PASS_SCORE = 0.9
-#: Draws of sampling methods (option ``n_samples``) in the audit: Expected Gradients'
-#: Monte-Carlo error at the library default of 50 draws is about 10% of the
-#: higher-order mass (see the docs).
-EG_SAMPLES = 256
+#: Draws of sampling methods (every method with an ``n_samples`` option) in the audit:
+#: at the library default of 50 draws the Monte-Carlo error of a noise-baseline method is
+#: about 10% of the higher-order mass (see the docs).
+AUDIT_DRAWS = 256
 #: The verdict strings, best first.
 VERDICTS = ("follows", "partially", "does not")
 _F, _P, _N = VERDICTS
@@ -100,7 +100,7 @@ def _spec_for_class(cls):
 
 
 def _bound(spec: MethodSpec, kwargs: dict, seed: int) -> _Attributor:
-    bound = spec.bind(context={"n_samples": EG_SAMPLES, "seed": seed}, **kwargs)
+    bound = spec.bind(context={"n_samples": AUDIT_DRAWS, "seed": seed}, **kwargs)
     return _Attributor(spec.name, bound.explain, settings=dict(bound.settings))
 
 
@@ -273,14 +273,14 @@ def audit(method, *, seed: int = 0, models=None, method_kwargs=None) -> AuditRep
             ``taylorattr.methods.METHODS``), one of our method classes or instances, or any
             callable ``(model, inputs, baselines, target) -> attributions`` (attributions
             shaped like ``inputs``; :func:`captum_adapter` makes one from a Captum class).
-        seed: builds the probes and seeds Expected Gradients' draws.
+        seed: builds the probes and seeds the draws of sampling methods.
         models: extra models for principle 1, e.g. trained MNIST networks: a mapping
             ``name -> (model, inputs)`` or a sequence of ``(model, inputs)`` pairs; each is
             explained for its argmax class against the zero baseline.
         method_kwargs: keyword arguments for the method (constructor or ``attribute``
             arguments for ours, e.g. ``{"n_steps": 64}``; extra keyword arguments for a
-            callable). Expected Gradients defaults to ``noise_std=EG_NOISE_STD`` and
-            ``n_samples=EG_SAMPLES``.
+            callable). Methods are bound with their registry settings, and sampling methods
+            with ``n_samples=AUDIT_DRAWS``.
     """
     _check_seed(seed)
     att = _resolve(method, method_kwargs, seed)

@@ -5,8 +5,7 @@ Three experiments (the paper's section "Attribution assessment"), each a table o
 1. ``"infidelity"``: infidelity (Yeh et al. 2019; square removal, every square of side
    1..10 at every position set to the baseline 0, optimal-beta normalisation, output =
    logit of the predicted class) of every method registered for the assessment
-   (:func:`taylorattr.registry.variants`; by default GI, Occ-1, Occ-2x2, DL, IG and
-   Expected Gradients) on M-sg, C-sg and C-sp trained on MNIST, averaged over held-out digits;
+   (:func:`taylorattr.registry.variants`; by default the paper's six) on M-sg, C-sg and C-sp trained on MNIST, averaged over held-out digits;
    beside it the number of principles each method follows *as the audit measured it*
    (:func:`taylorattr.principles.principles_table`) and, per model, the Spearman rank
    correlation between infidelity and that number (the paper claims a negative one).
@@ -31,8 +30,8 @@ Occ-patch 0.5, DL 1, IG 2, EG 3; those are kept only as a labelled reference col
 Method settings. Targets are the predicted class (argmax of the logits). Baselines: 0
 (the black image) on MNIST and the canvases; on the ImageNet route the black image in
 normalised coordinates, ``-mean / std``. Each method runs with the settings of its
-registry row (IG: 50 Gauss-Legendre nodes; Expected Gradients: 50 baselines drawn from
-``N(x, 0.2^2)``; the audit itself draws 256). DL: the Rescale rule; it is reported as unsupported
+registry row (e.g. IG with 50 Gauss-Legendre nodes, 50 references drawn for a method
+with a noise baseline; the audit itself draws 256). DL: the Rescale rule; it is reported as unsupported
 (``None``, with the reason in ``note``) on networks the layer-wise rules do not handle
 (ResNet-style residual blocks, torchvision's VGG/ResNet); such methods are left out of
 that model's correlation.
