@@ -22,14 +22,12 @@ The plan also records, for the epsilon rule and for the per-layer records:
 """
 from __future__ import annotations
 
-import os
-import traceback
 import weakref
 from dataclasses import dataclass
 
-import torch
 from torch import fx, nn
 
+from ... import _fx
 from .rules import RuleSet
 from .table import support_summary
 
@@ -58,58 +56,10 @@ _WHAT_TO_DO = (
     "GradientInput, ExpectedGradients, Occlusion).")
 
 
-class _Tracer(fx.Tracer):
-    """Keeps modules declaring ``elementwise = True`` whole (leaves) while tracing."""
-
-    def __init__(self):
-        super().__init__()
-        self.record_stack_traces = True
-
-    def _filter_traceback_frames(self, summary):
-        """Keep the innermost frame outside torch: the user's line that made the node."""
-        torch_dir = os.path.dirname(torch.__file__)
-        user = [f for f in summary if not f.filename.startswith(torch_dir)]
-        return traceback.StackSummary.from_list(user[-1:])
-
-    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
-        if getattr(m, "elementwise", False) is True:
-            return True
-        return super().is_leaf_module(m, qualname)
-
-
 def _signature(model: nn.Module):
     """Changes when submodules are replaced or ``forward`` is swapped (re-trace then)."""
     fwd = getattr(model.forward, "__func__", model.forward)
     return (fwd,) + tuple((name, id(m)) for name, m in model.named_modules())
-
-
-def describe(node: fx.Node, model: nn.Module) -> str:
-    """``<what> [inside '<module path>'] (<file:line; source>)`` for error messages."""
-    if node.op == "call_module":
-        m = model.get_submodule(node.target)
-        what = f"{type(m).__name__} module '{node.target}'"
-    elif node.op == "call_function":
-        mod = getattr(node.target, "__module__", None) or ""
-        name = getattr(node.target, "__name__", repr(node.target))
-        what = f"function {mod + '.' if mod else ''}{name}"
-    else:
-        what = f"tensor method .{node.target}()"
-    stack = node.meta.get("nn_module_stack")
-    if stack and node.op != "call_module":
-        path = list(stack.keys())[-1]
-        if path:
-            what += f" inside '{path}'"
-    if node.stack_trace:
-        lines = [ln.strip() for ln in node.stack_trace.strip().splitlines() if ln.strip()]
-        if lines:
-            what += f" ({'; '.join(lines[-2:])})"
-    return what
-
-
-def _node_args(node: fx.Node) -> list:
-    out = []
-    fx.node.map_arg((node.args, node.kwargs), out.append)
-    return out
 
 
 @dataclass
@@ -126,13 +76,9 @@ class Plan:
 
 def _trace(model: nn.Module, method: str) -> fx.Graph:
     try:
-        return _Tracer().trace(model)
-    except Exception as exc:  # fx raises many kinds of errors for untraceable code
-        raise UnsupportedModelError(
-            f"{method} needs a model whose forward torch.fx can trace (straight-line code "
-            f"over submodules, no data-dependent control flow); tracing "
-            f"{type(model).__name__} failed: {type(exc).__name__}: {exc}\n{_WHAT_TO_DO}"
-        ) from exc
+        return _fx.trace(model, method, UnsupportedModelError).graph
+    except UnsupportedModelError as exc:
+        raise UnsupportedModelError(f"{exc}\n{_WHAT_TO_DO}") from exc.__cause__
 
 
 def _refusal(node: fx.Node, model: nn.Module, rules: RuleSet) -> str:
@@ -154,7 +100,7 @@ def _classify(graph: fx.Graph, model: nn.Module, rules: RuleSet) -> dict:
             continue
         if node.op in ("get_attr", "output"):
             continue
-        live_args = [a for a in _node_args(node) if isinstance(a, fx.Node) and a.name in live]
+        live_args = [a for a in _fx.node_args(node) if isinstance(a, fx.Node) and a.name in live]
         if not live_args:
             continue  # a constant of the model (e.g. a function of the parameters)
         if node.op == "call_method" and node.target in _STATIC_METHODS:
@@ -167,7 +113,7 @@ def _classify(graph: fx.Graph, model: nn.Module, rules: RuleSet) -> dict:
         reason = _refusal(node, model, rules) if family is None \
             else family.problem(node, model, live_args)
         if reason:
-            bad.append(f"{describe(node, model)}: {reason}")
+            bad.append(f"{_fx.describe(node, model)}: {reason}")
         else:
             kinds[node.name] = family.key
     if bad:
@@ -186,7 +132,8 @@ def build_plan(model: nn.Module, rules: RuleSet) -> Plan:
         raise TypeError(f"model must be an nn.Module for {rules.method}, "
                         f"got {type(model).__name__}")
     graph = _trace(model, rules.method)
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    # inputs without a default (defaulted ones were fixed at their defaults while tracing)
+    placeholders = [n for n in graph.nodes if n.op == "placeholder" and not n.args]
     if len(placeholders) != 1:
         raise UnsupportedModelError(
             f"{rules.method} needs a model whose forward takes exactly one tensor, "
