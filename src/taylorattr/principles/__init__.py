@@ -93,8 +93,8 @@ from .auditing import (
 from .probes import Probe, probe_suite
 
 __all__ = [
-    "EG_NOISE_STD",
     "AUDIT_DRAWS",
+    "EG_NOISE_STD",
     "PAPER_VERDICTS",
     "PASS_SCORE",
     "VERDICTS",
