@@ -1,4 +1,4 @@
-"""Exact pairwise Taylor interactions of feature groups, order by order (DESIGN.md section 7).
+"""Exact pairwise Taylor interactions of feature groups, order by order (docs/design.md, section 2).
 
 With ``delta = x - x~``, ``u = -delta`` and the direction coefficients of the expansion at x,
 ``c_k(v) = D^k f(x)[v, ..., v] / k!`` (so ``P_k(v) = -c_k(-v)``), the pair interaction of two

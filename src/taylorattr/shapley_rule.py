@@ -1,4 +1,4 @@
-"""The Shapley rule: each monomial of the order-K Taylor polynomial shared equally (DESIGN.md 7).
+"""The Shapley rule: each monomial of the order-K Taylor polynomial shared equally (docs/design.md).
 
 Write the order-K expansion at x as monomials ``phi(kappa)`` in ``delta = x - x~`` (support
 ``S``, degree ``k = |kappa|``). Removing a coalition ``T`` of features (moving them to the
