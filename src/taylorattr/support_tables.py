@@ -26,8 +26,8 @@ def readme_block() -> str:
     from .methods.layerwise import supported_operations
     from .taylor_mode import supported_ops
 
-    lines = ["**Taylor mode** (`taylor_terms`, `reformulate`, `interactions`, Taylor "
-             "attribution; list in `docs/supported_ops.md`):", "",
+    lines = [("**Taylor mode** (`taylor_terms`, `reformulate`, `interactions`, Taylor "
+              "attribution; list in `docs/supported_ops.md`):"), "",
              "| family | operations |", "|---|---|"]
     for family, names in supported_ops().items():
         if family != "user":
