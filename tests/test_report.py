@@ -167,7 +167,7 @@ def test_reproduce_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
     from taylorattr.experiments.validation import validation_methods
 
     tiny = ReproduceSettings(validation_samples=4, validation_orders=(2, 3), assessment_samples=2,
-                             quick=True, digits=1, photos=(), epochs=0)
+                             quick=True, digits=1, photos=(), epochs=0, interaction_samples=2)
     monkeypatch.chdir(tmp_path)
     md = reproduce("results", show_progress=False, settings=tiny)
     tmp_path = tmp_path / "results"
@@ -175,7 +175,7 @@ def test_reproduce_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
     check_every_table_is_html(md)
     assert ("<em>A Unified Taylor Framework for Revisiting Attribution Methods</em>" in page
             and "*A Unified" not in page)
-    for title in ("Table 3", "Table 2", "Figures 3, 4", "Figure 5"):
+    for title in ("Table 3", "Table 2", "Figures 3, 4", "Figure 5", "Interactions"):
         assert title in page
     validation = __import__("json").loads((tmp_path / "validation" / "validation.json").read_text())
     for row in validation["rows"]:  # every measured percentage change is printed in the table
