@@ -107,10 +107,10 @@ def _figure(out: Path, label: str, image: torch.Tensor, unit: dict, order: int) 
 
 def format_interactions(result: InteractionResult) -> str:
     """Markdown: the shares per model and order, the truncation error and the top pairs."""
-    lines = [f"Shares of |df| by order, {result.n_samples} held-out digits, baseline 0, "
-             "predicted class, 4x4 patches (signed means: terms of opposite signs cancel).", "",
-             "| model | order k | P_k | inside one patch | between two patches | "
-             "three or more patches |", "|---|---|---|---|---|---|"]
+    lines = [(f"Shares of |df| by order, {result.n_samples} held-out digits, baseline 0, "
+              "predicted class, 4x4 patches (signed means: terms of opposite signs cancel)."), "",
+             ("| model | order k | P_k | inside one patch | between two patches | "
+              "three or more patches |"), "|---|---|---|---|---|---|"]
     for r in result.rows:
         lines.append(f"| {r['model']} | {r['order']} | {r['total']:+.3f} | {r['own']:+.3f} | "
                      f"{r['pairs']:+.3f} | {r['rest']:+.3f} |")
