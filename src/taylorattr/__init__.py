@@ -23,6 +23,7 @@ _EXPORTS = {
     "reformulate_orders": "taylorattr.reformulations",
     "audit": "taylorattr.principles",
     "AuditReport": "taylorattr.principles",
+    "tune_allocator": "taylorattr.allocator",
 }
 _SUBMODULES = {"metrics", "models", "data", "methods", "experiments", "plotting", "principles",
                "reformulations", "taylor"}
