@@ -40,6 +40,7 @@ call or for a block of code with :func:`memory_budget`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 import os
 import re
@@ -84,10 +85,16 @@ def parse_memory(value, name: str = "max_memory") -> int:
 
 def default_memory_budget(device: torch.device | str = "cpu") -> int:
     """The bytes a chunk may use when no ``max_memory`` is given: on CUDA half of the
-    free memory; elsewhere a quarter of the available memory, at most 2 GiB."""
-    device = torch.device(device)
+    free memory; elsewhere a quarter of the available memory, at most 2 GiB. Read once per
+    device per process (so the cached chunk sizes do not follow every fluctuation)."""
     if _budget_override:
         return _budget_override[-1]
+    return _measured_budget(str(torch.device(device)))
+
+
+@functools.cache
+def _measured_budget(device: str) -> int:
+    device = torch.device(device)
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return max(1, free // 2)
