@@ -53,13 +53,13 @@ def size_grid(lo: float, hi: float, per_octave: int) -> list[int]:
 
 
 def floor_sweep(make_fn, max_rows: int, repeats: int, clock: str, quick: bool,
-                keep: int = 2) -> tuple[dict, dict]:
+                keep: int = 2, lo: int = 16) -> tuple[dict, dict]:
     """Sweep chunk sizes of ``make_fn(size)`` (a callable running the whole pass).
 
     Returns ``(finalists, sweep)``: the ``keep`` best sizes as ``{"floor: chunk c": fn}``
     for the final interleaved run, and ``{size: median seconds}`` of the fine stage.
     """
-    coarse = size_grid(16, max_rows, 1)
+    coarse = size_grid(lo, max_rows, 1)
     first = interleaved_medians({c: make_fn(c) for c in coarse}, 1, clock)
     best = min(first, key=first.get)
     fine = size_grid(best / 2**0.5, min(max_rows, best * 2**0.5), 4 if quick else 8)

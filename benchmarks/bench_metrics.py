@@ -82,7 +82,7 @@ def main(argv=None) -> dict:
             lambda c=c: captum_route(model, x, attr, target, bank, c))
     ours, ref = routes["ours"](), routes["captum: max_examples_per_batch=1024"]()
     rel = ((ours.double() - ref.double()).abs() / ref.double().abs()).max().item()
-    finalists, _ = floor_sweep(floor, copies.shape[0], rounds, "wall", args.quick)
+    finalists, _ = floor_sweep(floor, copies.shape[0], rounds, "wall", args.quick, lo=128)
     med = interleaved_medians({**routes, **finalists}, rounds, "wall")
     cap = min((k for k in med if k.startswith("captum")), key=med.get)
     fl = min((k for k in med if k.startswith("floor")), key=med.get)
