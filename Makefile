@@ -4,6 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 OUT ?= results
+# make bench BENCH_ARGS=--quick: the short run (about 10 minutes on 2 cores)
+BENCH_ARGS ?=
 
 .PHONY: reproduce test bench lint
 
@@ -26,7 +28,7 @@ test: $(VENV)/.dev
 	$(PY) -m pytest
 
 bench: $(VENV)/.dev
-	$(PY) benchmarks/run_all.py
+	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -1,37 +1,41 @@
-"""Speed of the seven attribution methods against Captum and against their floors.
+"""Speed of the seven attribution methods against Captum and against their real floors.
 
-Same inputs, same run: a batch of 32 random 1x28x28 images and a C-sg-sized sigmoid CNN
-(Conv2d(1,16,5)-Sigmoid-AvgPool2d(2)-Conv2d(16,32,5)-Sigmoid-AvgPool2d(2)-flatten-
-Linear(512,10)), float32, ``torch.set_num_threads`` left at its default. Every time is
-the median of ``--repeats`` calls, timed round-robin across the candidates of a row after
-one warm-up call each; a call includes building the
-method object (``Method(model).attribute(...)``), for Captum and for us.
+Same inputs, same process: a batch of ``--batch`` (32) random 1x28x28 images (``--occlusion-
+batch``, 8, for the occlusion rows, whose 1x1 patches mean 784 copies per image) and a
+C-sg-sized sigmoid CNN (Conv2d(1,16,5)-Sigmoid-AvgPool2d(2)-Conv2d(16,32,5)-Sigmoid-
+AvgPool2d(2)-flatten-Linear(512,10)), float32. Every time is the median of ``--repeats``
+calls, timed round-robin across the candidates of a row after two warm-up calls each (ours
+measures its chunk size on the first call and times a few sizes in the first calls); a call
+includes building the method object, for Captum and for us. The allocator is whatever the
+process was started with: ``run_all.py`` runs this script once with glibc's default and
+once with ``MALLOC_MMAP_THRESHOLD_``/``MALLOC_TRIM_THRESHOLD_`` raised, for every peer alike.
 
 Columns:
-* ``ours/captum``: our time over Captum's best time among the configurations tried
-  (its default, and its chunking arguments set to sizes we tried for it); goal <= 1.0.
-* ``floor``: the passes a method cannot avoid, run in the best chunk size found by a
-  sweep: IG/EG ``n * B`` forward+backward rows (gradient w.r.t. the rows only);
-  Occlusion a no-grad forward of every occluded copy (copies pre-built, so building them
-  is not in the floor); GI, DeepLIFT and LRP one forward+backward of the ``B`` inputs
-  (DeepLIFT also needs a baseline forward, which this floor leaves out).
-  Goals: IG/EG <= 1.2x floor, Occlusion <= 1.1x.
+* ``ours/captum``: our time over Captum's best time among the configurations tried (its
+  default, and its chunking arguments at several sizes). Goal <= 1.0.
+* ``ours/floor``: the passes a method cannot avoid, at the best chunk size of a fine sweep
+  (``_timing.floor_sweep``: 2^1 grid, then 2^(1/8) around the best): IG/EG ``n * B``
+  forward+backward rows (gradient w.r.t. the rows only); Occlusion a no-grad forward of
+  every occluded copy (copies pre-built); GI, DeepLIFT and LRP one forward+backward of the
+  ``B`` inputs. Goals: IG/EG <= 1.15x, Occlusion <= 1.1x.
 
-Run: ``python benchmarks/bench_methods.py`` (a few minutes on 2 CPU cores). On a busy
-machine wall times measure the neighbours as much as us; ``--threads 1 --clock cpu``
-then gives stable ratios (process CPU time of one thread).
+Run: ``python benchmarks/bench_methods.py [--threads 1] [--quick] [--json out.json]``.
+The default clock is process CPU time at one thread (stable on a shared machine; it counts
+page faults, which are system time) and wall time otherwise.
 """
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import CLOCKS, allocator_label, dump_json, floor_sweep, interleaved_medians
 
 
 class CSg(nn.Module):
@@ -48,25 +52,9 @@ class CSg(nn.Module):
         return self.fc(torch.flatten(self.features(x), 1))
 
 
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-
-
-def interleaved_medians(fns: dict, repeats: int, clock: str = "wall") -> dict:
-    """Median seconds per callable, timing the callables round-robin (one warm-up each),
-    so that a change of machine load during the run hits all of them alike."""
-    now = CLOCKS[clock]
-    for fn in fns.values():
-        fn()
-    times = {label: [] for label in fns}
-    for _ in range(repeats):
-        for label, fn in fns.items():
-            t0 = now()
-            fn()
-            times[label].append(now() - t0)
-    return {label: statistics.median(ts) for label, ts in times.items()}
-
-
-def grad_floor_fns(model, rows, target, chunks) -> dict:
+def grad_floor(model, rows, target):
+    """The whole forward+backward pass over ``rows`` in chunks of ``c`` (gradient w.r.t.
+    the rows only), as a maker ``c -> callable``."""
     def run(c):
         def f():
             for a in range(0, rows.shape[0], c):
@@ -74,17 +62,28 @@ def grad_floor_fns(model, rows, target, chunks) -> dict:
                 out = model(r).gather(1, target[a:a + c, None]).sum()
                 torch.autograd.grad(out, r)
         return f
-    return {f"floor: chunk {c}": run(c) for c in chunks}
+    return run
 
 
-def forward_floor_fns(model, rows, chunks) -> dict:
+def forward_floor(model, rows):
+    """The whole no-grad forward over ``rows`` in chunks of ``c``, as a maker."""
     def run(c):
         def f():
             with torch.no_grad():
                 for a in range(0, rows.shape[0], c):
                     model(rows[a:a + c])
         return f
-    return {f"floor: chunk {c}": run(c) for c in chunks}
+    return run
+
+
+def chosen_chunks(model) -> list[dict]:
+    """The chunk sizes taylorattr.batching chose for ``model`` (one per row shape/pass)."""
+    from taylorattr import batching
+
+    return [{"row": list(key[0]), "backward": key[4], "rows": plan.rows,
+             "candidates": list(plan.candidates), "settled": plan.settled,
+             "bytes_per_row": plan.bytes_per_row}
+            for key, plan in batching._table(model).items()]
 
 
 def occluded_copies(x, patch):
@@ -99,20 +98,25 @@ def occluded_copies(x, patch):
     return torch.stack(copies, 1).reshape(-1, *x.shape[1:])
 
 
-def main(argv=None) -> int:
+def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=None, help="default 5 (3 with --quick)")
     p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--occlusion-batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--only", nargs="*", default=None, help="names of rows to run")
     p.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads (default: leave torch's default)")
-    p.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
-                   help="wall: perf_counter; cpu: process CPU time, which on a busy "
-                        "machine with --threads 1 measures our work, not the neighbours'")
+    p.add_argument("--clock", choices=sorted(CLOCKS), default=None,
+                   help="default: cpu at one thread, wall otherwise")
+    p.add_argument("--quick", action="store_true", help="3 repeats, 2^(1/4) floor sweep")
+    p.add_argument("--json", default=None, help="write the results here")
     args = p.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    threads = torch.get_num_threads()
+    clock = args.clock or ("cpu" if threads == 1 else "wall")
+    R = args.repeats or (3 if args.quick else 5)
 
     import captum.attr as ca
     import captum.attr._core.lrp as captum_lrp
@@ -132,17 +136,24 @@ def main(argv=None) -> int:
     x = torch.rand(args.batch, 1, 28, 28)
     with torch.no_grad():
         target = model(x).argmax(1)
+    xo, to = x[:args.occlusion_batch], target[:args.occlusion_batch]
     ref = torch.rand(100, 1, 28, 28)
-    B, n, R = args.batch, args.steps, args.repeats
-    grad_chunks = [128, 192, 256, 320, 400]
-    fwd_chunks = [192, 320, 384, 640, 1280]
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, batch {B}x1x28x28, "
-          f"C-sg-sized sigmoid CNN, median of {R} interleaved repeats, {args.clock} clock",
-          flush=True)
+    B, n = args.batch, args.steps
+    print(f"torch {torch.__version__}, threads {threads}, allocator {allocator_label()}, batch "
+          f"{B}x1x28x28 (occlusion {xo.shape[0]}), C-sg-sized sigmoid CNN, median of {R} "
+          f"interleaved repeats, {clock} clock", flush=True)
 
-    one_pass = grad_floor_fns(model, x, target, [B])
+    def one_pass():
+        return {f"floor: chunk {B}": grad_floor(model, x, target)(B)}
+
     path_rows = torch.cat([a * x for a in torch.rand(n).tolist()])
-    path_floor = grad_floor_fns(model, path_rows, target.repeat(n), grad_chunks)
+    path_sweep = {}
+
+    def path_floor():  # shared by IG and EG: the same n * B forward+backward rows
+        if not path_sweep:
+            path_sweep.update(zip(("finalists", "sweep"), floor_sweep(
+                grad_floor(model, path_rows, target.repeat(n)), n * B, R, clock, args.quick)))
+        return path_sweep
 
     def captum_ig(c=None):
         return lambda: ca.IntegratedGradients(model).attribute(
@@ -150,70 +161,82 @@ def main(argv=None) -> int:
 
     def occlusion_row(patch, ppes):
         window = (1, patch, patch)
-        fns = {"ours": lambda: ta.Occlusion(model).attribute(x, 0.0, target=target,
-                                                             patch=patch)}
+        fns = {"ours": lambda: ta.Occlusion(model).attribute(xo, 0.0, target=to, patch=patch)}
         for k in ppes:
             fns[f"captum: perturbations_per_eval={k}"] = (
                 lambda k=k: ca.Occlusion(model).attribute(
-                    x, sliding_window_shapes=window, strides=window, baselines=0.0,
-                    target=target, perturbations_per_eval=k))
-        fns.update(forward_floor_fns(model, occluded_copies(x, patch), fwd_chunks))
-        return fns
+                    xo, sliding_window_shapes=window, strides=window, baselines=0.0,
+                    target=to, perturbations_per_eval=k))
+        copies = occluded_copies(xo, patch)
+        finalists, sweep = floor_sweep(forward_floor(model, copies), copies.shape[0], R,
+                                       clock, args.quick)
+        return {**fns, **finalists}, sweep
 
     rows = {
-        "gradient_input": {
+        "gradient_input": lambda: ({
             "ours": lambda: ta.GradientInput(model).attribute(x, target=target),
             "captum: InputXGradient": lambda: ca.InputXGradient(model).attribute(
                 x, target=target),
-            **one_pass},
-        "deeplift": {
+            **one_pass()}, {}),
+        "deeplift": lambda: ({
             "ours": lambda: ta.DeepLift(model).attribute(x, 0.0, target=target),
             "captum: DeepLift": lambda: ca.DeepLift(model).attribute(x, 0.0 * x,
                                                                      target=target),
-            **one_pass},
-        "epsilon_lrp": {
+            **one_pass()}, {}),
+        "epsilon_lrp": lambda: ({
             "ours": lambda: ta.EpsilonLRP(model).attribute(x, target=target),
             "captum: LRP": lambda: ca.LRP(model).attribute(x, target=target),
-            **one_pass},
-        f"integrated_gradients n={n}": {
+            **one_pass()}, {}),
+        f"integrated_gradients n={n}": lambda: ({
             "ours": lambda: ta.IntegratedGradients(model).attribute(
                 x, 0.0, target=target, n_steps=n),
             "captum: default": captum_ig(),
-            "captum: internal_batch_size=160": captum_ig(160),
-            "captum: internal_batch_size=400": captum_ig(400),
-            **path_floor},
-        f"expected_gradients n={n}": {
+            **{f"captum: internal_batch_size={c}": captum_ig(c) for c in (160, 400, 800)},
+            **path_floor()["finalists"]}, path_floor()["sweep"]),
+        f"expected_gradients n={n}": lambda: ({
             "ours": lambda: ta.ExpectedGradients(model).attribute(
                 x, ref, target=target, n_samples=n),
             "captum: GradientShap default": lambda: _gradient_shap_chunked(
                 ca, model, x, ref, target, n, None),
-            "captum: nt_samples_batch_size=5": lambda: _gradient_shap_chunked(
-                ca, model, x, ref, target, n, 5),
-            **path_floor},
-        "occlusion 1x1": occlusion_row(1, (8, 16)),
-        "occlusion 2x2": occlusion_row(2, (8, 16)),
-        "occlusion 4x4": occlusion_row(4, (10, 49)),
+            **{f"captum: nt_samples_batch_size={k}": (
+                lambda k=k: _gradient_shap_chunked(ca, model, x, ref, target, n, k))
+               for k in (5, 10, 25)},
+            **path_floor()["finalists"]}, path_floor()["sweep"]),
+        "occlusion 1x1": lambda: occlusion_row(1, (8, 16, 64)),
+        "occlusion 2x2": lambda: occlusion_row(2, (8, 16, 49)),
+        "occlusion 4x4": lambda: occlusion_row(4, (10, 49)),
     }
 
     table = []
-    for name, fns in rows.items():
+    for name, build in rows.items():
         if args.only and name.split()[0] not in args.only and name not in args.only:
             continue
-        med = interleaved_medians(fns, R, args.clock)
-        ours = med["ours"]
+        fns, sweep = build()
+        med = interleaved_medians(fns, R, clock, warmup=2)
         cap_label = min((k for k in med if k.startswith("captum")), key=med.get)
         fl_label = min((k for k in med if k.startswith("floor")), key=med.get)
-        table.append((name, ours, med[cap_label], med[fl_label]))
+        table.append({"method": name, "ours": med["ours"], "captum": med[cap_label],
+                      "captum_setting": cap_label[len("captum: "):], "floor": med[fl_label],
+                      "floor_chunk": int(fl_label.rsplit(" ", 1)[1]),
+                      "sweep": {str(k): v for k, v in sorted(sweep.items())}})
         detail = ", ".join(f"{k} {v * 1e3:.1f}" for k, v in med.items() if k != "ours")
-        print(f"  {name}: ours {ours * 1e3:.1f} ms; {detail}", flush=True)
+        print(f"  {name}: ours {med['ours'] * 1e3:.1f} ms; {detail}", flush=True)
 
-    print()
-    print(f"{'method':<28}{'ours ms':>9}{'captum ms':>11}{'ours/captum':>13}"
+    print(f"\n{'method':<28}{'ours ms':>9}{'captum ms':>11}{'ours/captum':>13}"
           f"{'floor ms':>10}{'ours/floor':>12}")
-    for name, ours, cap, fl in table:
-        print(f"{name:<28}{ours * 1e3:9.1f}{cap * 1e3:11.1f}{ours / cap:13.2f}"
-              f"{fl * 1e3:10.1f}{ours / fl:12.2f}")
-    return 0
+    for r in table:
+        print(f"{r['method']:<28}{r['ours'] * 1e3:9.1f}{r['captum'] * 1e3:11.1f}"
+              f"{r['ours'] / r['captum']:13.2f}{r['floor'] * 1e3:10.1f}"
+              f"{r['ours'] / r['floor']:12.2f}")
+    chunks = chosen_chunks(model)
+    for c in chunks:
+        print(f"  our chunk for rows {tuple(c['row'])}, {'fwd+bwd' if c['backward'] else 'fwd'}: "
+              f"{c['rows']} rows (candidates {c['candidates']}, settled {c['settled']}, "
+              f"{c['bytes_per_row'] / 1024:.0f} KiB per row)")
+    result = {"threads": threads, "allocator": allocator_label(), "clock": clock, "repeats": R,
+              "rows": table, "chunks": chunks}
+    dump_json(args.json, result)
+    return result
 
 
 def _gradient_shap_chunked(ca, model, x, ref, target, n, k):
@@ -231,4 +254,4 @@ def _gradient_shap_chunked(ca, model, x, ref, target, n, k):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

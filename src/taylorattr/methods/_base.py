@@ -18,7 +18,6 @@ delta. Nothing here repairs an input; every error names the offending argument.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -35,6 +34,7 @@ from .._validation import (
     select_output,
 )
 from ..baselines import Baseline, Point
+from ..batching import chunk_rows, count_blocks, heuristic_rows, planned_blocks
 
 __all__ = [
     "AttributionMethod",
@@ -46,21 +46,16 @@ __all__ = [
     "target_gradient",
 ]
 
-# Rows per chunk for batched passes: ``threads * elements per thread // features per row``.
-# Measured on 2 CPU cores for the C-sg CNN on 1x28x28 (benchmarks/bench_methods.py): one
-# thread is fastest at ~128-240 rows per forward+backward and up to ~320 rows per
-# forward (a cache cliff follows); each further thread takes its share of a chunk.
-_GRAD_ELEMENTS_PER_THREAD = 128 * 784
-_FORWARD_ELEMENTS_PER_THREAD = 192 * 784
-_MAX_CHUNK_ROWS = 8192
+def default_chunk_rows(inputs: torch.Tensor, backward: bool, model=None) -> int:
+    """Rows per model call for passes over rows shaped like ``inputs[0]``.
 
-
-def default_chunk_rows(inputs: torch.Tensor, backward: bool) -> int:
-    """A well-sized number of rows per model call, from the features per row."""
-    per_row = max(1, inputs[0].numel())
-    budget = _GRAD_ELEMENTS_PER_THREAD if backward else _FORWARD_ELEMENTS_PER_THREAD
-    budget *= max(1, torch.get_num_threads())
-    return int(min(_MAX_CHUNK_ROWS, max(1, budget // per_row)))
+    With ``model``: measured once per (model, row shape, dtype, device, threads) against the
+    memory budget and refined by timing (:func:`taylorattr.batching.chunk_rows`); without:
+    a fixed heuristic from the features per row.
+    """
+    if model is None:
+        return heuristic_rows(inputs, backward)
+    return chunk_rows(model, inputs, backward)
 
 
 def check_optional_positive_int(value, name: str) -> int | None:
@@ -68,20 +63,29 @@ def check_optional_positive_int(value, name: str) -> int | None:
     return None if value is None else check_positive_int(value, name)
 
 
-def _progress(it, total: int, show_progress: bool, desc: str):
+def _progress(blocks, total: int, show_progress: bool, desc: str):
     if not show_progress:
-        return it
+        yield from blocks
+        return
     from tqdm.auto import tqdm
 
-    return tqdm(it, total=total, desc=desc, unit="chunk")
+    with tqdm(total=total, desc=desc, unit="chunk") as bar:
+        for n, block in enumerate(blocks, 1):
+            yield block
+            bar.update(1)
+        if bar.total != n:  # a size being timed changes the count: end at 100%
+            bar.total = n
+            bar.refresh()
 
 
 def chunk_ranges(n_rows: int, size: int, show_progress: bool = False,
                  desc: str = "") -> Iterator[tuple[int, int]]:
-    """``(start, stop)`` pairs covering ``range(n_rows)`` in chunks of ``size`` rows."""
-    starts = _progress(range(0, n_rows, size), math.ceil(n_rows / size), show_progress, desc)
-    for start in starts:
-        yield start, min(start + size, n_rows)
+    """``(start, stop)`` pairs covering ``range(n_rows)`` in chunks of at most ``size`` rows
+    (an automatic :class:`~taylorattr.batching.ChunkRows` size is refined by timing)."""
+    blocks = planned_blocks(1, n_rows, size)
+    for _, _, start, stop in _progress(blocks, count_blocks(1, n_rows, size), show_progress,
+                                       desc):
+        yield start, stop
 
 
 def grid_blocks(n_outer: int, n_inner: int, size: int, show_progress: bool = False,
@@ -90,15 +94,11 @@ def grid_blocks(n_outer: int, n_inner: int, size: int, show_progress: bool = Fal
     ``size`` rows: whole inner runs when ``size >= n_inner``, else pieces of one run.
 
     Chunked passes build each block with a few broadcast operations (no gathers), which
-    keeps their overhead over the model's own cost small.
+    keeps their overhead over the model's own cost small. An automatic
+    :class:`~taylorattr.batching.ChunkRows` size may vary between blocks while it is timed.
     """
-    if size >= n_inner:
-        step = size // n_inner
-        blocks = [(o, min(o + step, n_outer), 0, n_inner) for o in range(0, n_outer, step)]
-    else:
-        blocks = [(o, o + 1, i, min(i + size, n_inner))
-                  for o in range(n_outer) for i in range(0, n_inner, size)]
-    yield from _progress(blocks, len(blocks), show_progress, desc)
+    yield from _progress(planned_blocks(n_outer, n_inner, size),
+                         count_blocks(n_outer, n_inner, size), show_progress, desc)
 
 
 def target_gradient(model, rows: torch.Tensor, target_rows: torch.Tensor | None):
@@ -221,7 +221,7 @@ class AttributionMethod:
                    chunk: int | None = None) -> torch.Tensor:
         """The explained output of ``rows`` (no grad), in chunks of ``chunk`` rows."""
         n = rows.shape[0]
-        chunk = chunk or default_chunk_rows(rows, backward=False)
+        chunk = chunk or default_chunk_rows(rows, backward=False, model=self.model)
         outs = []
         with torch.no_grad():
             for a, b in chunk_ranges(n, chunk):

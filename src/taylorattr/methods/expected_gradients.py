@@ -168,7 +168,7 @@ class ExpectedGradients(AttributionMethod):
         n = draws.n_samples
         xb = draws.baselines.to(x.device, x.dtype)
         alphas = draws.alphas.to(x.device, x.dtype)
-        chunk = chunk or default_chunk_rows(x, backward=True)
+        chunk = chunk or default_chunk_rows(x, backward=True, model=self.model)
         feat = tuple(x.shape[1:])
         bcast = (1,) * len(feat)
 

@@ -80,7 +80,7 @@ class IntegratedGradients(AttributionMethod):
         alphas = alphas.to(x.device, x.dtype)
         weights = weights.to(x.device, x.dtype)
         batch = x.shape[0]
-        chunk = chunk or default_chunk_rows(x, backward=True)
+        chunk = chunk or default_chunk_rows(x, backward=True, model=self.model)
 
         total = torch.zeros_like(x)
         for k0, k1, s0, s1 in grid_blocks(n_steps, batch, chunk, show_progress,

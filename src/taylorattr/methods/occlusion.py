@@ -114,7 +114,7 @@ class Occlusion(AttributionMethod):
         counts = [m.shape[0] for m in masks]
         n_windows = math.prod(counts)
         batch = x.shape[0]
-        chunk = chunk or default_chunk_rows(x, backward=False)
+        chunk = chunk or default_chunk_rows(x, backward=False, model=self.model)
         lead = x.shape[1:x.dim() - d]  # occluded together (e.g. channels)
 
         drops = torch.empty(n_windows, batch, dtype=fx.dtype, device=x.device)

@@ -25,6 +25,7 @@ from .._validation import (
     resolve_target,
     select_output,
 )
+from ..batching import chunk_rows
 
 __all__ = [
     "approximation_error",
@@ -230,17 +231,26 @@ def square_sums(attributions: torch.Tensor, squares: torch.Tensor, acc=torch.flo
 def square_removed_rows(inputs: torch.Tensor, baselines: torch.Tensor, squares: torch.Tensor,
                         per_forward: int):
     """Yield ``[B, m, C, H, W]`` copies of ``inputs`` with each of the next ``m`` squares
-    set to ``baselines`` (shaped like ``inputs``), ``per_forward`` squares at a time."""
-    _, _, h, w = inputs.shape
+    set to ``baselines`` (shaped like ``inputs``), ``per_forward`` squares at a time.
+
+    The copies are written into one buffer that every full chunk reuses (no fresh
+    allocation, so no page faults, per chunk): each yielded tensor is overwritten by the
+    next one; clone it to keep it.
+    """
+    b, _, h, w = inputs.shape
     side, top, left = squares.to(inputs.device).unbind(1)
     rows_idx = torch.arange(h, device=inputs.device)
     cols_idx = torch.arange(w, device=inputs.device)
+    buffer = None
     for k0 in range(0, squares.shape[0], per_forward):
         t, l_, s = top[k0:k0 + per_forward], left[k0:k0 + per_forward], side[k0:k0 + per_forward]
         in_rows = (rows_idx >= t[:, None]) & (rows_idx < (t + s)[:, None])      # [m, H]
         in_cols = (cols_idx >= l_[:, None]) & (cols_idx < (l_ + s)[:, None])    # [m, W]
         mask = (in_rows[:, :, None] & in_cols[:, None, :])[None, :, None]      # [1,m,1,H,W]
-        yield torch.where(mask, baselines[:, None], inputs[:, None])           # [B,m,C,H,W]
+        shape = (b, t.shape[0]) + tuple(inputs.shape[1:])
+        if buffer is None or buffer.shape != shape:
+            buffer = torch.empty(shape, dtype=inputs.dtype, device=inputs.device)
+        yield torch.where(mask, baselines[:, None], inputs[:, None], out=buffer)  # [B,m,C,H,W]
 
 
 def optimal_beta_score(pred: torch.Tensor, true: torch.Tensor, normalize: bool = True):
@@ -315,7 +325,7 @@ def infidelity(
     n_perturb_samples: int | None = None,
     noise_std: float | None = None,
     seed: int = 0,
-    batch_size: int = 1024,
+    batch_size: int | None = None,
     show_progress: bool = False,
 ) -> torch.Tensor:
     r"""Infidelity of attributions (Yeh et al., NeurIPS 2019), one score per sample.
@@ -370,7 +380,9 @@ def infidelity(
             ``"square"``, whose set is fixed.
         noise_std: standard deviation for ``"gaussian"`` only.
         seed: seed of the generator for ``"gaussian"`` and callables.
-        batch_size: the most perturbed copies given to ``model`` in one forward pass.
+        batch_size: the most perturbed copies given to ``model`` in one forward pass;
+            default (None) sized from the model's measured memory per row against the
+            memory budget (:func:`taylorattr.batching.chunk_rows`).
         show_progress: show a tqdm progress bar over forward passes.
 
     Returns:
@@ -393,7 +405,8 @@ def infidelity(
     check_bool(normalize, "normalize")
     check_seed(seed)
     check_bool(show_progress, "show_progress")
-    check_positive_int(batch_size, "batch_size")
+    if batch_size is not None:
+        check_positive_int(batch_size, "batch_size")
     check_positive_int(max_side, "max_side")
 
     if isinstance(perturbation, str):
@@ -429,6 +442,8 @@ def infidelity(
 
     b = inputs.shape[0]
     acc = _acc_dtype(inputs.device)
+    if batch_size is None:
+        batch_size = int(chunk_rows(model, inputs, backward=False))
     per_forward = max(1, batch_size // b)  # perturbations per forward pass (all samples)
 
     with torch.no_grad():

@@ -1,0 +1,380 @@
+r"""Rows per model call, chosen by measurement: the one batching helper.
+
+Every chunked pass (the methods' path rows and occluded copies, the metrics' perturbed
+copies) runs ``R`` rows through the model, ``c`` rows per call. Per call the pass needs
+
+.. math::
+
+    M(c) = M_0 + c \cdot m_{\mathrm{row}}, \qquad A(c) = A_0 + c \cdot a_{\mathrm{row}}
+
+bytes of live tensors in all (``M``) and in its largest single tensor (``A``). Both are
+measured once per (model, row shape, dtype, device, threads, pass kind) by running a probe
+of 2 and of 4 copies of the first row and fitting the two lines: on CUDA from
+``torch.cuda.max_memory_allocated``, elsewhere by accounting every tensor the pass
+creates (a dispatch mode that holds a weak reference to each new storage, so the sum of the
+live ones is exact at every operator boundary; workspaces inside one kernel are not
+seen). The chunk is then the largest ``c`` with
+
+* ``M(c) + c * row_bytes <= max_memory`` (the hard budget; default a quarter of the
+  available memory, at most 2 GiB on CPU, half of the free memory on CUDA), and
+* ``A(c) <= `` half the largest heap allocation of the C allocator and ``M(c) <=`` twice
+  it (glibc's dynamic mmap threshold and trim threshold: larger blocks take the
+  mmap/munmap path and are faulted in again on every chunk; see :mod:`taylorattr.allocator`;
+  no such limit once ``tune_allocator()`` has raised them).
+
+That size is used as it is by default, so repeated calls split the work identically and
+give bitwise identical results. Within :func:`timed_chunks` the chunk loops
+(``grid_blocks`` and ``chunk_ranges`` in ``taylorattr.methods._base``) refine it on first
+use instead: they time whole chunks at up to four
+sizes (twice the guess where the budget allows, the guess, half, a quarter), two per
+size after one warm-up chunk, interleaved, and keep the size with the least time per row.
+Timing rides on the real work, so it costs at most a few chunks at a worse size. The
+choice is cached with the measurement.
+
+Timing changes how the work is split, so results can then differ in the last bits between
+the first calls, which is why it is opt-in (an explicit ``internal_batch_size`` never
+varies). The default budget is derived from the machine's *total* memory, not the
+momentarily available memory, so every process on one machine picks the same sizes.
+
+Overrides: ``internal_batch_size`` fixes the rows per call (nothing is measured);
+``max_memory`` (bytes, or a string like ``"512MB"``/``"2GiB"``) replaces the budget, per
+call or for a block of code with :func:`memory_budget`.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import re
+import time
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ._validation import check_positive_int
+from .allocator import allocator_info
+
+__all__ = ["ChunkPlan", "ChunkRows", "chunk_rows", "clear_cache", "default_memory_budget",
+           "heuristic_rows", "memory_budget", "parse_memory", "row_memory", "timed_chunks"]
+
+MAX_CHUNK_ROWS = 1 << 16
+_PROBE_ROWS = (2, 4)
+_SAMPLES = 2            # timed chunks per candidate size, after one warm-up chunk
+_MIN_TIMED_S = 1e-4     # shorter gaps between chunks are not real work (e.g. list(blocks))
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_budget_override: list[int] = []
+_timed: list[bool] = []
+
+
+# ----------------------------------------------------------------------------- budget
+
+def parse_memory(value, name: str = "max_memory") -> int:
+    """Bytes from an int (``>= 1``) or a string such as ``"800MB"`` or ``"2 GiB"``."""
+    if isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B|B)?\s*", value, re.IGNORECASE)
+        if m is None:
+            raise ValueError(f"{name} must be a number of bytes or a string like '512MB' or "
+                             f"'2GiB', got {value!r}")
+        value = int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+        if value < 1:
+            raise ValueError(f"{name} must be at least 1 byte, got {value}")
+        return value
+    return check_positive_int(value, name)
+
+
+def default_memory_budget(device: torch.device | str = "cpu") -> int:
+    """The bytes a chunk may use when no ``max_memory`` is given: on CUDA half of the
+    free memory; elsewhere a quarter of the available memory, at most 2 GiB. Read once per
+    device per process (so the cached chunk sizes do not follow every fluctuation)."""
+    if _budget_override:
+        return _budget_override[-1]
+    return _measured_budget(str(torch.device(device)))
+
+
+@functools.cache
+def _measured_budget(device: str) -> int:
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return max(1, free // 2)
+    available = None
+    with contextlib.suppress(OSError, ValueError), open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemTotal:"):
+                available = int(line.split()[1]) * 1024
+    if available is None:
+        with contextlib.suppress(ValueError, OSError, AttributeError):
+            available = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return min(2**31, (available or 2**33) // 4)
+
+
+@contextlib.contextmanager
+def memory_budget(max_memory):
+    """Within the block, automatic chunk sizes keep each chunk under ``max_memory`` bytes
+    (an int or a string like ``"1GB"``), for every method and metric."""
+    _budget_override.append(parse_memory(max_memory))
+    try:
+        yield _budget_override[-1]
+    finally:
+        _budget_override.pop()
+
+
+@contextlib.contextmanager
+def timed_chunks():
+    """Within the block, automatic chunk sizes are refined by timing a few sizes on the
+    real work (the fastest is cached); results may then differ in the last bits from an
+    untimed run, which splits the work by the memory-based size alone."""
+    _timed.append(True)
+    try:
+        yield
+    finally:
+        _timed.pop()
+
+
+# ---------------------------------------------------------------------- measurement
+
+class _TensorBytes(torch.utils._python_dispatch.TorchDispatchMode):
+    """Accounts the bytes of every storage created under it: live sum, peak, largest."""
+
+    def __init__(self):
+        super().__init__()
+        self.live: list = []  # (weak reference, nbytes)
+        self.peak = 0
+        self.largest = 0
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # nothing here is compiled; True would import torch._dynamo (~1 s)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        from torch.multiprocessing.reductions import StorageWeakRef
+        from torch.utils._pytree import tree_leaves
+
+        kwargs = kwargs or {}
+        seen = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
+                if isinstance(t, torch.Tensor)}
+        out = func(*args, **kwargs)
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                st = t.untyped_storage()
+                n = st.nbytes()
+                if n and st.data_ptr() not in seen:  # new storage (not a view, not in-place)
+                    seen.add(st.data_ptr())
+                    self.live.append((StorageWeakRef(st), n))
+                    self.largest = max(self.largest, n)
+        self.live = [(r, n) for r, n in self.live if not r.expired()]
+        self.peak = max(self.peak, sum(n for _, n in self.live))
+        return out
+
+
+def _run_probe(model, rows: torch.Tensor, backward: bool) -> None:
+    if backward:
+        rows = rows.detach().requires_grad_(True)
+        with torch.enable_grad():
+            torch.autograd.grad(model(rows).sum(), rows)
+    else:
+        with torch.no_grad():
+            model(rows)
+
+
+def _probe_bytes(model, rows: torch.Tensor, backward: bool) -> tuple[int, int]:
+    """(peak live bytes, largest single allocation) of one pass over ``rows``."""
+    if rows.device.type == "cuda":
+        torch.cuda.synchronize(rows.device)
+        before = torch.cuda.memory_allocated(rows.device)
+        torch.cuda.reset_peak_memory_stats(rows.device)
+        _run_probe(model, rows, backward)
+        peak = torch.cuda.max_memory_allocated(rows.device) - before
+        return peak, 0  # no mmap path on CUDA's caching allocator
+    with _TensorBytes() as acct:
+        _run_probe(model, rows, backward)
+    return acct.peak, acct.largest
+
+
+def _stateful(model) -> bool:
+    """A module in train mode with buffers (batch norm statistics) would be changed by a probe."""
+    return isinstance(model, nn.Module) and any(
+        m.training and any(True for _ in m.buffers(recurse=False)) for m in model.modules())
+
+
+def row_memory(model, row: torch.Tensor, backward: bool) -> tuple[float, float, float, float]:
+    """``(M_0, m_row, A_0, a_row)`` in bytes: the lines ``M(c) = M_0 + c m_row`` (peak live
+    tensor bytes of a pass over ``c`` rows) and ``A(c) = A_0 + c a_row`` (its largest single
+    tensor), fitted through probes of 2 and 4 copies of ``row`` (shape ``[1, ...]``).
+    The probe leaves the random number generators as they were."""
+    r1, r2 = _PROBE_ROWS
+    devices = [row.device] if row.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        (m1, a1), (m2, a2) = (_probe_bytes(model, row.expand(r, *row.shape[1:]).clone(), backward)
+                              for r in (r1, r2))
+    m_row, a_row = max(0.0, (m2 - m1) / (r2 - r1)), max(0.0, (a2 - a1) / (r2 - r1))
+    return max(0.0, m1 - r1 * m_row), m_row, max(0.0, a1 - r1 * a_row), a_row
+
+
+# ----------------------------------------------------------------------------- plans
+
+class ChunkRows(int):
+    """An automatic chunk size: an ``int`` (the current best rows per call) that carries
+    its :class:`ChunkPlan`, so the chunk loops can refine it by timing. An explicit ``int``
+    (``internal_batch_size``) is used as given."""
+
+    plan: ChunkPlan
+
+    def __new__(cls, plan: ChunkPlan):
+        obj = super().__new__(cls, plan.rows)
+        obj.plan = plan
+        return obj
+
+
+@dataclass
+class ChunkPlan:
+    """Measured memory and timing state for one (model, row shape, dtype, device, threads,
+    pass kind, budget, allocator) key."""
+
+    rows: int                      # current choice (the memory guess until settled)
+    budget_rows: int               # most rows under the hard budget
+    bytes_per_row: float
+    fixed_bytes: float
+    candidates: tuple[int, ...]
+    times: dict = field(default_factory=dict)  # size -> list of seconds per row
+    warm: bool = False
+    settled: bool = False
+
+    def next_size(self) -> int:
+        """The size of the next chunk: a candidate still short of samples, else the best."""
+        if self.settled or not self.warm:
+            return self.rows
+        short = [c for c in self.candidates if len(self.times.get(c, ())) < _SAMPLES]
+        if not short:
+            return self.rows
+        return min(short, key=lambda c: (len(self.times.get(c, ())), -c))
+
+    def record(self, size: int, rows: int, seconds: float) -> None:
+        """One chunk of ``rows`` rows, asked for at ``size``, took ``seconds``."""
+        if self.settled or seconds < _MIN_TIMED_S or rows < max(1, size // 2):
+            return  # a short last chunk says little about its size
+        if not self.warm:
+            self.warm = True  # the first chunk pays one-off costs
+            return
+        self.times.setdefault(size, []).append(seconds / rows)
+        if all(len(self.times.get(c, ())) >= _SAMPLES for c in self.candidates):
+            self.rows = min(self.candidates, key=lambda c: min(self.times[c]))
+            self.settled = True
+
+
+_plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_plans_by_id: dict = {}  # models that cannot be weakly referenced (bound methods)
+
+
+def clear_cache() -> None:
+    """Forget every measured chunk size."""
+    _plans.clear()
+    _plans_by_id.clear()
+
+
+def _table(model) -> dict:
+    try:
+        return _plans.setdefault(model, {})
+    except TypeError:
+        if len(_plans_by_id) > 64:
+            _plans_by_id.clear()
+        return _plans_by_id.setdefault(id(model), {})
+
+
+def _plan(model, row: torch.Tensor, backward: bool, budget: int) -> ChunkPlan:
+    m0, m_row, a0, a_row = row_memory(model, row, backward)
+    row_bytes = row.element_size() * row.numel() * (2 if backward else 1)  # rows (+ grads)
+    per_row = m_row + row_bytes
+    budget_rows = int(max(1, min(MAX_CHUNK_ROWS, (budget - m0) // max(per_row, 1))))
+    guess = budget_rows
+    heap = allocator_info().largest_heap_allocation
+    if row.device.type == "cpu" and heap is not None and heap < 2**30:
+        # stay under glibc's dynamic mmap threshold (single blocks) and trim threshold (all)
+        by_alloc = (heap // 2 - a0) // a_row if a_row else MAX_CHUNK_ROWS
+        by_trim = (2 * heap - m0) // per_row
+        guess = int(max(1, min(guess, by_alloc, by_trim)))
+    cands = sorted({max(1, c) for c in (min(budget_rows, 2 * guess), guess, guess // 2,
+                                        guess // 4)}, reverse=True)
+    return ChunkPlan(rows=guess, budget_rows=budget_rows, bytes_per_row=per_row,
+                     fixed_bytes=m0, candidates=tuple(cands))
+
+
+def heuristic_rows(inputs: torch.Tensor, backward: bool) -> int:
+    """Rows per call without a model to measure: ``threads * elements per thread // features
+    per row`` (measured once for the C-sg CNN on 1x28x28, 2 CPU cores: one thread is fastest
+    at ~128 rows per forward+backward and ~192 rows per forward)."""
+    per_thread = (128 if backward else 192) * 784
+    budget = per_thread * max(1, torch.get_num_threads())
+    return int(min(MAX_CHUNK_ROWS, max(1, budget // max(1, inputs[0].numel()))))
+
+
+def chunk_rows(model, inputs: torch.Tensor, backward: bool, *, max_memory=None,
+               internal_batch_size: int | None = None) -> int:
+    """Rows per model call for passes over rows shaped like ``inputs[0]``.
+
+    Args:
+        model: the callable the rows go through.
+        inputs: ``[B, ...]``; only its row shape, dtype and device matter.
+        backward: True for forward+backward passes (gradient w.r.t. the rows), False for
+            forward passes without gradients.
+        max_memory: bytes (or ``"512MB"``-style string) a chunk may use; default
+            :func:`default_memory_budget` (or the enclosing :func:`memory_budget`).
+        internal_batch_size: fixed rows per call; returned as is, nothing is measured.
+
+    Returns:
+        ``internal_batch_size`` when given, else a :class:`ChunkRows` (an ``int``) from the
+        cached or freshly measured plan.
+    """
+    if internal_batch_size is not None:
+        if max_memory is not None:
+            raise ValueError("give internal_batch_size (rows per call) or max_memory (bytes "
+                             "per call), not both")
+        return check_positive_int(internal_batch_size, "internal_batch_size")
+    if not isinstance(inputs, torch.Tensor) or inputs.dim() < 1 or inputs.shape[0] < 1:
+        raise ValueError("inputs must be a batch-first tensor [B, ...] with B >= 1 to size "
+                         "chunks from")
+    budget = (parse_memory(max_memory) if max_memory is not None
+              else default_memory_budget(inputs.device))
+    info = allocator_info()
+    key = (tuple(inputs.shape[1:]), inputs.dtype, str(inputs.device), torch.get_num_threads(),
+           bool(backward), budget, info.mmap_threshold, info.trim_threshold)
+    table = _table(model)
+    plan = table.get(key)
+    if plan is None:
+        if _stateful(model):  # a probe would move batch-norm statistics: no measurement
+            return heuristic_rows(inputs, backward)
+        plan = table[key] = _plan(model, inputs[:1].detach(), backward, budget)
+    return ChunkRows(plan) if _timed else plan.rows
+
+
+def planned_blocks(n_outer: int, n_inner: int, size: int):
+    """``(o0, o1, i0, i1)`` blocks of the ``n_outer x n_inner`` grid, at most ``size`` rows
+    each: whole inner runs when the size allows, else pieces of one run. A
+    :class:`ChunkRows` size may change from block to block while its plan is timed."""
+    plan = getattr(size, "plan", None)
+    o = i = 0
+    while o < n_outer:
+        s = plan.next_size() if plan is not None else int(size)
+        if i == 0 and s >= n_inner:
+            o1 = min(o + s // n_inner, n_outer)
+            block, rows, o = (o, o1, 0, n_inner), (o1 - o) * n_inner, o1
+        else:
+            i1 = min(i + s, n_inner)
+            block, rows = (o, o + 1, i, i1), i1 - i
+            o, i = (o + 1, 0) if i1 == n_inner else (o, i1)
+        start = time.perf_counter()
+        yield block
+        if plan is not None:
+            plan.record(s, rows, time.perf_counter() - start)
+
+
+def count_blocks(n_outer: int, n_inner: int, size: int) -> int:
+    """How many blocks :func:`planned_blocks` gives for a fixed ``size``."""
+    size = int(size)
+    if size >= n_inner:
+        return math.ceil(n_outer / (size // n_inner))
+    return n_outer * math.ceil(n_inner / size)
