@@ -366,3 +366,27 @@ def test_cli_passes_the_imagenet_route_through(tmp_path, monkeypatch):
     assert route.root == tmp_path and dict(route.weights) == {"vgg16": weights}
     assert seen["out"] == tmp_path / "out"
     assert seen["experiments"] == ("bbox",)
+
+
+def test_taylor_orders_compared_by_a_paired_test(first_run):
+    """The report words the order comparison by the Wilcoxon signed-rank test on the same
+    digits (scipy.stats.wilcoxon, exact, is the independent route), not by two means."""
+    out, r = first_run
+    import json
+
+    saved = json.loads((out / "assessment" / "assessment.json").read_text())
+    assert saved["taylor_tests"] == r.taylor_tests and len(r.taylor_tests) == 1
+    t = r.taylor_tests[0]
+    assert (t["order"], t["against"], t["n"]) == (2, 1, 2)
+    assert "p = " in t["statement"] and t["statement"] in A.format_assessment(r)
+    assert "not lower" not in A.format_assessment(r)
+    # the same per-digit infidelities by direct calls, and scipy's exact Wilcoxon p-value
+    from taylorattr.taylor import taylor_attribution
+
+    model, _ = M.get_trained("m_sg", out, epochs=0, quick=True, show_progress=False)
+    x = D.mnist_split(*D.load_mnist(), seed=0).held_images[:2]
+    target = model(x).argmax(1)
+    v = {k: infidelity(model, x, taylor_attribution(model, x, 0.0, target, k), target=target)
+         for k in (1, 2)}
+    expected = scipy.stats.wilcoxon(v[2].numpy(), v[1].numpy(), method="exact").pvalue
+    assert t["p_value"] == pytest.approx(expected, rel=1e-9)

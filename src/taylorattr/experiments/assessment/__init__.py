@@ -131,6 +131,8 @@ class AssessmentResult:
     principles_paper, infidelity`` (mean over samples), ``infidelity_sem`` (standard error),
     ``n, seconds`` (compute time of its units), ``note``.
     ``taylor_order``: ``model, order, infidelity, infidelity_sem, paper, n, seconds``.
+    ``taylor_tests``: ``model, order, against, p_value, n, test, statement``: each order's
+    per-sample infidelities against the order before, by a paired Wilcoxon signed-rank test.
     ``bbox``: ``model, method, principles, principles_paper, bbox_accuracy,
     bbox_accuracy_sem, n, n_excluded, seconds, note``.
     ``correlations``: ``experiment, model, metric, spearman`` (against the measured
@@ -141,6 +143,7 @@ class AssessmentResult:
 
     infidelity: list[dict] = field(default_factory=list)
     taylor_order: list[dict] = field(default_factory=list)
+    taylor_tests: list[dict] = field(default_factory=list)
     bbox: list[dict] = field(default_factory=list)
     correlations: list[dict] = field(default_factory=list)
     principles: list[dict] = field(default_factory=list)
@@ -151,6 +154,7 @@ class AssessmentResult:
 
     def to_json(self) -> dict:
         return {"infidelity": self.infidelity, "taylor_order": self.taylor_order,
+                "taylor_tests": self.taylor_tests,
                 "bbox": self.bbox, "correlations": self.correlations,
                 "principles": self.principles, "models": self.models,
                 "settings": self.settings, "timings": self.timings, "figures": self.figures}

@@ -90,14 +90,12 @@ def format_assessment(result) -> str:
             val = "n/a" if r["infidelity"] is None else (
                 f"{r['infidelity']:.4g} ± {_fmt(r['infidelity_sem'], '.2g')}")
             lines.append(f"| {r['model']} | {r['order']} | {val} | {_fmt(r['paper'], 'g')} |")
-        by_model: dict[str, dict[int, float]] = {}
-        for r in result.taylor_order:
-            by_model.setdefault(r["model"], {})[r["order"]] = r["infidelity"]
-        for m, d in by_model.items():
-            if d.get(1) is not None and d.get(2) is not None:
-                verdict = "lower" if d[2] < d[1] else "not lower"
-                lines.append(f"\n{m}: second-order infidelity is {verdict} than first-order "
-                             f"({d[2]:.4g} vs {d[1]:.4g}; paper: lower).")
+        means = {(r["model"], r["order"]): r["infidelity"] for r in result.taylor_order}
+        for t in result.taylor_tests:
+            m, k, j = t["model"], t["order"], t["against"]
+            lines.append(f"\n{m}: order-{k} infidelity vs order-{j}: {t['statement']} "
+                         f"({t['test']}; means {_fmt(means.get((m, k)))} vs "
+                         f"{_fmt(means.get((m, j)))}; paper: second order lower).")
         lines.append("")
     if result.bbox:
         n = result.settings.get("samples", {}).get("bbox")

@@ -11,6 +11,8 @@ each square, from an integral image) are scored against them with the formula of
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 from tqdm.auto import tqdm
 
@@ -19,7 +21,7 @@ from ...baselines import Point
 from ...metrics import square_removal
 from ...metrics.fidelity import optimal_beta_score, square_removed_rows, square_sums
 from ...registry import METHODS
-from ...statistics import mean_sem
+from ...statistics import compare_paired, mean_sem, wilcoxon_signed_rank
 from .. import paper
 from .._units import fingerprint
 from .stage import Stage, collect, timed
@@ -133,10 +135,20 @@ def run_taylor_order(stage: Stage, models, n: int, orders, result) -> None:
     starts = [i0 for i0, _ in stage.spans(x)]
     for m in models:
         mlabel = paper.model_label(m)
+        per_order = {}
         for k, method in zip(orders, taylor):
             v, seconds, note = collect(units, m, method.label, starts, "infidelity")
+            per_order[k] = v
             mean, sem = mean_sem(v) if v is not None else (None, None)
             result.taylor_order.append({
                 "model": mlabel, "order": k, "infidelity": mean, "infidelity_sem": sem,
                 "paper": paper.TAYLOR_ORDER.get(mlabel, {}).get(k),
                 "n": 0 if v is None else v.numel(), "seconds": round(seconds, 3), "note": note})
+        for low, high in itertools.pairwise(orders):  # each order against the one before
+            a, b = per_order[high], per_order[low]
+            if a is None or b is None:
+                continue
+            test = wilcoxon_signed_rank(a, b)
+            result.taylor_tests.append({
+                "model": mlabel, "order": high, "against": low, "p_value": test.p_value,
+                "n": test.n, "test": test.method, "statement": compare_paired(a, b)})
