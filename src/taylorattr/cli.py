@@ -110,6 +110,16 @@ def _existing_file(text: str) -> Path:
     return path
 
 
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not (value >= 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
 def _method(text: str) -> str:
     try:
         return canonical_method(text)
@@ -192,6 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sign", choices=SIGNS, default="all",
                    help="what the maps show: signed values, positive or negative part, |a|")
     p.add_argument("--overlay", action="store_true", help="draw each map over the photo")
+    p.add_argument("--beta", type=_nonnegative_float, default=10.0,
+                   help="Taylor panels expand a smoothed copy (ReLU -> softplus of slope beta); "
+                        "0 expands the network itself")
+    p.add_argument("--interactions", action="store_true",
+                   help="also draw the exact pair interactions of the image's patches (order 2)")
     p.add_argument("--save-maps", action="store_true",
                    help="also write every plotted map as .pt and .npy")
     p.add_argument("--out", type=_output_dir, default=Path("explain"), help="output folder")
@@ -337,7 +352,8 @@ def _explain(args) -> str:
 
     result = explain(args.image, model=args.model, weights=args.weights, methods=args.methods,
                      target=args.target, out_dir=args.out, sign=args.sign, overlay=args.overlay,
-                     save_maps=args.save_maps)
+                     save_maps=args.save_maps, beta=None if args.beta == 0 else args.beta,
+                     interactions=args.interactions)
     for line in result.warnings:
         print(f"taylorattr explain: warning: {_one_line(line)}", file=sys.stderr)
     lines = ["top-5 classes:"] + [
@@ -347,6 +363,8 @@ def _explain(args) -> str:
         lines.append(f"explained class: {result.target} (p = {result.probability:.3g}, chosen)")
     lines.append(f"saliency figure: {result.figure}")
     lines.append(f"warnings: {result.warnings_file}")
+    if result.interactions_figure is not None:
+        lines.append(f"interactions: {result.interactions_figure}")
     if result.map_files:
         lines.append(f"maps: {result.map_files[0].parent} ({len(result.map_files)} files)")
     return "\n".join(lines)

@@ -84,6 +84,7 @@ class Explanation:
     left_out: dict[str, str] = field(default_factory=dict)  # label -> why
     warnings_file: Path | None = None
     map_files: list[Path] = field(default_factory=list)
+    interactions_figure: Path | None = None
 
 
 def _classifier(model, weights):
@@ -154,10 +155,43 @@ def _write_outputs(out: Path, stem: str, plotted: dict, lines: list[str],
     return warnings_file, files
 
 
+def _smoothed(x, target: int, beta: float):
+    """``taylor_model`` hook: ``ta.smooth(net, beta)`` with a note of its gap and class."""
+    def hook(net):
+        import torch
+
+        from ..smoothing import smooth
+
+        sm = smooth(net, beta, inputs=x)
+        if not sm.replaced:
+            return net, ""
+        with torch.no_grad():
+            predicted = int(sm(x).argmax(1)[0])
+        same = "same class" if predicted == target else f"predicts class {predicted}"
+        return sm, f"smoothed, beta = {beta:g}, output gap {sm.output_gap:.2g}, {same}"
+    return hook
+
+
+def _interaction_figure(net, x, target: int, taylor_model, out: Path, stem: str, image) -> Path:
+    import torch
+
+    from ..interaction_plot import interaction_map
+    from ..pair_interactions import interactions
+
+    expanded, note = (net, "") if taylor_model is None else taylor_model(net)
+    result = interactions(expanded, x, 0.0, torch.tensor([target]), order=2)
+    path = out / f"{stem}-interactions.png"
+    title = f"pair interactions J_2 of {result.pairs.shape[-1]} patches" + (
+        f" ({note})" if note else "")
+    interaction_map(image, result, title=title, path=path)
+    return path
+
+
 def explain(image, model="efficientnet-lite0", weights=None, methods=None, target=None,
             out_dir="explain", patch: int = 16, ig_steps: int = 32, eg_samples: int = 32,
             eg_noise: float | None = None, *, sign: str = "all", overlay: bool = False,
-            save_maps: bool = False, taylor_model=None) -> Explanation:
+            save_maps: bool = False, beta: float | None = 10.0, taylor_model=None,
+            interactions: bool = False) -> Explanation:
     """Explain ``image`` (a path) with ``methods`` (:func:`explain_methods`, labels or
     registry names; default all) for class ``target`` (default: the top class).
 
@@ -165,6 +199,13 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
     :class:`taylorattr.models.ImageClassifier`. ``sign`` (:data:`SIGNS`) and ``overlay``
     (maps over a grey copy of the photo) choose the display; ``save_maps`` writes the plotted
     arrays. Writes the files listed in the module docstring and returns what was shown.
+
+    Taylor panels expand ``taylor_model(net)`` when given, else a smoothed copy
+    (``ta.smooth(net, beta)``: every ReLU/ReLU6/max-pool replaced by its smooth surrogate;
+    its output gap to ``net`` and its class are stated in the titles), or ``net`` itself
+    with ``beta=None`` (then a piecewise-linear network shows no second-order terms).
+    ``interactions``: also draw the exact pair interactions of the image's patches
+    (``ta.interactions`` at order 2 on the same network) as ``<stem>-interactions.png``.
     """
     import torch
 
@@ -184,7 +225,11 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
         target = int(top.indices[0])
     elif not 0 <= target < probs.shape[0]:
         raise ValueError(f"target must lie in [0, {probs.shape[0]}), got {target}")
+    if taylor_model is None and beta is not None:
+        taylor_model = _smoothed(x, target, beta)
     maps, notes = _maps(net, x, target, columns, taylor_model)
+    pairs_figure = None if not interactions else _interaction_figure(
+        net, x, target, taylor_model, Path(out_dir), Path(image).stem, net.unnormalize(x[0]))
     _difference_panel(maps, notes)
     left_out = {k: v.removeprefix("not supported: ").rstrip(": ") for k, v in maps.items()
                 if isinstance(v, str)}
@@ -206,4 +251,4 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
     warnings_file, map_files = _write_outputs(out, stem, plotted, lines, save_maps)
     return Explanation([(net.class_name(int(i)), float(q)) for q, i in zip(top.values, top.indices)],
                        target, panel, figure, p, chosen, [int(i) for i in top.indices], lines,
-                       left_out, warnings_file, map_files)
+                       left_out, warnings_file, map_files, pairs_figure)
