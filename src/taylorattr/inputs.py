@@ -34,8 +34,8 @@ from torch import nn
 
 from ._validation import check_inputs
 
-__all__ = ["InputModel", "Layout", "as_tuple", "check_additional_args", "check_layer",
-           "layer_activations", "swap_layer"]
+__all__ = ["InputModel", "Layout", "View", "as_tuple", "check_additional_args", "check_layer",
+           "layer_activations", "point_baselines", "swap_layer", "whole_batch_view"]
 
 
 def as_tuple(inputs, name: str = "inputs") -> tuple[tuple, bool]:
@@ -274,3 +274,76 @@ def slice_option(value, b: int, batch: int):
         return replace(value, **{f.name: slice_option(getattr(value, f.name), b, batch)
                                  for f in fields(value) if f.init})
     return value
+
+
+def point_baselines(baselines, parts: tuple) -> tuple:
+    """Point baselines for every input: a scalar, a tensor (one input) or one per input."""
+    from ._validation import broadcast_baselines
+
+    per = Layout.of(parts, True).per_input(baselines, "baselines", lambda v: False)
+    names = ["baselines"] if len(parts) == 1 else [f"baselines[{i}]" for i in range(len(parts))]
+    return tuple(broadcast_baselines(b, p, n) for b, p, n in zip(per, parts, names))
+
+
+@dataclass
+class View:
+    """A whole-batch one-tensor view of a structured call (Taylor terms, metrics): ``model``
+    maps ``x`` (rows = the samples, in order) to the user's model output; ``layer_swap``
+    must be active while ``model`` runs or is traced when attributing to a layer."""
+
+    model: InputModel
+    x: torch.Tensor
+    baselines: torch.Tensor
+    layout: Layout
+    layer: nn.Module | None
+    to_input: bool
+
+    def active(self):
+        if self.layer is None:
+            return _Null()
+        return _Active(self)
+
+
+class _Null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Active:
+    def __init__(self, view: View):
+        self.view = view
+        self.cm = None
+
+    def __enter__(self):
+        self.cm = swap_layer(self.view.model.model, self.view.layer, self.view.to_input)
+        self.view.model.inject = self.cm.__enter__()
+        return self.view.model.inject
+
+    def __exit__(self, *exc):
+        return self.cm.__exit__(*exc)
+
+
+def whole_batch_view(model, inputs, baselines=0.0, additional_forward_args=None, layer=None,
+                     attribute_to_layer_input=False) -> View:
+    """The one-tensor view for routines that evaluate all samples together (each row of
+    ``x`` is its sample, so the context is held with all ``B`` rows)."""
+    check_layer(model, layer, attribute_to_layer_input)
+    parts, is_tuple = as_tuple(inputs)
+    batch = check_batch(parts, floats=layer is None)
+    extra = check_additional_args(additional_forward_args, batch)
+    parts = tuple(p.detach() for p in parts)
+    base_parts = point_baselines(baselines, parts)
+    if layer is None:
+        layout = Layout.of(parts, is_tuple)
+        x, base = layout.join(parts), layout.join(base_parts)
+    else:
+        x = layer_activations(model, layer, parts + extra, attribute_to_layer_input)
+        base = layer_activations(model, layer, base_parts + extra, attribute_to_layer_input)
+        layout = Layout.of((x,), False)
+    wrapped = InputModel(model, layout, extra, None, len(parts) if layer is not None else 0)
+    wrapped.set_context((parts if layer is not None else ()) + tuple(
+        a for a in extra if isinstance(a, torch.Tensor)))
+    return View(wrapped, x, base, layout, layer, attribute_to_layer_input)

@@ -48,6 +48,7 @@ from ..inputs import (
     check_batch,
     check_layer,
     layer_activations,
+    point_baselines,
     slice_option,
     swap_layer,
 )
@@ -357,11 +358,7 @@ class AttributionMethod:
             elif isinstance(baselines, Baseline):
                 raise TypeError(f"baselines: {type(self).__name__} takes a point baseline (a "
                                 f"scalar, tensor or tuple), got a {type(baselines).__name__}")
-            per = Layout.of(parts, True).per_input(
-                baselines, "baselines", lambda v: False)
-            names = ["baselines"] if len(parts) == 1 else [f"baselines[{i}]"
-                                                           for i in range(len(parts))]
-            full = tuple(broadcast_baselines(b, p, n) for b, p, n in zip(per, parts, names))
+            full = point_baselines(baselines, parts)
             return full if layout is None else layout.join(full)
         if layout is None or not layout.flat:  # distribution, one tensor: the method checks
             return baselines
