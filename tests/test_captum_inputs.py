@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from captum import attr as captum_attr
 from torch import nn
 
 from taylorattr.baselines import ReferenceSet
@@ -19,9 +20,8 @@ from taylorattr.methods import (
     Occlusion,
 )
 
-captum_attr = pytest.importorskip("captum.attr")
 DT = torch.float64
-TOL = dict(rtol=1e-5, atol=1e-7)
+TOL = {"rtol": 1e-5, "atol": 1e-7}
 
 
 class TwoInputs(nn.Module):
