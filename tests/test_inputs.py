@@ -267,3 +267,34 @@ def test_batch_mismatches_are_refused_by_name(extra_rows, y_rows, n_base):
         call()
     assert any(w in str(err.value) for w in ("inputs[1]", "additional_forward_args",
                                              "baselines")), str(err.value)
+
+
+def test_infidelity_over_tuple_inputs_with_a_batch_argument_equals_a_slow_loop():
+    from taylorattr.metrics import infidelity
+
+    model, (x, y), _, scale = setup()
+    a = (torch.randn(2, 3, dtype=DT), torch.randn(2, 2, 2, dtype=DT))
+
+    def perturb(inputs, generator):
+        noise = tuple(torch.randn(p.shape, generator=generator, dtype=DT) * 0.3 for p in inputs)
+        return noise, tuple(p - q for p, q in zip(inputs, noise))
+
+    got = infidelity(model, (x, y), a, target=1, perturbation=perturb, n_perturb_samples=6,
+                     seed=4, batch_size=5, additional_forward_args=scale)
+    gen = torch.Generator().manual_seed(4)
+    pred, true = [], []
+    with torch.no_grad():
+        f0 = model(x, y, scale)[:, 1]
+        for _ in range(6):
+            (nx, ny), (px, py) = perturb((x, y), gen)
+            pred.append((a[0] * nx).sum(1) + (a[1] * ny).flatten(1).sum(1))
+            true.append(f0 - torch.stack([model(px[b:b + 1], py[b:b + 1], scale[b:b + 1])[0, 1]
+                                          for b in range(2)]))
+    pred, true = torch.stack(pred, 1), torch.stack(true, 1)
+    beta = (pred * true).sum(1) / pred.pow(2).sum(1)
+    torch.testing.assert_close(got, (beta[:, None] * pred - true).pow(2).mean(1), **TOL)
+    with pytest.raises(ValueError, match="square"):
+        infidelity(model, (x, y), a, target=1, additional_forward_args=scale)
+    with pytest.raises(ValueError, match=r"attributions\[1\]"):
+        infidelity(model, (x, y), (a[0], a[1][:, 0]), target=1, perturbation="gaussian",
+                   n_perturb_samples=2, additional_forward_args=scale)
