@@ -298,3 +298,19 @@ def test_infidelity_over_tuple_inputs_with_a_batch_argument_equals_a_slow_loop()
     with pytest.raises(ValueError, match=r"attributions\[1\]"):
         infidelity(model, (x, y), (a[0], a[1][:, 0]), target=1, perturbation="gaussian",
                    n_perturb_samples=2, additional_forward_args=scale)
+
+
+def test_group_expansions_take_captum_feature_masks():
+    """feature_mask with arbitrary ids gives the groups' expansions in sorted-id order, the
+    same as the equivalent 0..G-1 groups."""
+    model, xs, bs, scale = setup()
+    masks = (torch.tensor([[7, 7, -1]]), torch.tensor([[[-1, 3], [3, 7]]]))
+    groups = (torch.tensor([2, 2, 0]), torch.tensor([[0, 1], [1, 2]]))
+    got = group_expansions(model, xs, bs, target=0, order=2, feature_mask=masks,
+                           additional_forward_args=scale)
+    want = group_expansions(model, xs, bs, target=0, order=2, groups=groups,
+                            additional_forward_args=scale)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="feature_mask"):
+        group_expansions(model, xs, bs, target=0, order=2, feature_mask=masks, groups=groups,
+                         additional_forward_args=scale)

@@ -199,7 +199,8 @@ def taylor_attribution(model, inputs, baselines=0.0, target=None, order: int = 2
 
 def group_expansions(model, inputs, baselines=0.0, target=None, order: int = 2,
                      groups=None, chunk_size: int | None = None,
-                     show_progress: bool = False, *, additional_forward_args=None, layer=None,
+                     show_progress: bool = False, *, feature_mask=None,
+                     additional_forward_args=None, layer=None,
                      attribute_to_layer_input: bool = False) -> torch.Tensor:
     """``g_K`` of the change obtained by moving only the features of one group to the baseline.
 
@@ -207,12 +208,24 @@ def group_expansions(model, inputs, baselines=0.0, target=None, order: int = 2,
     group). Returns ``[B, G, K]`` with ``[..., k-1] = P_k(delta restricted to the group)``;
     summing over ``k`` gives the Taylor reformulation of occluding that group (Theorems 2, 3).
     Tuple inputs take one id tensor per input (ids shared across inputs form one group).
+    ``feature_mask`` instead of ``groups``: Captum's form (any integer ids, shaped like the
+    inputs with a first dimension of 1, one per input for tuples; as for
+    :class:`~taylorattr.methods.Occlusion`); group ``g`` is then the ``g``-th smallest id.
     """
     V.check_bool(show_progress, "show_progress")
     gm, inputs, delta, target, _, layout = _prepare_inputs(
         model, inputs, baselines, target, order, chunk_size,
         _structure(additional_forward_args, layer, attribute_to_layer_input))
-    if layout is not None and layout.flat and groups is not None:
+    if feature_mask is not None:
+        if groups is not None:
+            raise ValueError("give either groups (ids 0..G-1 shaped like one sample) or "
+                             "feature_mask (Captum's form), not both")
+        from .inputs import Layout
+        from .methods.occlusion import _group_ids
+
+        ids = _group_ids(feature_mask, layout or Layout.of((inputs,), False), 1, inputs.device)
+        groups = torch.unique(ids, return_inverse=True)[1].view(delta.shape[1:])
+    elif layout is not None and layout.flat and groups is not None:
         per = layout.per_input(groups, "groups", lambda v: isinstance(v, torch.Tensor))
         for i, (g, shape) in enumerate(zip(per, layout.shapes)):
             if not isinstance(g, torch.Tensor) or tuple(g.shape) != shape:
