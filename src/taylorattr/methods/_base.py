@@ -188,8 +188,10 @@ class AttributionMethod:
         check_model(model)
         check_layer(model, layer, attribute_to_layer_input)
         self.model = model
-        self.layer = layer
-        self.attribute_to_layer_input = attribute_to_layer_input
+        # private: code that rebuilds a method from its public attributes (the audit) keeps
+        # working; the layer is a per-call default, not a registry setting
+        self._layer = layer
+        self._to_layer_input = attribute_to_layer_input
 
     @property
     def model(self):
@@ -203,7 +205,7 @@ class AttributionMethod:
     def _check_plan(self) -> None:
         """Layer-wise methods: trace at construction (refusals come early), except for models
         explained through a layer or taking several inputs: those are traced at each call."""
-        if self.layer is None and _single_input(self._model):
+        if self._layer is None and _single_input(self._model):
             self._get_plan()
 
     def __repr__(self) -> str:
@@ -260,9 +262,9 @@ class AttributionMethod:
                             f"input arguments: {', '.join(self.INPUT_ARGS)})")
         options = dict(options)
         extra = options.pop("additional_forward_args", None)
-        layer = options.pop("layer", self.layer)
+        layer = options.pop("layer", self._layer)
         to_input = options.pop("attribute_to_layer_input",
-                               self.attribute_to_layer_input if layer is self.layer else False)
+                               self._to_layer_input if layer is self._layer else False)
         if layer is None and extra is None and isinstance(inputs, torch.Tensor):
             check_layer(self._model, None, to_input)
             x, t, fx = self._inputs_and_target(inputs, target)
