@@ -29,6 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import _validation as V
+from .inputs import whole_batch_view
 from .taylor_mode import piecewise_linear_ops, propagate, trace
 
 __all__ = ["TaylorTerms", "group_expansions", "taylor_attribution", "taylor_terms"]
@@ -38,8 +39,9 @@ __all__ = ["TaylorTerms", "group_expansions", "taylor_attribution", "taylor_term
 class TaylorTerms:
     """Taylor decomposition of ``f(x) - f(x~)`` up to order ``order``.
 
-    Per-feature fields are shaped like the inputs, per-sample fields are ``[B]``;
-    ``orders[:, k-1]`` is ``P_k``.
+    Per-feature fields are shaped like the inputs (a tuple of tensors for tuple inputs; the
+    layer's output with ``layer=``), per-sample fields are ``[B]``; ``orders[:, k-1]`` is
+    ``P_k``.
     """
 
     order: int
@@ -54,6 +56,9 @@ class TaylorTerms:
 
     def attribution(self) -> torch.Tensor:
         """``first + independent + interactive_ig``: the order-K IG reformulation; sums to ``total``."""
+        if isinstance(self.first, tuple):
+            return tuple(a + b + c for a, b, c in
+                         zip(self.first, self.independent, self.interactive_ig))
         return self.first + self.independent + self.interactive_ig
 
     def relative_error(self) -> torch.Tensor:
@@ -111,13 +116,29 @@ def _group_orders(gm, inputs, delta, target, groups, order, chunk_size, show_pro
 
 def _prepare(model, inputs, baselines, target, order, chunk_size=None):
     """Shared argument checks; returns the traced model, inputs, delta, target and f(x~)."""
+    return _prepare_inputs(model, inputs, baselines, target, order, chunk_size)[:5]
+
+
+def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, structure=None):
+    """:func:`_prepare` that also returns the layout of the inputs (tuple inputs, ``additional_forward_args`` and ``layer`` in
+    ``structure`` are mapped to one tensor by :func:`taylorattr.inputs.whole_batch_view`: the
+    expansion direction is all inputs' deltas together)."""
     V.check_model(model)
-    V.check_inputs(inputs)
     V.check_positive_int(order, "order")
     if chunk_size is not None:
         V.check_positive_int(chunk_size, "chunk_size")
-    baselines = V.broadcast_baselines(baselines, inputs)
-    gm = trace(model)
+    layout = None
+    if structure or not isinstance(inputs, torch.Tensor):
+        view = whole_batch_view(model, inputs, baselines, **(structure or {}))
+        with view.active():
+            gm = trace(view.model)
+        model, inputs, baselines, layout = gm, view.x, view.baselines, view.layout
+        V.check_inputs(inputs, "inputs" if structure is None or "layer" not in structure
+                       else "the layer's activations")
+    else:
+        V.check_inputs(inputs)
+        baselines = V.broadcast_baselines(baselines, inputs)
+        gm = trace(model)
     if order >= 2:
         kinks = piecewise_linear_ops(gm)
         if kinks:
@@ -130,7 +151,18 @@ def _prepare(model, inputs, baselines, target, order, chunk_size=None):
     with torch.no_grad():
         target = V.resolve_target(target, V.model_output(model, inputs))
         f_base = V.select_output(V.model_output(model, baselines, name="model (at baselines)"), target)
-    return gm, inputs, inputs - baselines, target, f_base
+    return gm, inputs, inputs - baselines, target, f_base, layout
+
+
+def _structure(additional_forward_args, layer, attribute_to_layer_input) -> dict | None:
+    if additional_forward_args is None and layer is None and attribute_to_layer_input is False:
+        return None
+    return {"additional_forward_args": additional_forward_args, "layer": layer,
+            "attribute_to_layer_input": attribute_to_layer_input}
+
+
+def _split(layout, t: torch.Tensor):
+    return t if layout is None else layout.result(layout.split(t))
 
 
 def _ig_shares(gm, inputs, delta, target, order):
@@ -150,29 +182,57 @@ def _ig_shares(gm, inputs, delta, target, order):
     return f_x.detach(), first, attribution, -c.detach().T.contiguous()
 
 
-def taylor_attribution(model, inputs: torch.Tensor, baselines=0.0, target=None,
-                       order: int = 2) -> torch.Tensor:
+def taylor_attribution(model, inputs, baselines=0.0, target=None, order: int = 2, *,
+                       additional_forward_args=None, layer=None,
+                       attribute_to_layer_input: bool = False):
     """The order-K Taylor attribution ``first + independent + interactive_ig`` alone.
 
     Each order's monomials are shared among their features in proportion to their
     exponents (Theorem 5), so the result sums to ``g_K``; order 1 is Gradient*Input
     w.r.t. the baseline. Costs one Taylor-mode pass and one backward pass.
     """
-    gm, inputs, delta, target, _ = _prepare(model, inputs, baselines, target, order)
-    return _ig_shares(gm, inputs, delta, target, order)[2]
+    gm, inputs, delta, target, _, layout = _prepare_inputs(
+        model, inputs, baselines, target, order,
+        structure=_structure(additional_forward_args, layer, attribute_to_layer_input))
+    return _split(layout, _ig_shares(gm, inputs, delta, target, order)[2])
 
 
-def group_expansions(model, inputs: torch.Tensor, baselines=0.0, target=None, order: int = 2,
-                     groups: torch.Tensor | None = None, chunk_size: int | None = None,
-                     show_progress: bool = False) -> torch.Tensor:
+def group_expansions(model, inputs, baselines=0.0, target=None, order: int = 2,
+                     groups=None, chunk_size: int | None = None,
+                     show_progress: bool = False, *, feature_mask=None,
+                     additional_forward_args=None, layer=None,
+                     attribute_to_layer_input: bool = False) -> torch.Tensor:
     """``g_K`` of the change obtained by moving only the features of one group to the baseline.
 
     ``groups``: integer ids ``0..G-1`` shaped like one sample (default: every feature its own
     group). Returns ``[B, G, K]`` with ``[..., k-1] = P_k(delta restricted to the group)``;
     summing over ``k`` gives the Taylor reformulation of occluding that group (Theorems 2, 3).
+    Tuple inputs take one id tensor per input (ids shared across inputs form one group).
+    ``feature_mask`` instead of ``groups``: Captum's form (any integer ids, shaped like the
+    inputs with a first dimension of 1, one per input for tuples; as for
+    :class:`~taylorattr.methods.Occlusion`); group ``g`` is then the ``g``-th smallest id.
     """
     V.check_bool(show_progress, "show_progress")
-    gm, inputs, delta, target, _ = _prepare(model, inputs, baselines, target, order, chunk_size)
+    gm, inputs, delta, target, _, layout = _prepare_inputs(
+        model, inputs, baselines, target, order, chunk_size,
+        _structure(additional_forward_args, layer, attribute_to_layer_input))
+    if feature_mask is not None:
+        if groups is not None:
+            raise ValueError("give either groups (ids 0..G-1 shaped like one sample) or "
+                             "feature_mask (Captum's form), not both")
+        from .inputs import Layout
+        from .methods.occlusion import _group_ids
+
+        ids = _group_ids(feature_mask, layout or Layout.of((inputs,), False), 1, inputs.device)
+        groups = torch.unique(ids, return_inverse=True)[1].view(delta.shape[1:])
+    elif layout is not None and layout.flat and groups is not None:
+        per = layout.per_input(groups, "groups", lambda v: isinstance(v, torch.Tensor))
+        for i, (g, shape) in enumerate(zip(per, layout.shapes)):
+            if not isinstance(g, torch.Tensor) or tuple(g.shape) != shape:
+                raise ValueError(f"groups[{i}] must be an integer tensor of the shape of one "
+                                 f"sample of inputs[{i}] {shape}, got "
+                                 f"{tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__}")
+        groups = torch.cat([g.reshape(-1) for g in per])
     if groups is None:
         groups = torch.arange(delta[0].numel()).view(delta.shape[1:])
     if not isinstance(groups, torch.Tensor):
@@ -189,8 +249,10 @@ def group_expansions(model, inputs: torch.Tensor, baselines=0.0, target=None, or
         return _group_orders(gm, inputs, delta, target, groups, order, cs, show_progress)
 
 
-def taylor_terms(model, inputs: torch.Tensor, baselines=0.0, target=None, order: int = 2,
-                 chunk_size: int | None = None, show_progress: bool = False) -> TaylorTerms:
+def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
+                 chunk_size: int | None = None, show_progress: bool = False, *,
+                 additional_forward_args=None, layer=None,
+                 attribute_to_layer_input: bool = False) -> TaylorTerms:
     """Exact order-``order`` Taylor terms of ``f(inputs) - f(baselines)``.
 
     Args:
@@ -204,9 +266,15 @@ def taylor_terms(model, inputs: torch.Tensor, baselines=0.0, target=None, order:
             (default: about 8192 / (K * B), fewer for very large inputs); smaller uses
             less memory. Features equal to the baseline are not expanded (their terms are 0).
         show_progress: tqdm bar over the chunks.
+        additional_forward_args, layer, attribute_to_layer_input: as for the methods
+            (:mod:`taylorattr.inputs`); ``inputs`` may also be a tuple of tensors, with
+            ``baselines`` a scalar or one entry per input. The expansion direction is then
+            all inputs' deltas together (fields per input), or the layer's ``h - h~``.
     """
     V.check_bool(show_progress, "show_progress")
-    gm, inputs, delta, target, f_base = _prepare(model, inputs, baselines, target, order, chunk_size)
+    gm, inputs, delta, target, f_base, layout = _prepare_inputs(
+        model, inputs, baselines, target, order, chunk_size,
+        _structure(additional_forward_args, layer, attribute_to_layer_input))
     f_x, first, attribution, orders = _ig_shares(gm, inputs, delta, target, order)
     total = orders.sum(1)
     if order >= 2:
@@ -222,9 +290,9 @@ def taylor_terms(model, inputs: torch.Tensor, baselines=0.0, target=None, order:
     separable = (first + independent).flatten(1).sum(1)
     return TaylorTerms(
         order=order,
-        first=first,
-        independent=independent,
-        interactive_ig=attribution - first - independent,
+        first=_split(layout, first),
+        independent=_split(layout, independent),
+        interactive_ig=_split(layout, attribution - first - independent),
         interactive=total - separable,
         total=total,
         output_change=output_change,

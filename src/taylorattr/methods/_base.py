@@ -5,7 +5,11 @@ Every method follows one call contract (docs/design.md)::
     Method(model).attribute(inputs, [baselines,] target=None, ...,
                             return_convergence_delta=False)
 
-* ``inputs`` is a batch-first float tensor ``[B, ...]``; attributions have its shape.
+* ``inputs`` is a batch-first float tensor ``[B, ...]`` or a tuple of them; attributions
+  have its structure and shapes. ``additional_forward_args`` (a value or a tuple) follow the
+  inputs in every model call; ``layer=`` (a submodule) attributes to that layer's output
+  (its input with ``attribute_to_layer_input=True``). :mod:`taylorattr.inputs` says how:
+  every method computes on one tensor, the base class adapts the rest.
 * ``target`` is None (the argmax of the model's output for each sample), an int, or a
   ``[B]`` integer tensor. The explained quantity is the model's output column
   ``target`` (a logit), or the output itself for models returning ``[B]``.
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -33,8 +38,20 @@ from .._validation import (
     resolve_target,
     select_output,
 )
-from ..baselines import Baseline, Point
+from ..baselines import Baseline, Noise, Point, ReferenceSet
 from ..batching import chunk_rows, count_blocks, heuristic_rows, planned_blocks
+from ..inputs import (
+    InputModel,
+    Layout,
+    as_tuple,
+    check_additional_args,
+    check_batch,
+    check_layer,
+    layer_activations,
+    point_baselines,
+    slice_option,
+    swap_layer,
+)
 
 __all__ = [
     "AttributionMethod",
@@ -114,6 +131,19 @@ def target_gradient(model, rows: torch.Tensor, target_rows: torch.Tensor | None)
     return grad, out.detach()
 
 
+def _single_input(model) -> bool:
+    """True when ``model.forward`` takes exactly one argument without a default."""
+    try:
+        params = inspect.signature(model.forward if hasattr(model, "forward") else model)
+    except (TypeError, ValueError):
+        return True
+    required = [p for p in params.parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                and p.default is p.empty]
+    var = any(p.kind is p.VAR_POSITIONAL for p in params.parameters.values())
+    return len(required) == 1 and not var
+
+
 def per_sample_sum(t: torch.Tensor) -> torch.Tensor:
     return t.reshape(t.shape[0], -1).sum(1)
 
@@ -143,9 +173,40 @@ class AttributionMethod:
     #: ``"none"`` (an implicit zero reference; ``attribute`` takes no ``baselines``).
     baseline_kind: str = "point"
 
-    def __init__(self, model) -> None:
+    #: Options whose values hold one entry per sample (leading dimension ``B``): cut to the
+    #: sample when a method runs sample by sample (:mod:`taylorattr.inputs`).
+    batch_options: tuple[str, ...] = ("draws", "feature_mask")
+    #: The input-side arguments every ``attribute`` takes (not the method's own options).
+    INPUT_ARGS = ("additional_forward_args", "layer", "attribute_to_layer_input")
+
+    _active = None   # the wrapped model during a structured call
+    _layout = None   # the attributed tensors' layout during a call
+
+    def __init__(self, model, *, layer=None, attribute_to_layer_input: bool = False) -> None:
+        """``layer`` / ``attribute_to_layer_input``: the default of every ``attribute`` call
+        (Captum's ``LayerIntegratedGradients(model, layer)`` style)."""
         check_model(model)
+        check_layer(model, layer, attribute_to_layer_input)
         self.model = model
+        # private: code that rebuilds a method from its public attributes (the audit) keeps
+        # working; the layer is a per-call default, not a registry setting
+        self._layer = layer
+        self._to_layer_input = attribute_to_layer_input
+
+    @property
+    def model(self):
+        """The user's model (during a call on tuple inputs / a layer: its one-tensor view)."""
+        return self._active if self._active is not None else self._model
+
+    @model.setter
+    def model(self, value) -> None:
+        self._model = value
+
+    def _check_plan(self) -> None:
+        """Layer-wise methods: trace at construction (refusals come early), except for models
+        explained through a layer or taking several inputs: those are traced at each call."""
+        if self._layer is None and _single_input(self._model):
+            self._get_plan()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({type(self.model).__name__})"
@@ -163,6 +224,11 @@ class AttributionMethod:
             target: None (argmax class), an int, or a ``[B]`` integer tensor.
             return_convergence_delta: also return ``sum(a) - (f(x) - f(baselines))`` per
                 sample (Captum's sign), averaged over the references a method draws.
+            additional_forward_args (option): a value or tuple passed after the inputs to
+                every model call; tensors in it are batch-first ``[B, ...]``.
+            layer (option): a submodule; attributions are then w.r.t. its output (input with
+                ``attribute_to_layer_input=True``), ``baselines`` stay input baselines.
+            (tuple inputs: ``baselines`` is a scalar or a tuple with one entry per input)
             show_progress: a tqdm bar over the method's chunks.
             **options: the method's own options (the keyword-only parameters of its
                 ``_attribute``, e.g. ``n_steps`` for Integrated Gradients).
@@ -177,23 +243,148 @@ class AttributionMethod:
         return {k: p for k, p in params.items()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY and k != "show_progress"}
 
+    @classmethod
+    def accepted(cls) -> set[str]:
+        """Every keyword ``attribute`` takes besides the flags: options and input arguments."""
+        return set(cls.options()) | set(cls.INPUT_ARGS)
+
     # ---- the shared work ----------------------------------------------------------
     def _run(self, inputs, baselines, target, options: dict, show_progress,
              return_convergence_delta) -> Explanation:
         """Everything ``attribute`` does, with the references kept (the audit needs them)."""
         check_bool(return_convergence_delta, "return_convergence_delta")
         check_bool(show_progress, "show_progress")
-        unknown = sorted(set(options) - set(self.options()))
+        unknown = sorted(set(options) - self.accepted())
         if unknown:
             accepted = ", ".join(sorted(self.options())) or "none"
             raise TypeError(f"{type(self).__name__}.attribute got unexpected keyword argument(s) "
-                            f"{', '.join(map(repr, unknown))} (method options: {accepted})")
-        x, t, fx = self._inputs_and_target(inputs, target)
-        base = self._baselines(baselines, x)
+                            f"{', '.join(map(repr, unknown))} (method options: {accepted}; "
+                            f"input arguments: {', '.join(self.INPUT_ARGS)})")
+        options = dict(options)
+        extra = options.pop("additional_forward_args", None)
+        layer = options.pop("layer", self._layer)
+        to_input = options.pop("attribute_to_layer_input",
+                               self._to_layer_input if layer is self._layer else False)
+        if layer is None and extra is None and isinstance(inputs, torch.Tensor):
+            check_layer(self._model, None, to_input)
+            x, t, fx = self._inputs_and_target(inputs, target)
+            self._layout = Layout.of((x,), False)
+            try:
+                attr, refs, delta = self._core(x, self._baselines(baselines, x), t, fx, options,
+                                               show_progress, return_convergence_delta)
+            finally:
+                self._layout = None
+            return Explanation(attr, refs, fx, t, delta)
+        return self._run_structured(inputs, baselines, target, extra, layer, to_input, options,
+                                    show_progress, return_convergence_delta)
+
+    def _core(self, x, base, t, fx, options, show_progress, want_delta):
         attr, refs = self._attribute(x, base, t, fx, show_progress=show_progress, **options)
         self._finite(attr)
-        delta = self._delta(attr, fx, refs, t) if return_convergence_delta else None
-        return Explanation(attr, refs, fx, t, delta)
+        return attr, refs, (self._delta(attr, fx, refs, t) if want_delta else None)
+
+    def _run_structured(self, inputs, baselines, target, extra, layer, to_input, options,
+                        show_progress, want_delta) -> Explanation:
+        """Tuple inputs, additional forward arguments, layers (:mod:`taylorattr.inputs`)."""
+        model = self._model
+        check_layer(model, layer, to_input)
+        parts, is_tuple = as_tuple(inputs)
+        batch = check_batch(parts, floats=layer is None)
+        extra = check_additional_args(extra, batch)
+        parts = tuple(p.detach() for p in parts)
+        with torch.no_grad():
+            out = model_output(lambda _: model(*parts, *extra), parts[0])
+        t = resolve_target(target, out)
+        fx = select_output(out, t)
+        if layer is None:
+            layout = Layout.of(parts, is_tuple)
+            x = layout.join(parts)
+            base = self._structured_baselines(baselines, parts, layout)
+        else:
+            h = layer_activations(model, layer, parts + extra, to_input)
+            layout = Layout.of((h,), False)
+            x = h
+            base = self._structured_baselines(baselines, parts, None)
+            if self.baseline_kind == "point":
+                base = layer_activations(model, layer, base + extra, to_input)
+                if base.shape != h.shape:
+                    raise ValueError(f"layer's {'input' if to_input else 'output'} at the "
+                                     f"baselines has shape {tuple(base.shape)}, at the inputs "
+                                     f"{tuple(h.shape)}; give baselines the model maps alike")
+        context = (parts if layer is not None else ()) + tuple(
+            a for a in extra if isinstance(a, torch.Tensor))
+        swap = swap_layer(model, layer, to_input) if layer is not None else nullcontext()
+        with swap as inject:
+            wrapped = InputModel(model, layout, extra, inject,
+                                 n_inputs=len(parts) if layer is not None else 0)
+            self._active, self._layout = wrapped, layout
+            try:
+                if not context:
+                    attr, refs, delta = self._core(x, base, t, fx, options, show_progress,
+                                                   want_delta)
+                else:
+                    attr, refs, delta = self._per_sample(wrapped, context, x, base, t, fx,
+                                                         options, show_progress, want_delta)
+            finally:
+                self._active, self._layout = None, None
+        attr_parts = layout.split(attr)
+        refs = None if refs is None else layout.result(layout.split(refs, lead=2))
+        return Explanation(layout.result(attr_parts), refs, fx, t, delta)
+
+    def _per_sample(self, wrapped, context, x, base, t, fx, options, show_progress, want_delta):
+        """Run the method once per sample, the model seeing that sample's context."""
+        batch = x.shape[0]
+        attrs, refs, deltas = [], [], []
+        for b in range(batch):
+            wrapped.set_context(tuple(c[b:b + 1] for c in context))
+            base_b = base[b:b + 1] if self.baseline_kind == "point" else base
+            opts = {k: slice_option(v, b, batch) if k in self.batch_options else v
+                    for k, v in options.items()}
+            a, r, d = self._core(x[b:b + 1], base_b, None if t is None else t[b:b + 1],
+                                 fx[b:b + 1], opts, show_progress, want_delta)
+            attrs.append(a)
+            refs.append(r)
+            deltas.append(d)
+        ref = None if refs[0] is None else torch.cat(refs)
+        return torch.cat(attrs), ref, (torch.cat(deltas) if want_delta else None)
+
+    def _structured_baselines(self, baselines, parts: tuple, layout: Layout | None):
+        """Baselines for tuple inputs or a layer: point baselines per input (joined when a
+        layout is given), distribution baselines joined into the flat layout."""
+        kind = self.baseline_kind
+        if kind == "none":
+            return None
+        if kind == "point":
+            if isinstance(baselines, Point):
+                baselines = baselines.value
+            elif isinstance(baselines, Baseline):
+                raise TypeError(f"baselines: {type(self).__name__} takes a point baseline (a "
+                                f"scalar, tensor or tuple), got a {type(baselines).__name__}")
+            full = point_baselines(baselines, parts)
+            return full if layout is None else layout.join(full)
+        if layout is None or not layout.flat:  # distribution, one tensor: the method checks
+            return baselines
+        if isinstance(baselines, ReferenceSet):
+            baselines = baselines.samples
+        if isinstance(baselines, (tuple, list)):
+            if len(baselines) != len(layout.shapes) or not all(
+                    isinstance(b, torch.Tensor) for b in baselines):
+                raise TypeError(f"baselines must be a tuple of {len(layout.shapes)} reference "
+                                "tensors [N, ...] (one per input), a ReferenceSet of such a "
+                                "tuple, or a Noise")
+            for i, (b, s) in enumerate(zip(baselines, layout.shapes)):
+                if tuple(b.shape[1:]) != s or b.shape[0] != baselines[0].shape[0]:
+                    raise ValueError(f"baselines[{i}] must have shape [N, {', '.join(map(str, s))}]"
+                                     f" with the same N for every input, got {tuple(b.shape)}")
+            return ReferenceSet(layout.join(tuple(baselines)))
+        if isinstance(baselines, Noise) and isinstance(baselines.around, (tuple, list)):
+            around = tuple(broadcast_baselines(a, p, f"baselines.around[{i}]") for i, (a, p)
+                           in enumerate(zip(baselines.around, parts)))
+            return Noise(baselines.std, layout.join(around))
+        if isinstance(baselines, Noise) or baselines is None:
+            return baselines
+        raise TypeError(f"baselines must be a tuple of reference tensors (one per input), a "
+                        f"Noise or None for tuple inputs, got {type(baselines).__name__}")
 
     def _baselines(self, baselines, x: torch.Tensor):
         if self.baseline_kind == "point":
@@ -261,8 +452,8 @@ class ImplicitBaselineMethod(AttributionMethod):
     def attribute(self, inputs: torch.Tensor, target=None, *,
                   return_convergence_delta: bool = False, show_progress: bool = False,
                   **options):
-        """Attributions ``[B, ...]`` shaped like ``inputs`` (see :meth:`AttributionMethod.attribute`;
-        the reference is fixed by the method)."""
+        """Attributions shaped like ``inputs`` (see :meth:`AttributionMethod.attribute`; the
+        reference is fixed by the method; ``**options`` include the input arguments)."""
         return self._run(inputs, None, target, options, show_progress,
                          return_convergence_delta).result()
 

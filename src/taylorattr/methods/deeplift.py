@@ -37,9 +37,9 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
 
     _rules = DEEPLIFT_RESCALE
 
-    def __init__(self, model) -> None:
-        super().__init__(model)
-        self._get_plan()
+    def __init__(self, model, *, layer=None, attribute_to_layer_input: bool = False) -> None:
+        super().__init__(model, layer=layer, attribute_to_layer_input=attribute_to_layer_input)
+        self._check_plan()
 
     def _attribute(self, x, b, t, fx, *, show_progress=False):
         prop = self._propagate(x, b, t, records=False)

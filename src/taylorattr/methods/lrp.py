@@ -43,15 +43,16 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
 
     name = "epsilon_lrp"
 
-    def __init__(self, model, epsilon: float = 1e-9) -> None:
+    def __init__(self, model, epsilon: float = 1e-9, *, layer=None,
+                 attribute_to_layer_input: bool = False) -> None:
         if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
             raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
         if not epsilon >= 0 or epsilon == float("inf"):
             raise ValueError(f"epsilon must be finite and >= 0, got {epsilon}")
-        super().__init__(model)
+        super().__init__(model, layer=layer, attribute_to_layer_input=attribute_to_layer_input)
         self.epsilon = float(epsilon)
         self._rules = epsilon_rule(self.epsilon)
-        self._get_plan()
+        self._check_plan()
 
     def _attribute(self, x, base, t, fx, *, show_progress=False):
         """Relevances of ``f(x)`` itself. The convergence delta is ``sum(a) - f(x)`` (not zero

@@ -26,6 +26,7 @@ from .._validation import (
     select_output,
 )
 from ..batching import chunk_rows
+from ..inputs import Layout, as_tuple, check_additional_args, check_batch
 
 __all__ = [
     "approximation_error",
@@ -204,12 +205,18 @@ def gaussian_perturbation(noise_std: float = 0.2) -> Perturbation:
 # --------------------------------------------------------------------------------------
 
 
-def _forward_rows(model, rows, target, batch_size):
-    """Explained output of ``model`` on ``rows`` ([R, ...]) in pieces of ``batch_size``."""
+def _forward_rows(model, rows, target, batch_size, extra=()):
+    """Explained output of ``model`` on ``rows`` ([R, ...]) in pieces of ``batch_size``;
+    tensors in ``extra`` hold one row per row of ``rows`` and are cut alongside."""
     outs = []
     for start in range(0, rows.shape[0], batch_size):
         piece = rows[start:start + batch_size]
-        out = model_output(model, piece)
+        if extra:
+            ex = tuple(a[start:start + batch_size] if isinstance(a, torch.Tensor) else a
+                       for a in extra)
+            out = model_output(lambda r, ex=ex: model(r, *ex), piece)
+        else:
+            out = model_output(model, piece)
         t = None if target is None else target[start:start + batch_size]
         outs.append(select_output(out, t))
     return torch.cat(outs)
@@ -327,6 +334,7 @@ def infidelity(
     seed: int = 0,
     batch_size: int | None = None,
     show_progress: bool = False,
+    additional_forward_args=None,
 ) -> torch.Tensor:
     r"""Infidelity of attributions (Yeh et al., NeurIPS 2019), one score per sample.
 
@@ -384,6 +392,13 @@ def infidelity(
             default (None) sized from the model's measured memory per row against the
             memory budget (:func:`taylorattr.batching.chunk_rows`).
         show_progress: show a tqdm progress bar over forward passes.
+        additional_forward_args: passed after the inputs to every model call (tensors in it
+            batch-first, repeated with each sample's perturbed copies).
+
+    Tuple inputs ``(x_1, ..., x_m)`` (with attributions of the same structure) are scored as
+    one input, the concatenation of all features: ``pred_k = sum_i sum_j a_ij I_kij``
+    (:mod:`taylorattr.inputs`). They take ``"gaussian"`` or a callable, which then receives
+    and returns tuples (``I`` and ``perturbed`` one tensor per input), as Captum's.
 
     Returns:
         ``[B]`` tensor of infidelity scores, dtype of ``inputs`` (accumulated in float64).
@@ -392,6 +407,11 @@ def infidelity(
         TypeError, ValueError: naming the offending argument.
     """
     check_model(model)
+    if additional_forward_args is not None or not isinstance(inputs, torch.Tensor):
+        model, inputs, attributions, perturbation, extra = _one_tensor(
+            model, inputs, attributions, perturbation, additional_forward_args)
+    else:
+        extra = ()
     inputs = check_inputs(inputs)
     if not isinstance(attributions, torch.Tensor):
         raise TypeError(f"attributions must be a torch.Tensor, got {type(attributions).__name__}")
@@ -442,12 +462,12 @@ def infidelity(
 
     b = inputs.shape[0]
     acc = _acc_dtype(inputs.device)
-    if batch_size is None:
-        batch_size = int(chunk_rows(model, inputs, backward=False))
+    if batch_size is None:  # measured on the model alone; with extra arguments a fixed size
+        batch_size = int(chunk_rows(model, inputs, backward=False)) if not extra else 1024
     per_forward = max(1, batch_size // b)  # perturbations per forward pass (all samples)
 
     with torch.no_grad():
-        out = model_output(model, inputs)
+        out = model_output(lambda r: model(r, *extra), inputs)
         tgt = resolve_target(target, out)
         f0 = select_output(out, tgt)
 
@@ -467,10 +487,52 @@ def infidelity(
             m = chunk.shape[1]
             rows = chunk.reshape(b * m, *inputs.shape[1:])
             t = None if tgt is None else tgt.repeat_interleave(m)
-            f = _forward_rows(model, rows, t, batch_size).view(b, m)
+            ex = tuple(a.repeat_interleave(m, 0) if isinstance(a, torch.Tensor) else a
+                       for a in extra)  # rows are (sample, perturbation), sample-major
+            f = _forward_rows(model, rows, t, batch_size, ex).view(b, m)
             trues.append((f0[:, None] - f).to(acc))
         true = torch.cat(trues, dim=1)
         if not is_square:
             pred = torch.stack(preds, dim=1)
 
     return optimal_beta_score(pred, true, normalize).to(inputs.dtype)
+
+
+def _one_tensor(model, inputs, attributions, perturbation, additional_forward_args):
+    """Tuple inputs and batch-first additional arguments as one tensor: ``(model(rows,
+    *extra), joined inputs, joined attributions, perturbation on joined rows, extra)``."""
+    parts, is_tuple = as_tuple(inputs)
+    batch = check_batch(parts)
+    extra = check_additional_args(additional_forward_args, batch)
+    layout = Layout.of(parts, is_tuple)
+    attr_parts, attr_tuple = as_tuple(attributions, "attributions")
+    if attr_tuple != is_tuple or len(attr_parts) != len(parts):
+        raise ValueError(f"attributions must have the structure of inputs ({len(parts)} "
+                         f"tensor{'s' if len(parts) > 1 else ''}"
+                         f"{' in a tuple' if is_tuple else ''}), got {len(attr_parts)}")
+    for i, (a, p) in enumerate(zip(attr_parts, parts)):
+        if a.shape != p.shape:
+            raise ValueError(f"attributions[{i}] must have the shape of inputs[{i}] "
+                             f"{tuple(p.shape)}, got {tuple(a.shape)}")
+    if layout.flat and perturbation == "square":
+        raise ValueError("perturbation='square' needs one image tensor [B, C, H, W]; for "
+                         "tuple inputs use 'gaussian' or a callable")
+    if layout.flat and callable(perturbation):
+        user = perturbation
+
+        def perturbation(flat, generator):
+            res = user(layout.split(flat), generator)
+            if not (isinstance(res, tuple) and len(res) == 2
+                    and all(isinstance(r, (tuple, list)) and len(r) == len(parts)
+                            for r in res)):
+                raise TypeError(f"perturbation must return (I, perturbed) with one tensor "
+                                f"per input ({len(parts)}) in each, for tuple inputs")
+            pert = tuple(torch.broadcast_to(q, (flat.shape[0],) + s)
+                         for q, s in zip(res[0], layout.shapes))
+            return layout.join(pert), layout.join(tuple(res[1]))
+
+    def wrapped(rows, *ex):
+        return model(*layout.split(rows), *ex)
+
+    return (wrapped, layout.join(parts), layout.join(tuple(a.detach() for a in attr_parts)),
+            perturbation, extra)

@@ -1,0 +1,349 @@
+"""The input side of every method: tuple inputs, ``additional_forward_args`` and layers.
+
+Every method computes on one batch-first tensor (``_attribute(x, baselines, target, f_x)``).
+This module turns what a user explains into that tensor and back, once for all methods:
+
+* **Tuple inputs** ``(x_1, ..., x_m)`` with ``x_i`` of shape ``[B, *s_i]`` become one flat
+  tensor ``X = [x_1.flatten(1), ..., x_m.flatten(1)]`` of shape ``[B, sum_i n_i]``; the model
+  is wrapped as ``F(X) = model(split(X)_1, ..., split(X)_m, *additional_forward_args)`` and
+  the attributions of ``F`` are split back. Since ``F(X) = model(x_1, ..., x_m)`` exactly,
+  ``delta = X - X~`` is all inputs' deltas together, and every method's equation holds
+  unchanged for the tuple.
+* **Layers** (``layer=``, Captum's ``Layer*`` methods): the attributed variable is the
+  layer's output ``h`` (its input with ``attribute_to_layer_input=True``) and the model is
+  ``F(h) = model(x, *additional_forward_args)`` with that output replaced by ``h``; the rest
+  of the network is evaluated at the inputs ``x`` (as Captum's ``LayerIntegratedGradients``
+  does). A point baseline is mapped through the model: ``h~ = layer's output at x~``.
+  Distribution baselines (reference sets, noise) are given in the layer's space.
+* **Per-sample context.** Tensors in ``additional_forward_args`` (and, for layers, the
+  inputs themselves) belong to one sample each. A method may call ``F`` on any number of
+  rows in any order (Integrated Gradients step-major, Expected Gradients sample-major,
+  Occlusion window-major, in chunks that need not hold whole multiples of ``B``), so rows
+  cannot be matched to samples by their count. With a per-sample context the method is
+  therefore run sample by sample, each run seeing ``F`` with that sample's context
+  expanded to the rows it is given: exact for every method's row layout.
+"""
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass, fields, is_dataclass, replace
+
+import torch
+from torch import nn
+
+from ._validation import check_inputs
+
+__all__ = ["InputModel", "Layout", "View", "as_tuple", "check_additional_args", "check_layer",
+           "layer_activations", "point_baselines", "swap_layer", "whole_batch_view"]
+
+
+def as_tuple(inputs, name: str = "inputs") -> tuple[tuple, bool]:
+    """``(tuple of tensors, was_tuple)``; a tensor is a 1-tuple."""
+    if isinstance(inputs, torch.Tensor):
+        return (inputs,), False
+    if isinstance(inputs, (tuple, list)):
+        if not inputs:
+            raise ValueError(f"{name} must be a tensor or a non-empty tuple of tensors, got an "
+                             "empty tuple")
+        for i, t in enumerate(inputs):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name}[{i}] must be a torch.Tensor, got {type(t).__name__}")
+        return tuple(inputs), True
+    raise TypeError(f"{name} must be a torch.Tensor or a tuple of tensors, got "
+                    f"{type(inputs).__name__}")
+
+
+def check_batch(parts: tuple, name: str = "inputs", floats: bool = True) -> int:
+    """Every part batch-first with the same batch size (float, finite when ``floats``)."""
+    batch = None
+    for i, t in enumerate(parts):
+        label = name if len(parts) == 1 else f"{name}[{i}]"
+        if floats:
+            check_inputs(t, label)
+        elif t.dim() < 1 or t.shape[0] == 0:
+            raise ValueError(f"{label} must be batch-first with at least one sample, got shape "
+                             f"{tuple(t.shape)}")
+        if batch is None:
+            batch = t.shape[0]
+        elif t.shape[0] != batch:
+            raise ValueError(f"{label} has {t.shape[0]} samples but {name}[0] has {batch}; "
+                             "every input must hold the same samples (batch-first)")
+    return batch
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Feature shapes ``s_i`` of the attributed tensors and whether they came as a tuple."""
+
+    shapes: tuple[tuple[int, ...], ...]
+    is_tuple: bool
+
+    @classmethod
+    def of(cls, parts: tuple, is_tuple: bool) -> Layout:
+        return cls(tuple(tuple(p.shape[1:]) for p in parts), is_tuple)
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(math.prod(s) for s in self.shapes)
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        out, o = [], 0
+        for n in self.sizes:
+            out.append(o)
+            o += n
+        return tuple(out)
+
+    @property
+    def flat(self) -> bool:
+        """True when the method works on the flat concatenation (two or more inputs)."""
+        return len(self.shapes) > 1
+
+    def join(self, parts) -> torch.Tensor:
+        """``[R, *s_1], ..., [R, *s_m]`` -> the method's tensor (``[R, sum n_i]`` if flat)."""
+        if not self.flat:
+            return parts[0]
+        return torch.cat([p.reshape(p.shape[0], -1) for p in parts], 1)
+
+    def split(self, x: torch.Tensor, lead: int = 1) -> tuple:
+        """Inverse of :meth:`join` for a tensor with ``lead`` leading (row) dimensions."""
+        if not self.flat:
+            return (x,)
+        rows = (-1,) if lead == 1 else tuple(x.shape[:lead])  # (-1,): traceable by torch.fx
+        return tuple(x[(slice(None),) * lead + (slice(o, o + n),)].reshape(rows + s)
+                     for o, n, s in zip(self.offsets, self.sizes, self.shapes))
+
+    def result(self, parts: tuple):
+        """The user's structure: a tuple for tuple inputs, else the tensor."""
+        return tuple(parts) if self.is_tuple else parts[0]
+
+    def per_input(self, value, name: str, is_leaf) -> tuple:
+        """``value`` for every input: a tuple/list of one value per input (tuple inputs), or one
+        value that ``is_leaf`` recognises, used for every input."""
+        if isinstance(value, (tuple, list)) and not is_leaf(value):
+            if len(value) != len(self.shapes):
+                raise ValueError(f"{name} must give one entry per input ({len(self.shapes)}), "
+                                 f"got {len(value)}")
+            return tuple(value)
+        if self.is_tuple and len(self.shapes) > 1 and isinstance(value, torch.Tensor):
+            raise TypeError(f"{name} must be a scalar or a tuple with one entry per input "
+                            f"({len(self.shapes)} inputs), got a single tensor")
+        return (value,) * len(self.shapes)
+
+
+def check_additional_args(args, batch: int) -> tuple:
+    """``additional_forward_args`` as a tuple; every tensor in it is batch-first (``[B, ...]``)."""
+    if args is None:
+        return ()
+    if not isinstance(args, tuple):
+        args = (args,)
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor) and (a.dim() == 0 or a.shape[0] != batch):
+            raise ValueError(
+                f"additional_forward_args[{i}] is a tensor of shape {tuple(a.shape)}; tensors "
+                f"passed there must be batch-first with one row per sample ({batch}), as the "
+                "methods repeat them with the samples; keep a tensor shared by all samples "
+                "inside the model instead")
+    return args
+
+
+def check_layer(model, layer, attribute_to_layer_input) -> None:
+    if layer is None:
+        if attribute_to_layer_input is not False:
+            raise ValueError("attribute_to_layer_input applies only with layer=; give a layer "
+                             "(a submodule of the model) or leave it False")
+        return
+    if not isinstance(attribute_to_layer_input, bool):
+        raise TypeError(f"attribute_to_layer_input must be a bool, got "
+                        f"{type(attribute_to_layer_input).__name__}")
+    if not isinstance(layer, nn.Module):
+        raise TypeError(f"layer must be an nn.Module (a submodule of the model), got "
+                        f"{type(layer).__name__}")
+    if not isinstance(model, nn.Module) or not any(m is layer for m in model.modules()):
+        raise ValueError(f"layer ({type(layer).__name__}) is not a submodule of the model; "
+                         "pass a module reachable from model.modules()")
+
+
+def layer_activations(model, layer, args: tuple, to_input: bool) -> torch.Tensor:
+    """The tensor the layer returns (``to_input``: receives first) when ``model(*args)`` runs."""
+    seen = []
+
+    def hook(module, inp, out):
+        seen.append(inp[0] if to_input else out)
+
+    handle = layer.register_forward_hook(hook)
+    try:
+        with torch.no_grad():
+            model(*args)
+    finally:
+        handle.remove()
+    if not seen:
+        raise ValueError(f"layer ({type(layer).__name__}) is not called by the model's forward")
+    if len(seen) > 1:
+        raise ValueError(f"layer ({type(layer).__name__}) is called {len(seen)} times in one "
+                         "forward; pick a module used once")
+    h = seen[0]
+    what = "input" if to_input else "output"
+    if not isinstance(h, torch.Tensor):
+        raise TypeError(f"layer's {what} must be a tensor to attribute to it, got "
+                        f"{type(h).__name__}")
+    if h.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"layer's {what} must be float32/float64 to attribute to it, got "
+                        f"{h.dtype}; pick a layer whose {what} is real-valued (e.g. the "
+                        "embedding's output)")
+    return h.detach()
+
+
+class _Inject(nn.Module):
+    """Stands in for ``layer`` while attributing to it: returns the injected value as the
+    layer's output, or runs the layer on it in place of its input."""
+
+    def __init__(self, layer: nn.Module, to_input: bool):
+        super().__init__()
+        self.layer = layer
+        self.to_input = to_input
+        self.value = None
+
+    def forward(self, *args, **kwargs):
+        if self.to_input:
+            return self.layer(self.value, *args[1:], **kwargs)
+        return self.value
+
+
+@contextmanager
+def swap_layer(model: nn.Module, layer: nn.Module, to_input: bool):
+    """Replace every occurrence of ``layer`` in ``model`` by an :class:`_Inject` for the block
+    (restored on exit); yields the injector. Works for eager calls and torch.fx tracing."""
+    inject = _Inject(layer, to_input)
+    slots = [(parent, name) for parent in model.modules()
+             for name, child in parent._modules.items() if child is layer]
+    for parent, name in slots:
+        parent._modules[name] = inject
+    try:
+        yield inject
+    finally:
+        for parent, name in slots:
+            parent._modules[name] = layer
+
+
+class InputModel(nn.Module):
+    """``F(X)``: the model seen by a method, on one tensor (see the module docstring).
+
+    ``context`` tensors (the model's inputs when attributing to a layer, then the tensor
+    ``additional_forward_args``) are held with one row (one sample) and expanded to the
+    rows ``F`` is given; other additional arguments are passed unchanged.
+    """
+
+    def __init__(self, model, layout: Layout, extra: tuple, inject: _Inject | None = None,
+                 n_inputs: int = 0):
+        super().__init__()
+        self.model = model
+        self.layout = layout
+        self.inject = inject
+        self.n_inputs = n_inputs  # the model's own inputs (layer mode), first in the context
+        self.extra = extra
+        self.n_context = 0
+
+    def set_context(self, tensors: tuple) -> None:
+        """The per-sample tensors (``[1, ...]`` each) for the next calls."""
+        for i, t in enumerate(tensors):
+            self.register_buffer(f"context_{i}", t, persistent=False)
+        self.n_context = len(tensors)
+
+    def forward(self, x):
+        rows = x.shape[0]
+        ctx = [getattr(self, f"context_{i}") for i in range(self.n_context)]
+        ctx = [c.expand((rows,) + tuple(c.shape[1:])) for c in ctx]
+        tensors = iter(ctx[self.n_inputs:])
+        extra = tuple(next(tensors) if isinstance(a, torch.Tensor) else a for a in self.extra)
+        if self.inject is not None:
+            self.inject.value = x
+            return self.model(*ctx[:self.n_inputs], *extra)
+        return self.model(*self.layout.split(x), *extra)
+
+
+def slice_option(value, b: int, batch: int):
+    """Sample ``b`` of a per-sample option: tensors (and tuples of them, and dataclasses of
+    them) with ``batch`` leading rows are cut to ``[1, ...]``; anything else is shared."""
+    if isinstance(value, torch.Tensor):
+        return value[b:b + 1] if value.dim() >= 1 and value.shape[0] == batch else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(slice_option(v, b, batch) for v in value)
+    if is_dataclass(value) and not isinstance(value, type):
+        return replace(value, **{f.name: slice_option(getattr(value, f.name), b, batch)
+                                 for f in fields(value) if f.init})
+    return value
+
+
+def point_baselines(baselines, parts: tuple) -> tuple:
+    """Point baselines for every input: a scalar, a tensor (one input) or one per input."""
+    from ._validation import broadcast_baselines
+
+    per = Layout.of(parts, True).per_input(baselines, "baselines", lambda v: False)
+    names = ["baselines"] if len(parts) == 1 else [f"baselines[{i}]" for i in range(len(parts))]
+    return tuple(broadcast_baselines(b, p, n) for b, p, n in zip(per, parts, names))
+
+
+@dataclass
+class View:
+    """A whole-batch one-tensor view of a structured call (Taylor terms, metrics): ``model``
+    maps ``x`` (rows = the samples, in order) to the user's model output; ``layer_swap``
+    must be active while ``model`` runs or is traced when attributing to a layer."""
+
+    model: InputModel
+    x: torch.Tensor
+    baselines: torch.Tensor
+    layout: Layout
+    layer: nn.Module | None
+    to_input: bool
+
+    def active(self):
+        if self.layer is None:
+            return _Null()
+        return _Active(self)
+
+
+class _Null:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+class _Active:
+    def __init__(self, view: View):
+        self.view = view
+        self.cm = None
+
+    def __enter__(self):
+        self.cm = swap_layer(self.view.model.model, self.view.layer, self.view.to_input)
+        self.view.model.inject = self.cm.__enter__()
+        return self.view.model.inject
+
+    def __exit__(self, *exc):
+        return self.cm.__exit__(*exc)
+
+
+def whole_batch_view(model, inputs, baselines=0.0, additional_forward_args=None, layer=None,
+                     attribute_to_layer_input=False) -> View:
+    """The one-tensor view for routines that evaluate all samples together (each row of
+    ``x`` is its sample, so the context is held with all ``B`` rows)."""
+    check_layer(model, layer, attribute_to_layer_input)
+    parts, is_tuple = as_tuple(inputs)
+    batch = check_batch(parts, floats=layer is None)
+    extra = check_additional_args(additional_forward_args, batch)
+    parts = tuple(p.detach() for p in parts)
+    base_parts = point_baselines(baselines, parts)
+    if layer is None:
+        layout = Layout.of(parts, is_tuple)
+        x, base = layout.join(parts), layout.join(base_parts)
+    else:
+        x = layer_activations(model, layer, parts + extra, attribute_to_layer_input)
+        base = layer_activations(model, layer, base_parts + extra, attribute_to_layer_input)
+        layout = Layout.of((x,), False)
+    wrapped = InputModel(model, layout, extra, None, len(parts) if layer is not None else 0)
+    wrapped.set_context((parts if layer is not None else ()) + tuple(
+        a for a in extra if isinstance(a, torch.Tensor)))
+    return View(wrapped, x, base, layout, layer, attribute_to_layer_input)
