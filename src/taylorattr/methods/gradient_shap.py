@@ -167,9 +167,9 @@ def reformulation():
                 noise_std=None, seed=0):
         V.check_model(model)
         x = check_inputs(inputs).detach()
-        draws = draw(x, baselines, n_samples, stdevs, noise_std, seed)
         with torch.no_grad():
             t = V.resolve_target(target, V.model_output(model, x))
+        draws = draw(x, baselines, n_samples, stdevs, noise_std, seed)
         noisy, refs, _ = _rows(x, draws)
         tr = None if t is None else t.repeat_interleave(draws.n_samples)
         return {K: taylor_attribution(model, noisy, refs, tr, K).view(draws.baselines.shape)

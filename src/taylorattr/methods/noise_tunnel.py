@@ -288,9 +288,9 @@ def smoothed(inner_reformulation):
         V.check_model(model)
         _check_nt_type(nt_type)
         x = V.check_inputs(inputs).detach()
-        noise = draw_noise(x, nt_samples, stdevs, seed)
         with torch.no_grad():
             t = V.resolve_target(target, V.model_output(model, x))
+        noise = draw_noise(x, nt_samples, stdevs, seed)
         rows = (x.unsqueeze(1) + noise).reshape((-1,) + tuple(x.shape[1:]))
         tr = None if t is None else t.repeat_interleave(nt_samples)
         if not isinstance(baselines, Baseline) and baselines is not None:
