@@ -399,3 +399,49 @@ def reformulate_orders(method: str, model, inputs: torch.Tensor, baselines=0.0, 
 
 
 __all__ += ["Point", "principle_count"]
+
+
+# ---- issue 15, part 1: the gradient family -----------------------------------------
+from .methods import (
+    DeepLiftShap,
+    GradCAM,
+    GradientShap,
+    GuidedBackprop,
+    Saliency,
+    SmoothGrad,
+    SmoothIntegratedGradients,
+)
+from .methods import gradient_shap as _gradient_shap
+from .methods.noise_tunnel import smoothed as _smoothed
+
+_NO_VALIDATION = frozenset({"audit", "assessment", "saliency"})
+#: SmoothGrad's noise on [0, 1] images: 15% of the range (Smilkov et al. suggest 10-20%).
+SMOOTHGRAD_STD = 0.15
+_SG = {"nt_samples": 50, "stdevs": SMOOTHGRAD_STD}
+register(MethodSpec("saliency", Saliency, variants=(Variant("Saliency", experiments=_NO_VALIDATION),),
+                    marker="h"))
+register(MethodSpec("guided_backprop", GuidedBackprop, variants=(
+    Variant("GBP", experiments=_NO_VALIDATION),), marker="H"))
+register(MethodSpec("grad_cam", GradCAM, variants=(  # needs a convolution: the saliency grid only
+    Variant("Grad-CAM", {"relu_attributions": True, "interpolate_mode": "bilinear"},
+            experiments=frozenset({"saliency"})),), marker="d"))
+register(MethodSpec("deeplift_shap", DeepLiftShap, variants=(
+    Variant("DLS", {"noise_std": EG_NOISE_STD, "n_samples": 50}, experiments=_NO_VALIDATION),),
+    marker="p"))
+register(MethodSpec("gradient_shap", GradientShap, variants=(
+    Variant("GS", {"noise_std": EG_NOISE_STD, "n_samples": 50, "stdevs": 0.1},
+            experiments=_NO_VALIDATION),),
+    reformulation=_gradient_shap.reformulation(), marker="8"))
+register(MethodSpec("smoothgrad", SmoothGrad, variants=(
+    Variant("SG", {**_SG, "nt_type": "smoothgrad"}, experiments=_NO_VALIDATION),), marker="<"))
+register(MethodSpec("smoothgrad_sq", SmoothGrad, variants=(
+    Variant("SG-sq", _SG, experiments=_NO_VALIDATION),),
+    fixed=MappingProxyType({"nt_type": "smoothgrad_sq"}), marker=">"))
+register(MethodSpec("vargrad", SmoothGrad, variants=(
+    Variant("VarGrad", _SG, experiments=_NO_VALIDATION),),
+    fixed=MappingProxyType({"nt_type": "vargrad"}), marker="4"))
+register(MethodSpec("smoothgrad_ig", SmoothIntegratedGradients, variants=(
+    Variant("SG-IG", {"nt_samples": 10, "stdevs": SMOOTHGRAD_STD, "n_steps": 16},
+            experiments=frozenset({"audit", "validation", "saliency"})),),
+    reformulation=_smoothed(R.INTEGRATED_GRADIENTS), marker="1"))
+__all__ += ["SMOOTHGRAD_STD"]

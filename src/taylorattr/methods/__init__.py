@@ -17,26 +17,41 @@ from __future__ import annotations
 
 from ._base import AttributionMethod, Explanation, ImplicitBaselineMethod
 from .deeplift import DeepLift
+from .deeplift_shap import DeepLiftShap
 from .expected_gradients import EGDraws, ExpectedGradients
+from .grad_cam import GradCAM
 from .gradient_input import GradientInput
+from .gradient_shap import GradientShap, GSDraws
+from .guided_backprop import GuidedBackprop
 from .integrated_gradients import IntegratedGradients
 from .layerwise import LayerRecord, UnsupportedModelError, global_relevance, local_relevance
 from .lrp import EpsilonLRP
+from .noise_tunnel import NoiseTunnel, SmoothGrad, SmoothIntegratedGradients
 from .occlusion import Occlusion
+from .saliency import Saliency
 from .taylor_attribution import TaylorAttribution
 
 __all__ = [
     "AttributionMethod",
     "DeepLift",
+    "DeepLiftShap",
     "EGDraws",
     "EpsilonLRP",
     "ExpectedGradients",
     "Explanation",
+    "GSDraws",
+    "GradCAM",
     "GradientInput",
+    "GradientShap",
+    "GuidedBackprop",
     "ImplicitBaselineMethod",
     "IntegratedGradients",
     "LayerRecord",
+    "NoiseTunnel",
     "Occlusion",
+    "Saliency",
+    "SmoothGrad",
+    "SmoothIntegratedGradients",
     "TaylorAttribution",
     "UnsupportedModelError",
     "global_relevance",

@@ -1,0 +1,91 @@
+"""DeepLiftShap (Lundberg & Lee 2017): DeepLIFT (Rescale) averaged over references.
+
+    a_i = 1/N sum_k DeepLIFT_i(x, x~_k)
+        = 1/N sum_k (x_i - x~_ik) * m_i(x, x~_k)      (m: the Rescale multipliers)
+
+Each term is complete towards its reference, so ``sum_i a_i = f(x) - 1/N sum_k f(x~_k)``.
+References: a reference set (a :class:`~taylorattr.baselines.ReferenceSet` or a tensor
+``[N, ...]``), of which **every** row is used, as Captum's ``DeepLiftShap`` does (nothing
+is drawn); or :class:`~taylorattr.baselines.Noise` (``noise_std = s``: ``N(x, s^2)``),
+of which ``n_samples`` references per sample are drawn exactly as Expected Gradients
+draws its baselines with the same ``seed``
+(:func:`taylorattr.methods.expected_gradients.draw`).
+
+Supported models: those of :class:`~taylorattr.methods.DeepLift` (its
+:class:`~taylorattr.methods.layerwise.UnsupportedModelError` otherwise).
+
+Taylor view: layer-wise, as DeepLIFT (Thm 4) for each reference; no reformulation is
+registered for the average (none derived and tested here).
+
+Cost: ``B * N`` DeepLIFT rows (one reference forward, one forward and one backward
+each), in chunks of ``internal_batch_size`` rows.
+"""
+from __future__ import annotations
+
+import torch
+
+from .._validation import check_positive_int
+from ..baselines import ReferenceSet
+from ._base import AttributionMethod, check_optional_positive_int, default_chunk_rows, grid_blocks
+from .deeplift import DeepLift
+from .expected_gradients import _distribution, _reference_rows, draw
+
+__all__ = ["DeepLiftShap"]
+
+
+class DeepLiftShap(AttributionMethod):
+    """DeepLIFT averaged over a reference set (all rows) or over references drawn from a
+    :class:`~taylorattr.baselines.Noise`. Equals Captum's ``DeepLiftShap`` given the same
+    reference tensor."""
+
+    name = "deeplift_shap"
+
+    baseline_kind = "distribution"
+
+    def __init__(self, model) -> None:
+        super().__init__(model)
+        self._deeplift = DeepLift(model)  # refuses unsupported models here
+
+    def attribute(self, inputs: torch.Tensor, baselines=None, target=None, *,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  **options):
+        """Attributions ``[B, ...]``; with ``return_convergence_delta`` also
+        ``sum(a) - (f(x) - mean_k f(x~_k))`` per sample (zero up to rounding).
+
+        Args:
+            inputs: ``[B, ...]`` float32/float64 batch.
+            baselines: the references: a tensor ``[N, ...]`` or a
+                :class:`~taylorattr.baselines.ReferenceSet` (every row used), or a
+                :class:`~taylorattr.baselines.Noise` (``n_samples`` drawn), or None with
+                ``noise_std``.
+            target: None (argmax class), an int, or a ``[B]`` integer tensor.
+            **options: ``n_samples`` (references drawn per sample from a Noise, 50),
+                ``noise_std`` (shorthand for ``Noise(noise_std)`` around the input),
+                ``seed`` (of the draws, 0), ``internal_batch_size`` (rows per call).
+        """
+        return self._run(inputs, baselines, target, options, show_progress,
+                         return_convergence_delta).result()
+
+    def _attribute(self, x, baselines, t, fx, *, n_samples: int = 50, noise_std=None,
+                   seed: int = 0, internal_batch_size: int | None = None,
+                   show_progress: bool = False):
+        chunk = check_optional_positive_int(internal_batch_size, "internal_batch_size")
+        check_positive_int(n_samples, "n_samples")
+        dist = _distribution(baselines, noise_std)
+        feat = tuple(x.shape[1:])
+        if isinstance(dist, ReferenceSet):  # every row, shared by the samples: [1, N, ...]
+            refs = _reference_rows(dist.samples, x).to(x.device).unsqueeze(0)
+        else:
+            refs = draw(x, dist, n_samples, None, seed).baselines  # [B, n, ...]
+        batch, n = x.shape[0], refs.shape[1]
+        chunk = chunk or default_chunk_rows(x, backward=True)
+        total = torch.zeros_like(x)
+        for s0, s1, k0, k1 in grid_blocks(batch, n, chunk, show_progress, "deeplift shap"):
+            # rows (sample s, reference k), sample-major as in Captum
+            ref = refs[s0:s1] if refs.shape[0] > 1 else refs
+            ref = ref[:, k0:k1].expand((s1 - s0, k1 - k0) + feat)
+            rows = x[s0:s1, None].expand_as(ref).reshape((-1,) + feat)
+            tr = None if t is None else t[s0:s1].repeat_interleave(k1 - k0)
+            attr, _ = self._deeplift._attribute(rows, ref.reshape((-1,) + feat), tr, None)
+            total[s0:s1] += attr.view(ref.shape).sum(1)
+        return total / n, refs.expand((batch, n) + feat)

@@ -1,0 +1,101 @@
+"""Guided Backpropagation (Springenberg et al. 2015).
+
+The gradient of the explained output, with every ReLU's backward pass replaced by
+
+    grad_in = relu(grad_out * 1[z > 0])            (z: the ReLU's input)
+
+so only positive signals pass back through a ReLU, and only where the ReLU was open;
+every other operation keeps its true derivative. As Captum's ``GuidedBackprop``, the
+attribution is that modified gradient itself (not multiplied by the input), and the
+gating applies to ``nn.ReLU`` modules. ReLUs called as functions (``F.relu``,
+``torch.relu``, ``x.relu()``) cannot be gated by module hooks, and Captum would silently
+leave them ungated; here they are found by torch.fx and refused with a ``TypeError``
+naming them (replace them by ``nn.ReLU`` modules). A model without any ReLU gets its
+plain gradient (nothing to gate).
+
+Taylor view: none. The gating rule changes the backward pass of each ReLU by the sign of
+the signal coming back, which is not a weight on the monomials of the expansion of ``f``
+(for a ReLU network every monomial of order >= 2 vanishes almost everywhere, and the
+gated gradient is not the first-order term either), so there is no Taylor reformulation.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import _fx
+from ._base import ImplicitBaselineMethod, target_gradient
+
+__all__ = ["GuidedBackprop", "functional_relus"]
+
+_RELU_FUNCTIONS = (F.relu, torch.relu, torch.relu_, F.relu_)
+_RELU_METHODS = ("relu", "relu_")
+
+
+class _GuidedReLU(torch.autograd.Function):
+    """``relu`` forward; backward ``relu(grad * 1[z > 0])``."""
+
+    @staticmethod
+    def forward(ctx, z):
+        ctx.save_for_backward(z)
+        return z.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (z,) = ctx.saved_tensors
+        return (grad * (z > 0).to(grad.dtype)).clamp(min=0)
+
+
+def functional_relus(model: nn.Module) -> list[str]:
+    """Descriptions of the ReLUs ``model`` calls as functions or tensor methods (found by
+    torch.fx; ``nn.ReLU`` modules are not listed). Raises TypeError if fx cannot trace it."""
+    graph = _fx.trace(model, "finding functional ReLU calls (Guided Backprop)",
+                      leaf_modules=(nn.ReLU,))
+    return [_fx.describe(n, model) for n in graph.graph.nodes
+            if (n.op == "call_function" and n.target in _RELU_FUNCTIONS)
+            or (n.op == "call_method" and n.target in _RELU_METHODS)]
+
+
+class GuidedBackprop(ImplicitBaselineMethod):
+    """Guided Backpropagation: the gradient with each ``nn.ReLU`` gated on the way back;
+    one forward and one backward pass. Equals Captum's ``GuidedBackprop``.
+
+    The model is checked once, at construction, for ReLUs called as functions (refused,
+    see the module docstring); a model torch.fx cannot trace is used with a warning that
+    this check could not run.
+    """
+
+    name = "guided_backprop"
+
+    def __init__(self, model) -> None:
+        super().__init__(model)
+        try:
+            found = functional_relus(model)
+        except TypeError as exc:
+            warnings.warn(f"GuidedBackprop could not check {type(model).__name__} for ReLUs "
+                          f"called as functions (they would not be gated): "
+                          f"{str(exc).splitlines()[0]}", stacklevel=2)
+            found = []
+        if found:
+            raise TypeError("model: Guided Backprop gates nn.ReLU modules only, but the model "
+                            "calls ReLU as a function at " + "; ".join(found) +
+                            " (replace these calls by nn.ReLU modules)")
+
+    def _attribute(self, x, baselines, target, fx, *, show_progress: bool = False):
+        relus = [m for m in self.model.modules() if isinstance(m, nn.ReLU)]
+        hooks = [m.register_forward_hook(_gate) for m in relus]
+        try:
+            grad, _ = target_gradient(self.model, x.clone(), target)
+        finally:
+            for h in hooks:
+                h.remove()
+        return grad, torch.zeros_like(x).unsqueeze(1)
+
+
+def _gate(module, args, output):
+    """Forward hook: the ReLU's output recomputed through :class:`_GuidedReLU` (an in-place
+    ReLU has overwritten its input with ``relu(z)``, which opens where ``z`` did)."""
+    return _GuidedReLU.apply(args[0])

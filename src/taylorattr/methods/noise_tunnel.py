@@ -1,0 +1,307 @@
+"""NoiseTunnel (Smilkov et al. 2017; Adebayo et al. 2018): any method averaged over noisy
+copies of the input, as Captum's ``NoiseTunnel``.
+
+With ``x_k = x + s * eps_k``, ``eps_k ~ N(0, I)`` (``s``: ``stdevs``), ``k = 1..n`` and
+``A`` the wrapped (inner) method,
+
+    smoothgrad:     a = 1/n sum_k A(x_k)
+    smoothgrad_sq:  a = 1/n sum_k A(x_k)^2
+    vargrad:        a = 1/n sum_k A(x_k)^2 - (1/n sum_k A(x_k))^2
+
+The inner method runs on the ``B * n`` noisy rows (sample-major, each with its sample's
+target and baseline, as Captum expands them), in calls of ``nt_samples_batch_size`` noisy
+copies per sample (Captum's meaning; default automatic). The noise is drawn at once, in
+float64, from a CPU ``torch.Generator`` seeded with ``seed`` (:func:`draw_noise`), so the
+same seed gives bitwise the same attributions for the same settings. An inner method
+that draws at random itself (an ``n_samples``/``seed`` method) gets one seed per call,
+drawn from the same generator after the noise.
+
+``NoiseTunnel(model, inner, **inner_init)`` wraps any registered method (its registry name,
+whose pinned options apply, or its class); the inner method's options are options of the
+tunnel (``n_steps`` for Integrated Gradients, ...), except ``seed`` and ``stdevs``, which
+belong to the tunnel. :class:`SmoothGrad` (Saliency inside) and
+:class:`SmoothIntegratedGradients` are the registered tunnels.
+
+References. The tunnel's attribution is compared with ``f(x) - f(x~)`` for the inner
+method's references (the convergence delta, the audit): for SmoothGrad of Integrated
+Gradients the delta measures how far the average over noisy inputs is from explaining
+the clean input.
+
+Taylor view: :func:`smoothed` turns the inner method's reformulation into the tunnel's:
+the inner reformulation at every noisy input, combined by ``nt_type`` (exact where the
+inner one is: Integrated Gradients on polynomial networks of degree <= K). Saliency has
+none (the absolute gradient), so neither has SmoothGrad.
+"""
+from __future__ import annotations
+
+import inspect
+from numbers import Real
+
+import torch
+
+from .. import _validation as V
+from .._validation import check_positive_int
+from .._validation import check_seed as _check_seed
+from ..baselines import Baseline
+from ._base import (
+    AttributionMethod,
+    check_optional_positive_int,
+    default_chunk_rows,
+    grid_blocks,
+)
+from .integrated_gradients import IntegratedGradients
+from .saliency import Saliency
+
+__all__ = ["NT_TYPES", "NoiseTunnel", "SmoothGrad", "SmoothIntegratedGradients", "draw_noise",
+           "smoothed"]
+
+#: The combinations of the noisy attributions (Captum's names).
+NT_TYPES = ("smoothgrad", "smoothgrad_sq", "vargrad")
+_OWN = ("nt_type", "nt_samples", "stdevs", "seed", "nt_samples_batch_size")
+
+
+def _check_stdevs(stdevs) -> float:
+    if isinstance(stdevs, bool) or not isinstance(stdevs, Real):
+        raise TypeError(f"stdevs must be a real number, got {type(stdevs).__name__}")
+    if not (0 <= stdevs < float("inf")):
+        raise ValueError(f"stdevs must be finite and >= 0, got {stdevs}")
+    return float(stdevs)
+
+
+def draw_noise(inputs: torch.Tensor, nt_samples: int = 5, stdevs: float = 1.0,
+               seed: int = 0) -> torch.Tensor:
+    """The noise ``stdevs * eps`` ``[B, n, ...]`` added to the inputs: ``eps ~ N(0, I)``
+    drawn in float64 from ``torch.Generator().manual_seed(seed)`` (CPU), cast to the
+    inputs' dtype and device."""
+    gen = torch.Generator(device="cpu").manual_seed(_check_seed(seed))
+    return _noise(V.check_inputs(inputs), nt_samples, stdevs, gen)
+
+
+def _noise(x, nt_samples, stdevs, gen) -> torch.Tensor:
+    n = check_positive_int(nt_samples, "nt_samples")
+    s = _check_stdevs(stdevs)
+    eps = torch.randn((x.shape[0], n) + tuple(x.shape[1:]), generator=gen, dtype=torch.float64)
+    return (s * eps).to(x.device, x.dtype)
+
+
+def _combine(total, total_sq, n, nt_type):
+    mean = total / n
+    if nt_type == "smoothgrad":
+        return mean
+    if nt_type == "smoothgrad_sq":
+        return total_sq / n
+    return total_sq / n - mean * mean
+
+
+def _check_nt_type(nt_type) -> str:
+    if nt_type not in NT_TYPES:
+        raise ValueError(f"nt_type must be one of {list(NT_TYPES)}, got {nt_type!r}")
+    return nt_type
+
+
+def _resolve_inner(inner):
+    """``(class, pinned options, default options)`` of an inner method given by registry
+    name or class."""
+    if isinstance(inner, str):
+        from ..registry import METHODS  # lazy: the registry imports the methods
+
+        if inner not in METHODS:
+            raise ValueError(f"inner must be a registered method name (one of "
+                             f"{sorted(METHODS)}) or an AttributionMethod class, got {inner!r}")
+        spec = METHODS[inner]
+        return spec.cls, dict(spec.fixed), dict(spec.defaults)
+    if isinstance(inner, type) and issubclass(inner, AttributionMethod):
+        if issubclass(inner, NoiseTunnel):
+            raise TypeError("inner must not be a NoiseTunnel (nest the noise in one tunnel)")
+        return inner, {}, {}
+    raise TypeError(f"inner must be a registered method name or an AttributionMethod class, "
+                    f"got {type(inner).__name__}")
+
+
+class _InnerOptions:
+    """``options()`` on the class (its class-level inner) and on an instance (its inner)."""
+
+    def __get__(self, obj, owner):
+        def options():
+            own = {k: p for k, p in inspect.signature(owner._attribute).parameters.items()
+                   if p.kind is inspect.Parameter.KEYWORD_ONLY and k != "show_progress"}
+            inner = obj._inner_cls if obj is not None else owner.inner
+            if inner is not None:
+                for k, p in inner.options().items():
+                    own.setdefault(k, p)
+            return own
+        return options
+
+
+class NoiseTunnel(AttributionMethod):
+    """NoiseTunnel around ``inner`` (a registry name or a method class; constructor
+    arguments of the inner method in ``inner_init``). Equals Captum's ``NoiseTunnel``
+    around the same method given the same noise. ``baseline_kind`` is the inner method's.
+    """
+
+    name = "noise_tunnel"
+    #: the wrapped method of a registered tunnel (subclasses); None: give ``inner``.
+    inner: type | None = None
+
+    options = _InnerOptions()
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if cls.inner is not None:
+            cls.baseline_kind = cls.inner.baseline_kind
+
+    def __init__(self, model, inner=None, **inner_init) -> None:
+        super().__init__(model)
+        if inner is None:
+            inner = type(self).inner
+            if inner is None:
+                raise TypeError("inner: give the method to smooth (a registry name such as "
+                                "'saliency' or an AttributionMethod class)")
+        self._inner_cls, self._fixed, self._defaults = _resolve_inner(inner)
+        self.inner_method = self._inner_cls(model, **inner_init)
+        self.baseline_kind = self._inner_cls.baseline_kind
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({type(self.model).__name__}, inner={self._inner_cls.__name__})"
+
+    def attribute(self, inputs: torch.Tensor, baselines=None, target=None, *,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  **options):
+        """Attributions ``[B, ...]`` shaped like ``inputs``.
+
+        Args:
+            inputs: ``[B, ...]`` float32/float64 batch.
+            baselines: what the inner method takes: None for an implicit-baseline method
+                (Saliency), a point (default 0.0) or a distribution.
+            target: None (argmax class of the clean input), an int, or a ``[B]`` tensor.
+            **options: ``nt_type`` (``"smoothgrad"``, ``"smoothgrad_sq"``, ``"vargrad"``),
+                ``nt_samples`` (noisy copies per sample, 5 as Captum), ``stdevs`` (noise
+                standard deviation, 1.0 as Captum), ``seed`` (0), ``nt_samples_batch_size``
+                (noisy copies per sample in one inner call, default automatic) and the
+                inner method's own options.
+        """
+        if self.baseline_kind == "none" and baselines is not None:
+            raise TypeError(f"baselines: {self._inner_cls.__name__} has an implicit baseline; "
+                            "give none")
+        if self.baseline_kind == "point" and baselines is None:
+            baselines = 0.0
+        return self._run(inputs, baselines, target, options, show_progress,
+                         return_convergence_delta).result()
+
+    def _attribute(self, x, base, t, fx, *, nt_type: str = "smoothgrad", nt_samples: int = 5,
+                   stdevs: float = 1.0, seed: int = 0, nt_samples_batch_size: int | None = None,
+                   show_progress: bool = False, **inner_options):
+        _check_nt_type(nt_type)
+        per_call = check_optional_positive_int(nt_samples_batch_size, "nt_samples_batch_size")
+        gen = torch.Generator(device="cpu").manual_seed(_check_seed(seed))
+        noise = _noise(x, nt_samples, stdevs, gen)
+        batch, n, feat = x.shape[0], nt_samples, tuple(x.shape[1:])
+        size = batch * (per_call or max(1, default_chunk_rows(x, backward=True) // batch))
+        blocks = list(grid_blocks(batch, n, size, show_progress, "noise tunnel"))
+        opts = {**self._defaults, **inner_options, **self._fixed}
+        seeds = None  # for an inner method that draws: one seed per call, after the noise
+        if "seed" in self._inner_cls.options():
+            seeds = torch.randint(2**62, (len(blocks),), generator=gen).tolist()
+        total = torch.zeros_like(x)
+        total_sq = torch.zeros_like(x)
+        refs = None
+        for i, (s0, s1, k0, k1) in enumerate(blocks):
+            rows = (x[s0:s1, None] + noise[s0:s1, k0:k1]).reshape((-1,) + feat)
+            tr = None if t is None else t[s0:s1].repeat_interleave(k1 - k0)
+            b = base[s0:s1].repeat_interleave(k1 - k0, 0) if self.baseline_kind == "point" \
+                else base
+            kw = opts if seeds is None else {**opts, "seed": seeds[i]}
+            ex = self.inner_method._run(rows, b, tr, kw, False, False)
+            a = ex.attributions.view((s1 - s0, k1 - k0) + feat)
+            total[s0:s1] += a.sum(1)
+            total_sq[s0:s1] += (a * a).sum(1)
+            refs = _gather_refs(refs, ex.references, (s0, s1, k0, k1), batch, n, self.baseline_kind)
+        return _combine(total, total_sq, n, nt_type), refs
+
+
+def _gather_refs(refs, block_refs, block, batch, n, kind):
+    """The references of every sample: the inner method's own for a point or implicit
+    baseline (the same for every noisy copy: those of copy 0), all of them for a
+    distribution (``[B, n * m, ...]``); None if the inner method has none."""
+    if block_refs is None:
+        return None
+    s0, s1, k0, k1 = block
+    m = block_refs.shape[1]
+    r = block_refs.view((s1 - s0, (k1 - k0) * m) + tuple(block_refs.shape[2:]))
+    if kind != "distribution":
+        if k0 != 0:
+            return refs
+        r = r[:, :m]
+        width = m
+    else:
+        width = n * m
+    if refs is None:
+        refs = r.new_empty((batch, width) + tuple(r.shape[2:]))
+    refs[s0:s1, k0 * m:k0 * m + r.shape[1]] = r
+    return refs
+
+
+class SmoothGrad(NoiseTunnel):
+    """SmoothGrad: NoiseTunnel around :class:`~taylorattr.methods.Saliency`
+    (``abs=True`` by default, as Captum's ``NoiseTunnel(Saliency(model))``)."""
+
+    name = "smoothgrad"
+    inner = Saliency
+
+    def __init__(self, model) -> None:
+        super().__init__(model)
+
+    def attribute(self, inputs: torch.Tensor, target=None, *,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  **options):
+        """Attributions ``[B, ...]`` (see :meth:`NoiseTunnel.attribute`; no baselines)."""
+        return super().attribute(inputs, None, target,
+                                 return_convergence_delta=return_convergence_delta,
+                                 show_progress=show_progress, **options)
+
+
+class SmoothIntegratedGradients(NoiseTunnel):
+    """NoiseTunnel around :class:`~taylorattr.methods.IntegratedGradients` (a point
+    baseline; the inner options ``n_steps``, ``method``, ``internal_batch_size``)."""
+
+    name = "smoothgrad_ig"
+    inner = IntegratedGradients
+
+    def __init__(self, model) -> None:
+        super().__init__(model)
+
+
+def smoothed(inner_reformulation):
+    """The tunnel's reformulation from the inner method's (a non-layer-wise
+    :class:`~taylorattr.reformulations.Reformulation`): the inner reformulation at each
+    noisy input (the noise of :func:`draw_noise` with the same ``nt_samples``, ``stdevs``,
+    ``seed``), combined by ``nt_type``. Targets are resolved on the clean inputs, as the
+    method does; a point baseline is repeated for each noisy copy."""
+    from ..reformulations import Reformulation
+
+    if inner_reformulation.layerwise:
+        raise ValueError("inner_reformulation must give attributions shaped like the inputs, "
+                         "not per-layer terms")
+
+    def compute(model, inputs, baselines, target, orders, nt_type="smoothgrad", nt_samples=5,
+                stdevs=1.0, seed=0, **kw):
+        V.check_model(model)
+        _check_nt_type(nt_type)
+        x = V.check_inputs(inputs).detach()
+        with torch.no_grad():
+            t = V.resolve_target(target, V.model_output(model, x))
+        noise = draw_noise(x, nt_samples, stdevs, seed)
+        rows = (x.unsqueeze(1) + noise).reshape((-1,) + tuple(x.shape[1:]))
+        tr = None if t is None else t.repeat_interleave(nt_samples)
+        if not isinstance(baselines, Baseline) and baselines is not None:
+            baselines = V.broadcast_baselines(baselines, x).repeat_interleave(nt_samples, 0)
+        out = inner_reformulation.orders(model, rows, baselines, tr, orders, **kw)
+        result = {}
+        for K, a in out.items():
+            a = a.view(noise.shape)
+            result[K] = _combine(a.sum(1), (a * a).sum(1), nt_samples, nt_type)
+        return result
+
+    return Reformulation(compute, frozenset(_OWN[:-1]) | inner_reformulation.options,
+                         claim=f"the inner reformulation ({inner_reformulation.claim}) at each "
+                               "noisy input, combined as the method combines the attributions")

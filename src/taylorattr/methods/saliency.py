@@ -1,0 +1,34 @@
+"""Saliency (Simonyan et al. 2014): the gradient of the explained output, by default its
+absolute value.
+
+    a_i = | d f(x) / d x_i |          (abs=True, the default, as Captum's ``Saliency``)
+    a_i =   d f(x) / d x_i            (abs=False)
+
+Taylor view: none. The gradient is the coefficient of the first-order term ``T^a_i`` but
+not a share of ``f(x) - f(x~)`` for any baseline (it is not multiplied by ``delta``), and
+the absolute value drops the sign, so no weight on the monomials of the expansion gives
+it. The reference reported for the convergence delta is the zero input, as for
+Gradient*Input (whose attribution is ``x`` times the signed gradient).
+"""
+from __future__ import annotations
+
+import torch
+
+from .._validation import check_bool
+from ._base import ImplicitBaselineMethod, target_gradient
+
+__all__ = ["Saliency"]
+
+
+class Saliency(ImplicitBaselineMethod):
+    """Saliency: ``|grad f(x)|`` (``abs=False``: the signed gradient); one forward and one
+    backward pass. Equals Captum's ``Saliency`` with the same ``abs``."""
+
+    name = "saliency"
+
+    def _attribute(self, x, baselines, target, fx, *, abs: bool = True,
+                   show_progress: bool = False):
+        """Options: ``abs`` (default True) takes the absolute value of the gradient."""
+        check_bool(abs, "abs")
+        grad, _ = target_gradient(self.model, x.clone(), target)
+        return (grad.abs() if abs else grad), torch.zeros_like(x).unsqueeze(1)
