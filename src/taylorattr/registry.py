@@ -399,3 +399,33 @@ def reformulate_orders(method: str, model, inputs: torch.Tensor, baselines=0.0, 
 
 
 __all__ += ["Point", "principle_count"]
+
+
+# =======================================================================================
+# Issue 15, part 2: Shapley-type methods and Prediction Difference
+# =======================================================================================
+from .methods import KernelShap, PredictionDifference, ShapleyValues
+from .shapley_rule import shapley_attribution
+
+
+def _shapley_reformulation(model, inputs, baselines, target, orders, feature_mask=None,
+                           chunk_size=None):
+    return {K: shapley_attribution(model, inputs, baselines, target, K, groups=feature_mask,
+                                   chunk_size=chunk_size) for K in orders}
+
+
+#: The Shapley value's reformulation: each monomial shared equally by its support
+#: (exact for K <= 4; the players are ``feature_mask``'s groups when given).
+SHAPLEY_RULE = R.Reformulation(
+    _shapley_reformulation, frozenset({"feature_mask", "chunk_size"}),
+    claim="Shapley rule: each monomial phi(kappa) shared equally, 1/|S|, by its support S "
+          "(expansion at x; exact for K <= 4)")
+_AUDIT = frozenset({"audit"})
+# exact enumeration on the audit's 6-feature probes, permutation sampling (n_samples =
+# AUDIT_DRAWS orders) on the 256-feature principle-3 probes
+register(MethodSpec("shapley", ShapleyValues, variants=(Variant("Shapley", experiments=_AUDIT),),
+                    reformulation=SHAPLEY_RULE, marker="h"))
+register(MethodSpec("kernel_shap", KernelShap, variants=(
+    Variant("KernelSHAP", experiments=_AUDIT),), marker="H"))
+register(MethodSpec("prediction_difference", PredictionDifference, variants=(
+    Variant("PredDiff", {"noise_std": EG_NOISE_STD}, experiments=_AUDIT),), marker="d"))

@@ -20,9 +20,12 @@ from .deeplift import DeepLift
 from .expected_gradients import EGDraws, ExpectedGradients
 from .gradient_input import GradientInput
 from .integrated_gradients import IntegratedGradients
+from .kernel_shap import KernelShap
 from .layerwise import LayerRecord, UnsupportedModelError, global_relevance, local_relevance
 from .lrp import EpsilonLRP
 from .occlusion import Occlusion
+from .prediction_difference import PredictionDifference
+from .shapley_values import ShapleyValues
 from .taylor_attribution import TaylorAttribution
 
 __all__ = [
@@ -42,3 +45,4 @@ __all__ = [
     "global_relevance",
     "local_relevance",
 ]
+__all__ += ["KernelShap", "PredictionDifference", "ShapleyValues"]
