@@ -429,3 +429,15 @@ register(MethodSpec("kernel_shap", KernelShap, variants=(
     Variant("KernelSHAP", experiments=_AUDIT),), marker="H"))
 register(MethodSpec("prediction_difference", PredictionDifference, variants=(
     Variant("PredDiff", {"noise_std": EG_NOISE_STD}, experiments=_AUDIT),), marker="d"))
+# LRP rules and composites (Zennit's), one row each (alpha1_beta0 is z_plus, the epsilon rule
+# is epsilon_lrp's, so neither has a row of its own)
+from .methods.lrp_rules import rule_class
+
+for _rule, _label, _marker in (
+        ("z_plus", "LRP-z+", "<"), ("alpha2_beta1", "LRP-a2b1", ">"), ("gamma", "LRP-gamma", "p"),
+        ("flat", "LRP-flat", "8"), ("w_square", "LRP-w2", "1"), ("epsilon_plus", "LRP-eps+", "2"),
+        ("epsilon_plus_flat", "LRP-eps+flat", "3"), ("epsilon_alpha2_beta1", "LRP-eps-a2b1", "4"),
+        ("epsilon_alpha2_beta1_flat", "LRP-eps-a2b1-flat", "+")):
+    register(MethodSpec(f"lrp_{_rule}", rule_class(_rule), variants=(
+        Variant(_label, experiments=_AUDIT),), init_args=("epsilon", "stabilizer", "gamma"),
+        marker=_marker))

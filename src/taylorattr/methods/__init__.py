@@ -23,6 +23,7 @@ from .integrated_gradients import IntegratedGradients
 from .kernel_shap import KernelShap
 from .layerwise import LayerRecord, UnsupportedModelError, global_relevance, local_relevance
 from .lrp import EpsilonLRP
+from .lrp_rules import LRP
 from .occlusion import Occlusion
 from .prediction_difference import PredictionDifference
 from .shapley_values import ShapleyValues
@@ -45,4 +46,4 @@ __all__ = [
     "global_relevance",
     "local_relevance",
 ]
-__all__ += ["KernelShap", "PredictionDifference", "ShapleyValues"]
+__all__ += ["LRP", "KernelShap", "PredictionDifference", "ShapleyValues"]
