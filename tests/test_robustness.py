@@ -376,13 +376,13 @@ def _reform_entry(name: str, **defaults) -> Entry:
                        seed=const(BAD_SEED))
     if name == "epsilon_lrp":
         options["epsilon"] = const(st.sampled_from([-1.0, math.nan, math.inf, None, "e"]))
-    baselines = {"gradient_input": None, "epsilon_lrp": None,
-                 "expected_gradients": "reference"}.get(name, "broadcast")
+    baselines = {"none": None, "distribution": "reference"}.get(METHODS[name].baseline_kind,
+                                                                "broadcast")
 
     def call(m, x, method=name, **kw):
         return ta.reformulate(method, m, x, **{**defaults, **kw})
 
-    accepted = REFORMULATE_KWARGS[name] | {"method", "model", "inputs", "baselines", "target",
+    accepted = REFORMULATE_KWARGS.get(name, set(METHODS[name].reformulation.options)) | {"method", "model", "inputs", "baselines", "target",
                                            "order"}
     return Entry(f"reformulate:{name}", call, baselines=baselines,
                  layerwise=name in ("deeplift", "epsilon_lrp"), options=options,
@@ -428,7 +428,8 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
     _method_entry("integrated_gradients", n_steps=3),
     _method_entry("expected_gradients", noise_std=0.1, n_samples=2),
     *[_reform_entry(n) for n, spec in METHODS.items()
-      if spec.reformulation is not None and n != "expected_gradients"],
+      if spec.reformulation is not None and n not in ("expected_gradients", "gradient_shap")],
+    _reform_entry("gradient_shap", noise_std=0.1, n_samples=2),
     _reform_entry("expected_gradients", noise_std=0.1, n_samples=2),
     Entry("metrics.infidelity", _infidelity, baselines=None,
           options={"attributions": lambda shape: malformed_tensor(

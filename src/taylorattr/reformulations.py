@@ -34,7 +34,7 @@ from .taylor import group_expansions, taylor_attribution
 from .taylor_mode import propagate, trace
 
 __all__ = ["DEEPLIFT", "EPSILON_LRP", "GRADIENT_INPUT", "INTEGRATED_GRADIENTS", "OCCLUSION_1",
-           "OCCLUSION_PATCH", "LayerReformulation", "Reformulation", "averaged_over_draws",
+           "OCCLUSION_PATCH", "SHAPLEY_RULE", "LayerReformulation", "Reformulation", "averaged_over_draws",
            "occlusion_groups"]
 
 
@@ -243,3 +243,18 @@ INTEGRATED_GRADIENTS = Reformulation(
     _per_order(lambda model, inputs, baselines, target, order:
                taylor_attribution(model, inputs, baselines, target, order)),
     claim="Thm 5: first + independent + each order's IG share of the interactions")
+
+
+def _shapley_rule(model, inputs, baselines, target, orders, feature_mask=None, chunk_size=None):
+    from .shapley_rule import shapley_attribution
+
+    return {K: shapley_attribution(model, inputs, baselines, target, K, groups=feature_mask,
+                                   chunk_size=chunk_size) for K in orders}
+
+
+#: The Shapley value's reformulation: each monomial shared equally by its support
+#: (exact for K <= 4; the players are ``feature_mask``'s groups when given).
+SHAPLEY_RULE = Reformulation(
+    _shapley_rule, frozenset({"feature_mask", "chunk_size"}),
+    claim="Shapley rule: each monomial phi(kappa) shared equally, 1/|S|, by its support S "
+          "(expansion at x; exact for K <= 4)")

@@ -4,7 +4,7 @@ A :class:`MethodSpec` carries everything about a method besides its code: its cl
 display label(s), baseline kind (from the class), the paper's verdicts and Table 3
 numbers, its Taylor reformulation, its plot marker and the experiments it takes part
 in. Adding a method is one file under ``taylorattr/methods/`` and one :func:`register`
-call; nothing else names it::
+call (the library's own rows are in :mod:`taylorattr.catalog`); nothing else names it::
 
     from taylorattr import registry
     registry.register(registry.MethodSpec("halved_gi", HalvedGI, label="GI/2", marker="x"))
@@ -36,26 +36,14 @@ import torch
 from . import _validation as V
 from . import reformulations as R
 from .baselines import Baseline, Point, as_baseline
-from .methods import (
-    AttributionMethod,
-    DeepLift,
-    EpsilonLRP,
-    ExpectedGradients,
-    Explanation,
-    GradientInput,
-    IntegratedGradients,
-    Occlusion,
-    TaylorAttribution,
-)
+from .methods import AttributionMethod, Explanation
 
-__all__ = ["EG_NOISE_STD", "EXPERIMENTS", "METHODS", "BoundMethod", "MethodSpec", "PaperFacts",
+__all__ = ["EXPERIMENTS", "METHODS", "BoundMethod", "MethodSpec", "PaperFacts",
            "Variant", "reformulate", "reformulate_orders", "register", "unregister", "variants"]
 
 #: Where a method can take part: the principle audit, the validation table (needs a
 #: reformulation), the assessment (infidelity, bounding boxes), the saliency grid.
 EXPERIMENTS = frozenset({"audit", "validation", "assessment", "saliency"})
-#: Noise scale of Expected Gradients' baselines ``N(x, s^2)`` (the paper's wording).
-EG_NOISE_STD = 0.2
 
 _VERDICT_WEIGHT = {"follows": 1.0, "partially": 0.5, "does not": 0.0}
 
@@ -271,7 +259,6 @@ def _describe(value) -> str:
 # =======================================================================================
 # The registry
 # =======================================================================================
-_F, _P, _N = "follows", "partially", "does not"
 _ROWS: dict[str, MethodSpec] = {}
 #: Registry name -> :class:`MethodSpec` (read-only view; use :func:`register`).
 METHODS: Mapping[str, MethodSpec] = MappingProxyType(_ROWS)
@@ -302,47 +289,6 @@ def variants(experiment: str) -> list[tuple[MethodSpec, Variant]]:
     return [(spec, v) for spec in _ROWS.values() for v in spec.variants
             if experiment in v.experiments
             and (experiment != "validation" or spec.reformulation is not None)]
-
-
-def _paper(v1, v2, v3) -> PaperFacts:
-    return PaperFacts(MappingProxyType({1: v1, 2: v2, 3: v3}))
-
-
-def _table3(poly, msg, csg) -> Mapping[str, float]:
-    return MappingProxyType({"Poly": poly, "M-sg": msg, "C-sg": csg})
-
-
-_NOT_VALIDATED = EXPERIMENTS - {"validation"}
-register(MethodSpec("gradient_input", GradientInput, variants=(
-    Variant("GI", table3=_table3(0.0, 0.0, 0.0), experiments=EXPERIMENTS),),
-    paper=_paper(_N, _N, _N), reformulation=R.GRADIENT_INPUT, marker="o"))
-register(MethodSpec("occlusion_1", Occlusion, variants=(
-    Variant("Occ-1", table3=_table3(0.0, 0.05, 13.17), experiments=EXPERIMENTS - {"saliency"}),),
-    fixed=MappingProxyType({"patch": 1}), paper=_paper(_N, _P, _N),
-    reformulation=R.OCCLUSION_1, marker="v"))
-register(MethodSpec("occlusion_patch", Occlusion, variants=(
-    Variant("Occ-{patch}x{patch}", {"patch": 2}, _table3(0.0, 0.35, 21.22)),
-    Variant("Occ-{patch}x{patch}", {"patch": 4}, _table3(0.0, 2.00, 35.93),
-            frozenset({"validation"}))),
-    defaults=MappingProxyType({"patch": 2}), paper=_paper(_N, _P, _N), reformulation=R.OCCLUSION_PATCH, marker="^"))
-register(MethodSpec("deeplift", DeepLift, variants=(
-    Variant("DL", table3=_table3(0.0, 2.35, 32.76)),),
-    paper=_paper(_F, _N, _N), reformulation=R.DEEPLIFT, marker="s"))
-register(MethodSpec("epsilon_lrp", EpsilonLRP, variants=(
-    Variant("LRP", experiments=frozenset({"audit"})),),
-                    init_args=("epsilon",), paper=_paper(_F, _N, _N),
-                    reformulation=R.EPSILON_LRP, marker="P"))
-register(MethodSpec("integrated_gradients", IntegratedGradients, variants=(
-    Variant("IG", {"n_steps": 50}, _table3(0.12, 3.50, 40.29)),),
-    paper=_paper(_F, _F, _N), reformulation=R.INTEGRATED_GRADIENTS, marker="D"))
-register(MethodSpec("expected_gradients", ExpectedGradients, variants=(
-    Variant("EG", {"noise_std": EG_NOISE_STD, "n_samples": 50}, experiments=_NOT_VALIDATED),),
-    paper=_paper(_F, _F, _F), reformulation=R.averaged_over_draws(ExpectedGradients.draw),
-    marker="*"))
-register(MethodSpec("taylor", TaylorAttribution, variants=(
-    Variant("Taylor-{order}", {"order": 1}, experiments=frozenset({"saliency"})),
-    Variant("Taylor-{order}", {"order": 2}, experiments=frozenset({"saliency"}))),
-    marker="X"))
 
 
 # =======================================================================================
@@ -400,48 +346,4 @@ def reformulate_orders(method: str, model, inputs: torch.Tensor, baselines=0.0, 
 
 __all__ += ["Point", "principle_count"]
 
-
-# ---- issue 15, part 1: the gradient family -----------------------------------------
-from .methods import (
-    DeepLiftShap,
-    GradCAM,
-    GradientShap,
-    GuidedBackprop,
-    Saliency,
-    SmoothGrad,
-    SmoothIntegratedGradients,
-)
-from .methods import gradient_shap as _gradient_shap
-from .methods.noise_tunnel import smoothed as _smoothed
-
-_NO_VALIDATION = frozenset({"audit", "assessment", "saliency"})
-#: SmoothGrad's noise on [0, 1] images: 15% of the range (Smilkov et al. suggest 10-20%).
-SMOOTHGRAD_STD = 0.15
-_SG = {"nt_samples": 50, "stdevs": SMOOTHGRAD_STD}
-register(MethodSpec("saliency", Saliency, variants=(Variant("Saliency", experiments=_NO_VALIDATION),),
-                    marker="h"))
-register(MethodSpec("guided_backprop", GuidedBackprop, variants=(
-    Variant("GBP", experiments=_NO_VALIDATION),), marker="H"))
-register(MethodSpec("grad_cam", GradCAM, variants=(  # needs a convolution: the saliency grid only
-    Variant("Grad-CAM", {"relu_attributions": True, "interpolate_mode": "bilinear"},
-            experiments=frozenset({"saliency"})),), marker="d"))
-register(MethodSpec("deeplift_shap", DeepLiftShap, variants=(
-    Variant("DLS", {"noise_std": EG_NOISE_STD, "n_samples": 50}, experiments=_NO_VALIDATION),),
-    marker="p"))
-register(MethodSpec("gradient_shap", GradientShap, variants=(
-    Variant("GS", {"noise_std": EG_NOISE_STD, "n_samples": 50, "stdevs": 0.1},
-            experiments=_NO_VALIDATION),),
-    reformulation=_gradient_shap.reformulation(), marker="8"))
-register(MethodSpec("smoothgrad", SmoothGrad, variants=(
-    Variant("SG", {**_SG, "nt_type": "smoothgrad"}, experiments=_NO_VALIDATION),), marker="<"))
-register(MethodSpec("smoothgrad_sq", SmoothGrad, variants=(
-    Variant("SG-sq", _SG, experiments=_NO_VALIDATION),),
-    fixed=MappingProxyType({"nt_type": "smoothgrad_sq"}), marker=">"))
-register(MethodSpec("vargrad", SmoothGrad, variants=(
-    Variant("VarGrad", _SG, experiments=_NO_VALIDATION),),
-    fixed=MappingProxyType({"nt_type": "vargrad"}), marker="4"))
-register(MethodSpec("smoothgrad_ig", SmoothIntegratedGradients, variants=(
-    Variant("SG-IG", {"nt_samples": 10, "stdevs": SMOOTHGRAD_STD, "n_steps": 16},
-            experiments=frozenset({"audit", "validation", "saliency"})),),
-    reformulation=_smoothed(R.INTEGRATED_GRADIENTS), marker="1"))
-__all__ += ["SMOOTHGRAD_STD"]
+from . import catalog as _catalog  # noqa: F401  (the rows: one per method)

@@ -24,11 +24,15 @@ from .gradient_input import GradientInput
 from .gradient_shap import GradientShap, GSDraws
 from .guided_backprop import GuidedBackprop
 from .integrated_gradients import IntegratedGradients
+from .kernel_shap import KernelShap
 from .layerwise import LayerRecord, UnsupportedModelError, global_relevance, local_relevance
 from .lrp import EpsilonLRP
+from .lrp_rules import LRP
 from .noise_tunnel import NoiseTunnel, SmoothGrad, SmoothIntegratedGradients
 from .occlusion import Occlusion
+from .prediction_difference import PredictionDifference
 from .saliency import Saliency
+from .shapley_values import ShapleyValues
 from .taylor_attribution import TaylorAttribution
 
 __all__ = [
@@ -57,3 +61,4 @@ __all__ = [
     "global_relevance",
     "local_relevance",
 ]
+__all__ += ["LRP", "KernelShap", "PredictionDifference", "ShapleyValues"]

@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ... import _io
-from ...registry import EG_NOISE_STD, variants
+from ...registry import variants
 from ..workspace import Workspace
 from .formatting import format_assessment
 from .infidelity import (
@@ -246,7 +246,7 @@ def run_assessment(ws: Workspace, experiments: Sequence[str] = EXPERIMENTS,
         "models": {e: list(chosen[e]) for e in experiments},
         "methods": {m.label: {"registry": m.name, **{k: _plain(v) for k, v in m.settings.items()}}
                     for m in bound},
-        "eg_noise_std": EG_NOISE_STD, "orders": list(orders), "bbox_target": bbox_target,
+        "orders": list(orders), "bbox_target": bbox_target,
         "max_mask_coverage": MAX_MASK_COVERAGE, "principle_counts_source": counts_source,
         "principle_count_rule": "follows = 1, partially = 0.5, does not = 0",
         "infidelity": "square removal, sides 1..10, baseline 0, normalize=True, "

@@ -338,6 +338,8 @@ class RuleSet:
     method: str                    # the class name used in messages
     rules: Mapping[str, Rule]
     epsilon: float | None = None
+    #: families beyond :data:`FAMILIES` (e.g. relevance-form LRP's ``routing``), matched after
+    extra_families: tuple = ()
 
     @property
     def needs_reference(self) -> bool:
@@ -345,10 +347,10 @@ class RuleSet:
 
     @property
     def families(self) -> tuple[Family, ...]:
-        return tuple(f for f in FAMILIES if f.key in self.rules)
+        return tuple(f for f in FAMILIES + tuple(self.extra_families) if f.key in self.rules)
 
     def family(self, key: str) -> Family:
-        return _BY_KEY[key]
+        return _BY_KEY.get(key) or next(f for f in self.extra_families if f.key == key)
 
     def linear_factor(self, z: torch.Tensor) -> torch.Tensor | None:
         """The epsilon factor ``z / (z + eps s(z))`` of a layer output, None for DeepLIFT."""

@@ -1,0 +1,289 @@
+"""LRP rules in relevance form (Zennit's rules) and per-layer composites.
+
+Here the engine's backward quantity *is* the relevance (as in Zennit, whose hooks replace
+gradients by relevances): the explained output starts with relevance 1 (the method scales
+by ``f(x)`` at the end; every rule is linear in the upstream relevance), and a layer
+``z = L(y)`` (weights ``W``, bias ``b``; ``s(v) = v + eps (+1 if v >= 0 else -1)``) sends,
+with ``J_{W', b'}`` the Jacobian of the layer with modified parameters:
+
+=================  =====================================================================
+rule               relevance at the layer input ``R_y`` from ``R_z``
+=================  =====================================================================
+epsilon            ``y * J^T [R_z / s(z)]``
+z-plus             ``y+ * J_{W+, b+}^T [R_z / s(z+)] + y- * J_{W-, 0}^T [R_z / s(z+)]``,
+                   ``z+ = L_{W+, b+}(y+) + L_{W-, 0}(y-)`` (Deep Taylor; = alpha 1, beta 0)
+alpha-beta         ``alpha (z-plus part) - beta (the same with W+ and W- swapped)``,
+                   ``alpha - beta = 1``
+gamma              z-plus with ``W + gamma W+`` (and ``W + gamma W-`` for negative ``z``),
+                   each output neuron taking the terms of its sign
+flat               ``J_{1, 0}^T [R_z / s(L_{1, 0}(1))]`` (all weights 1, inputs 1)
+w-square           ``J_{W^2, b^2}^T [R_z / s(L_{W^2, b^2}(1))]``
+=================  =====================================================================
+
+Activations and (eval) BatchNorm pass relevance unchanged (Zennit's ``Pass``), average
+pooling uses the epsilon rule without parameters (Zennit's ``Norm``), max pooling,
+reshapes, slicing, concatenation and dropout route relevance by their plain gradient.
+Sums of two tensors (residuals) and scaling are refused: in relevance form their gradient
+would double or rescale relevance. A composite picks each Linear/Conv's rule by type, and
+optionally another rule for the first such layer (module order), as Zennit's
+``LayerMapComposite`` and ``SpecialFirstLayerMapComposite`` do.
+"""
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+
+import torch
+from torch import nn
+from torch.func import functional_call
+
+from .rules import FAMILIES, Family, Gradient, Rule, RuleSet, _Modified
+
+__all__ = [
+    "COMPOSITES",
+    "ROUTING",
+    "RULES",
+    "AlphaBeta",
+    "Flat",
+    "Gamma",
+    "LayerEpsilon",
+    "LayerMap",
+    "Norm",
+    "Pass",
+    "WSquare",
+    "ZPlus",
+    "composite_rules",
+    "stabilize",
+]
+
+
+def stabilize(v: torch.Tensor, eps: float) -> torch.Tensor:
+    """``v + eps * (+1 if v >= 0 else -1)`` (Zennit's stabilizer)."""
+    return v + eps * torch.where(v >= 0, 1.0, -1.0).to(v.dtype)
+
+
+def _run(layer, inp, params):
+    return functional_call(layer, params, (inp,))
+
+
+def _vjp(layer, inp, params, grad_out):
+    """``J^T grad_out`` of ``layer`` with ``params`` at ``inp``."""
+    with torch.enable_grad():
+        i = inp.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(_run(layer, i, params), i, grad_out)
+    return g
+
+
+def _params(layer, weight_fn, bias_fn=None) -> dict:
+    """``weight_fn(W)`` and ``bias_fn(b)`` (None: zero bias) as a parameter dict."""
+    out = {"weight": weight_fn(layer.weight.detach())}
+    if getattr(layer, "bias", None) is not None:
+        b = layer.bias.detach()
+        out["bias"] = torch.zeros_like(b) if bias_fn is None else bias_fn(b)
+    return out
+
+
+def _pos(t):
+    return t.clamp(min=0)
+
+
+def _neg(t):
+    return t.clamp(max=0)
+
+
+class LayerRule(Rule):
+    """A rule on a Linear/Conv module: forward unchanged, ``relevance`` backward."""
+
+    def __init__(self, stabilizer: float = 1e-6):
+        self.stabilizer = float(stabilizer)
+
+    def apply(self, fn, y, ref, scale):
+        yd = y.detach()
+        with torch.no_grad():
+            out = fn(yd)
+        return _Modified.apply(y, out, lambda r: self.relevance(fn, yd, r)), None
+
+    def relevance(self, layer, y, r):  # pragma: no cover
+        raise NotImplementedError
+
+
+class LayerEpsilon(LayerRule):
+    label = "epsilon: y J^T [R / s(z)]"
+
+    def relevance(self, layer, y, r):
+        p = _params(layer, lambda w: w, lambda b: b)
+        return y * _vjp(layer, y, p, r / stabilize(_run(layer, y, p), self.stabilizer))
+
+
+def _signed(layer, y, r, w_pos, w_neg, b_pos, stab):
+    """``y+ J_{w_pos, b_pos}^T q + y- J_{w_neg, 0}^T q``, ``q = r / s(L_{w_pos,b_pos}(y+) +
+    L_{w_neg,0}(y-))``: the relevance of the terms z-plus-like rules keep."""
+    yp, yn = _pos(y), _neg(y)
+    p1, p2 = _params(layer, w_pos, b_pos), _params(layer, w_neg)
+    z = _run(layer, yp, p1) + _run(layer, yn, p2)
+    q = r / stabilize(z, stab)
+    return yp * _vjp(layer, yp, p1, q) + yn * _vjp(layer, yn, p2, q), z
+
+
+class ZPlus(LayerRule):
+    label = "z-plus (Deep Taylor): positive contributions only"
+
+    def relevance(self, layer, y, r):
+        return _signed(layer, y, r, _pos, _neg, _pos, self.stabilizer)[0]
+
+
+class AlphaBeta(LayerRule):
+    label = "alpha-beta: alpha (positive) - beta (negative contributions)"
+
+    def __init__(self, alpha: float = 2.0, beta: float = 1.0, stabilizer: float = 1e-6):
+        super().__init__(stabilizer)
+        if alpha < 0 or beta < 0 or alpha - beta != 1:
+            raise ValueError(f"alpha and beta must be >= 0 with alpha - beta = 1, got "
+                             f"alpha={alpha}, beta={beta}")
+        self.alpha, self.beta = float(alpha), float(beta)
+        self.label = f"alpha-beta (alpha={alpha:g}, beta={beta:g})"
+
+    def relevance(self, layer, y, r):
+        plus = _signed(layer, y, r, _pos, _neg, _pos, self.stabilizer)[0]
+        minus = _signed(layer, y, r, _neg, _pos, _neg, self.stabilizer)[0]
+        return self.alpha * plus - self.beta * minus
+
+
+class Gamma(LayerRule):
+    label = "gamma: positive weights boosted by gamma"
+
+    def __init__(self, gamma: float = 0.25, stabilizer: float = 1e-6):
+        super().__init__(stabilizer)
+        if not gamma >= 0:
+            raise ValueError(f"gamma must be >= 0, got {gamma}")
+        self.gamma = float(gamma)
+
+    def relevance(self, layer, y, r):
+        g = self.gamma
+        with torch.no_grad():
+            z = _run(layer, y, _params(layer, lambda w: w, lambda b: b))
+
+        def up(t):
+            return t + g * _pos(t)
+
+        def down(t):
+            return t + g * _neg(t)
+        # outputs > 0: (y+, W + g W+, b + g b+) and (y-, W + g W-, 0); outputs < 0: swapped
+        plus = _signed(layer, y, r * (z > 0), up, down, up, self.stabilizer)[0]
+        minus = _signed(layer, y, r * (z < 0), down, up, down, self.stabilizer)[0]
+        return plus + minus
+
+
+class Flat(LayerRule):
+    label = "flat: relevance spread uniformly over the receptive field"
+
+    def relevance(self, layer, y, r):
+        ones, p = torch.ones_like(y), _params(layer, torch.ones_like)
+        return _vjp(layer, ones, p, r / stabilize(_run(layer, ones, p), self.stabilizer))
+
+
+class WSquare(LayerRule):
+    label = "w-square: relevance in proportion to w^2"
+
+    def relevance(self, layer, y, r):
+        ones, p = torch.ones_like(y), _params(layer, torch.square, torch.square)
+        return _vjp(layer, ones, p, r / stabilize(_run(layer, ones, p), self.stabilizer))
+
+
+class Norm(Rule):
+    """The epsilon rule of a parameter-free linear map (average pooling): ``y J^T [R / s(z)]``."""
+
+    label = "norm: y J^T [R / s(z)] (epsilon rule without parameters)"
+
+    def __init__(self, stabilizer: float = 1e-6):
+        self.stabilizer = float(stabilizer)
+
+    def apply(self, fn, y, ref, scale):
+        yd = y.detach()
+        with torch.no_grad():
+            out = fn(yd)
+
+        def backward(r):
+            with torch.enable_grad():
+                i = yd.clone().requires_grad_(True)
+                (g,) = torch.autograd.grad(fn(i), i, r / stabilize(out, self.stabilizer))
+            return yd * g
+
+        return _Modified.apply(y, out, backward), None
+
+
+class Pass(Rule):
+    """Relevance passes unchanged (Zennit's ``Pass``): activations, BatchNorm."""
+
+    label = "pass: R_y = R_z"
+
+    def apply(self, fn, y, ref, scale):
+        with torch.no_grad():
+            out = fn(y.detach())
+        return _Modified.apply(y, out, lambda r: r), None
+
+
+class LayerMap(Rule):
+    """A rule per Linear/Conv module (by identity), for composites."""
+
+    def __init__(self, rules: Mapping[int, LayerRule], label: str):
+        self.rules, self.label = dict(rules), label
+
+    def apply(self, fn, y, ref, scale):
+        return self.rules[id(fn)].apply(fn, y, ref, scale)
+
+
+ROUTING = Family(
+    "routing", "routing (reshapes, slicing, concatenation)", (nn.Flatten, nn.Unflatten, nn.Identity),
+    (torch.flatten, torch.reshape, torch.cat, torch.concat, torch.stack, torch.transpose,
+     torch.permute, torch.squeeze, torch.unsqueeze, operator.getitem),
+    ("view", "reshape", "flatten", "contiguous", "permute", "transpose", "squeeze", "unsqueeze",
+     "clone", "view_as", "reshape_as"), single_input=False,
+    note="relevance is moved, never summed or scaled")
+
+#: Single rules by name (constructor keyword arguments in parentheses).
+RULES: Mapping[str, Callable[..., LayerRule]] = {
+    "epsilon": lambda epsilon=1e-6, **_: LayerEpsilon(epsilon),
+    "z_plus": lambda stabilizer=1e-6, **_: ZPlus(stabilizer),
+    "alpha1_beta0": lambda stabilizer=1e-6, **_: AlphaBeta(1, 0, stabilizer),
+    "alpha2_beta1": lambda stabilizer=1e-6, **_: AlphaBeta(2, 1, stabilizer),
+    "gamma": lambda gamma=0.25, stabilizer=1e-6, **_: Gamma(gamma, stabilizer),
+    "flat": lambda stabilizer=1e-6, **_: Flat(stabilizer),
+    "w_square": lambda stabilizer=1e-6, **_: WSquare(stabilizer),
+}
+#: Composites as Zennit names them: (first layer, convolutions, dense layers).
+COMPOSITES: Mapping[str, tuple] = {
+    "epsilon_plus": (None, "z_plus", "epsilon"),
+    "epsilon_plus_flat": ("flat", "z_plus", "epsilon"),
+    "epsilon_alpha2_beta1": (None, "alpha2_beta1", "epsilon"),
+    "epsilon_alpha2_beta1_flat": ("flat", "alpha2_beta1", "epsilon"),
+}
+_CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_WEIGHTED = _CONV + (nn.Linear,)
+
+
+def composite_rules(model: nn.Module, rule: str, *, epsilon: float = 1e-6,
+                    stabilizer: float = 1e-6, gamma: float = 0.25) -> RuleSet:
+    """The rule set of ``rule`` (a name in :data:`RULES`, every Linear/Conv, or in
+    :data:`COMPOSITES`) for the Linear/Conv modules of ``model``."""
+    kw = {"epsilon": epsilon, "stabilizer": stabilizer, "gamma": gamma}
+    if rule in RULES:
+        first, conv, dense = None, rule, rule
+    elif rule in COMPOSITES:
+        first, conv, dense = COMPOSITES[rule]
+    else:
+        raise ValueError(f"rule must be one of {sorted(RULES) + sorted(COMPOSITES)}, got {rule!r}")
+    per_module, first_done = {}, first is None
+    for m in model.modules():
+        if not isinstance(m, _WEIGHTED):
+            continue
+        name = first if not first_done else (conv if isinstance(m, _CONV) else dense)
+        first_done = True
+        per_module[id(m)] = RULES[name](**kw)
+    return RuleSet("lrp_rules", "LRP", {
+        "weighted": LayerMap(per_module, rule), "norm": Pass(), "avg_pool": Norm(stabilizer),
+        "max_pool": Gradient(), "activation": Pass(), "routing": Gradient(),
+        "dropout": Gradient()}, extra_families=(ROUTING,))
+
+
+assert all(f.key != ROUTING.key for f in FAMILIES)

@@ -1,0 +1,87 @@
+"""LRP with Zennit's rules and composites: z-plus (Deep Taylor), alpha-beta, gamma, flat,
+w-square, epsilon, and per-layer composites such as epsilon-plus-flat.
+
+Relevance starts as the explained output ``f(x)`` and flows down layer by layer; each
+Linear/Conv layer ``z = L(y)`` redistributes ``R_z`` to its inputs by its rule, e.g. the
+z-plus rule (Deep Taylor decomposition on ReLU networks)
+
+    R_i = sum_j x_i w+_ji / (sum_i' x_i' w+_ji' + b+_j) R_j        (for x >= 0)
+
+(all rules and how other operations pass relevance:
+:mod:`taylorattr.methods.layerwise.relevance`). The attribution is the relevance at the
+input. ``rule`` names one rule for every Linear/Conv (``"z_plus"``, ``"alpha2_beta1"``,
+``"alpha1_beta0"``, ``"gamma"``, ``"flat"``, ``"w_square"``, ``"epsilon"``) or a composite
+(``"epsilon_plus"``: z-plus on convolutions, epsilon on dense layers;
+``"epsilon_plus_flat"``: the same with flat on the first layer; ``"epsilon_alpha2_beta1"``,
+``"epsilon_alpha2_beta1_flat"``), as Zennit's composites of those names assign them
+(first layer = the first Linear/Conv in module order). Zennit's composites without
+canonizers pass relevance through BatchNorm unchanged, and so does this class; fold a
+BatchNorm into its layer beforehand to get Zennit's ``SequentialMergeBatchNorm``.
+
+Taylor reformulation: none is registered. These rules are layer-wise like epsilon-LRP
+(Thm 4 and the supplement), but z-plus, alpha-beta and gamma split each neuron's relevance
+by the *signs* of its contributions and flat/w-square ignore the input values, so their
+per-layer terms are not the Taylor terms of ``f`` at one reference point (Deep Taylor's
+root point depends on the neuron); they do not satisfy completeness with biases either.
+"""
+from __future__ import annotations
+
+from functools import cache
+from numbers import Real
+
+from ._base import ImplicitBaselineMethod
+from .layerwise import LayerwiseMethod, propagate
+from .layerwise.relevance import COMPOSITES, RULES, composite_rules
+
+__all__ = ["LRP", "rule_class"]
+
+
+class LRP(LayerwiseMethod, ImplicitBaselineMethod):
+    """LRP with a rule or composite (Zennit's); equals Zennit's rule or composite on the same
+    ReLU MLP/CNN with relevance ``f(x)`` at the output (see the module docstring).
+
+    Args:
+        model: the network (Linear/Conv, activations, eval BatchNorm, pooling, reshapes).
+        rule: a rule or composite name (module docstring); default ``"epsilon_plus_flat"``.
+        epsilon: the epsilon rule's stabiliser (Zennit's default ``1e-6``).
+        stabilizer: the other rules' stabiliser (``1e-6``).
+        gamma: the gamma rule's ``gamma`` (``0.25``).
+    """
+
+    name = "lrp"
+    #: the rule used when ``rule`` is not given (see :func:`rule_class`)
+    default_rule = "epsilon_plus_flat"
+
+    def __init__(self, model, rule: str | None = None, epsilon: float = 1e-6,
+                 stabilizer: float = 1e-6, gamma: float = 0.25) -> None:
+        rule = self.default_rule if rule is None else rule
+        if not isinstance(rule, str) or (rule not in RULES and rule not in COMPOSITES):
+            raise ValueError(f"rule must be one of {sorted(RULES) + sorted(COMPOSITES)}, "
+                             f"got {rule!r}")
+        for value, label in ((epsilon, "epsilon"), (stabilizer, "stabilizer"), (gamma, "gamma")):
+            if isinstance(value, bool) or not isinstance(value, Real):
+                raise TypeError(f"{label} must be a real number, got {type(value).__name__}")
+            if not (0 <= value < float("inf")):
+                raise ValueError(f"{label} must be finite and >= 0, got {value}")
+        super().__init__(model)
+        self.rule = rule
+        self._rules = composite_rules(model, rule, epsilon=float(epsilon),
+                                      stabilizer=float(stabilizer), gamma=float(gamma))
+        self._get_plan()
+
+    def _attribute(self, x, base, t, fx, *, show_progress=False):
+        """Relevances of ``f(x)``; the convergence delta is ``sum(a) - f(x)``."""
+        prop = propagate(self.model, self._get_plan(), self._rules, x, None, t, False)
+        scale = prop.output.to(x.dtype).view((-1,) + (1,) * (x.dim() - 1))
+        return prop.gradient * scale, None
+
+
+@cache
+def rule_class(rule: str) -> type[LRP]:
+    """The :class:`LRP` subclass whose default rule is ``rule`` (one registry row per rule:
+    ``METHODS["lrp_z_plus"](model, x)`` uses the z-plus rule)."""
+    if rule not in RULES and rule not in COMPOSITES:
+        raise ValueError(f"rule must be one of {sorted(RULES) + sorted(COMPOSITES)}, got {rule!r}")
+    return type(f"LRP_{rule}", (LRP,), {"default_rule": rule, "name": f"lrp_{rule}",
+                                        "__doc__": f"LRP with the {rule!r} rule by default.",
+                                        "__module__": __name__})

@@ -1,0 +1,175 @@
+"""Shapley values (Shapley 1953; Strumbelj & Kononenko 2010), exact or by permutation sampling.
+
+Players are features, or groups of features (``feature_mask``: integer ids ``0..G-1``
+broadcastable to one sample, like Captum's). A coalition ``S`` keeps its players at the
+input and moves the others to the baseline, ``v(S) = f(x_S, x~_{not S})``, and
+
+    phi_i = sum_{S not containing i} |S|! (G - |S| - 1)! / G! * (v(S + i) - v(S))
+
+so ``sum_i phi_i = v(all) - v(none) = f(x) - f(x~)`` (the library's ``df``); every
+feature of a group carries its group's value (Captum's convention).
+
+* ``method="exact"``: all ``2^G`` coalitions (``G <= 16``; ``2^G`` forward rows per sample).
+* ``method="sampling"``: Captum's ``ShapleyValueSampling``: ``n_samples`` random orders of
+  the players (one order shared by the whole batch, drawn with ``torch.randperm`` from a
+  CPU generator seeded with ``seed``); along each order the players join one by one,
+  starting from the baseline, and each gets its marginal contribution; the average over
+  orders is unbiased. ``G * n_samples`` forward rows per sample (plus one). With the same
+  orders (``torch.manual_seed(seed)`` before Captum's call, or ``permutations=``) it equals
+  Captum's ``ShapleyValueSampling``.
+* ``method="auto"`` (default): exact for ``G <= 16``, sampling beyond (the audit's
+  principle-3 probe has 256 features: it is explained by sampling there).
+
+Taylor reformulation (DESIGN.md 7): expanding ``f`` at ``x``, the removal game of the
+order-K polynomial is a sum of unanimity games, one per monomial, so the Shapley value
+gives each monomial ``phi(kappa)`` in equal shares ``1 / |S|`` to the players of its
+support: :func:`taylorattr.shapley_rule.shapley_attribution` (exact for ``K <= 4``).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._validation import check_positive_int, check_seed, select_output
+from ..pair_interactions import resolve_groups
+from ._base import AttributionMethod, check_optional_positive_int, chunk_ranges, default_chunk_rows
+
+__all__ = ["MAX_EXACT_PLAYERS", "ShapleyValues", "coalition_values", "player_ids"]
+
+#: The most players the exact enumeration takes (``2^16`` coalitions per sample).
+MAX_EXACT_PLAYERS = 16
+_METHODS = ("auto", "exact", "sampling")
+
+
+def player_ids(feature_mask, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``(ids [n_features] long, G)``: the player of every feature of a sample, from ids
+    broadcastable to one sample (or Captum's ``[1, ...]`` form with a batch axis of 1)."""
+    shape = tuple(x.shape[1:])
+    if feature_mask is None:
+        n = math.prod(shape)
+        return torch.arange(n, device=x.device), n
+    if isinstance(feature_mask, torch.Tensor) and feature_mask.dim() == x.dim() \
+            and feature_mask.shape[0] == 1:  # Captum's form, with a batch axis of 1
+        feature_mask = feature_mask[0]
+    ids = resolve_groups(feature_mask, shape, "feature_mask").reshape(-1).to(x.device)
+    G = int(ids.max()) + 1
+    if torch.bincount(ids, minlength=G).min() == 0:
+        raise ValueError(f"feature_mask must use every id 0..{G - 1} (a player without features "
+                         "has no value); renumber the groups")
+    return ids, G
+
+
+def coalition_values(model, x, base, target, ids, coalitions, chunk: int | None = None,
+                     show_progress: bool = False, desc: str = "coalitions") -> torch.Tensor:
+    """``v(S) = f(x_S, x~_rest)`` for boolean coalitions ``[B, R, G]`` (or ``[R, G]``, shared by
+    the batch): returns ``[B, R]``, the explained output of every coalition's input."""
+    batch, feat = x.shape[0], tuple(x.shape[1:])
+    if coalitions.dim() == 2:
+        coalitions = coalitions.unsqueeze(0).expand(batch, -1, -1)
+    n_rows = coalitions.shape[1]
+    chunk = chunk or default_chunk_rows(x, backward=False)
+    out = torch.empty(batch, n_rows, dtype=x.dtype, device=x.device)
+    xf, bf = x.reshape(batch, 1, -1), base.reshape(batch, 1, -1)
+    per = max(1, chunk // batch)
+    with torch.no_grad():
+        for r0, r1 in chunk_ranges(n_rows, per, show_progress, desc):
+            keep = coalitions[:, r0:r1][..., ids]  # [B, r, n_features]
+            rows = torch.where(keep, xf, bf).reshape((-1,) + feat)
+            tr = None if target is None else target.repeat_interleave(r1 - r0)
+            out[:, r0:r1] = select_output(model(rows), tr).view(batch, r1 - r0).to(x.dtype)
+    return out
+
+
+def _exact(model, x, base, t, ids, G, chunk, show_progress) -> torch.Tensor:
+    codes = torch.arange(2 ** G, device=x.device)
+    bits = (codes[:, None] >> torch.arange(G, device=x.device)) & 1  # [2^G, G]
+    v = coalition_values(model, x, base, t, ids, bits.bool(), chunk, show_progress, "shapley")
+    size = bits.sum(1)
+    fact = torch.tensor([math.factorial(k) for k in range(G + 1)], dtype=torch.float64)
+    # |S|! (G - |S| - 1)! / G! for coalitions S without the player (|S| <= G - 1)
+    weight = (fact[size.cpu()] * fact[(G - size - 1).clamp(min=0).cpu()] / fact[G]).to(
+        x.device, x.dtype)
+    phi = torch.empty(x.shape[0], G, dtype=x.dtype, device=x.device)
+    for i in range(G):
+        without = codes[bits[:, i] == 0]
+        phi[:, i] = ((v[:, without | (1 << i)] - v[:, without]) * weight[without]).sum(1)
+    return phi
+
+
+def draw_permutations(n_players: int, n_samples: int, seed: int) -> torch.Tensor:
+    """``[n_samples, G]`` orders from ``torch.randperm`` on a CPU generator seeded with
+    ``seed`` (the global generator after ``torch.manual_seed(seed)`` gives the same)."""
+    gen = torch.Generator().manual_seed(check_seed(seed))
+    return torch.stack([torch.randperm(n_players, generator=gen) for _ in range(n_samples)])
+
+
+def _sampled(model, x, base, t, fx, ids, G, perms, chunk, show_progress) -> torch.Tensor:
+    n = perms.shape[0]
+    perms = perms.to(x.device)
+    rank = torch.empty_like(perms)
+    rank.scatter_(1, perms, torch.arange(G, device=x.device).expand(n, G))
+    # row (order p, step k) holds the first k + 1 players of order p
+    steps = torch.arange(G, device=x.device)
+    coal = (rank[:, None, :] <= steps[None, :, None]).reshape(n * G, G)
+    v = coalition_values(model, x, base, t, ids, coal, chunk, show_progress, "shapley sampling")
+    v = v.view(-1, n, G)
+    with torch.no_grad():
+        f_base = select_output(model(base), t).to(x.dtype)
+    prev = torch.cat([f_base[:, None, None].expand(-1, n, 1), v[..., :-1]], dim=2)
+    gains = v - prev  # [B, n, G]: gain of the player joining at step k
+    phi = torch.zeros(x.shape[0], G, dtype=x.dtype, device=x.device)
+    phi.scatter_add_(1, perms.reshape(1, -1).expand(x.shape[0], -1), gains.reshape(x.shape[0], -1))
+    return phi / n
+
+
+class ShapleyValues(AttributionMethod):
+    """Shapley values of the baseline-removal game, exact (``G <= 16``) or sampled.
+
+    Equals an enumeration of all coalitions (``method="exact"``) and Captum's
+    ``ShapleyValueSampling`` with the same orders (``method="sampling"``); see the module
+    docstring for the definition and costs.
+    """
+
+    name = "shapley"
+
+    def _attribute(self, x, base, t, fx, *, feature_mask=None, method: str = "auto",
+                   n_samples: int = 25, seed: int = 0, permutations=None,
+                   perturbations_per_eval: int | None = None, show_progress: bool = False):
+        """Options: ``feature_mask`` player ids (default: every feature a player);
+        ``method`` ``"auto"`` | ``"exact"`` | ``"sampling"``; ``n_samples`` orders sampled
+        (25, Captum's default); ``seed`` of the orders; ``permutations`` ``[n, G]`` orders to
+        use instead of drawing them; ``perturbations_per_eval`` rows per model call."""
+        chunk = check_optional_positive_int(perturbations_per_eval, "perturbations_per_eval")
+        if method not in _METHODS:
+            raise ValueError(f"method must be one of {list(_METHODS)}, got {method!r}")
+        ids, G = player_ids(feature_mask, x)
+        exact = method == "exact" or (method == "auto" and G <= MAX_EXACT_PLAYERS
+                                      and permutations is None)
+        if exact:
+            if G > MAX_EXACT_PLAYERS:
+                raise ValueError(f"method='exact' enumerates 2^G coalitions and takes at most "
+                                 f"{MAX_EXACT_PLAYERS} players, got G={G}; group features with "
+                                 "feature_mask or use method='sampling'")
+            if permutations is not None:
+                raise ValueError("permutations are for method='sampling'; the exact method "
+                                 "draws nothing")
+            phi = _exact(self.model, x, base, t, ids, G, chunk, show_progress)
+        else:
+            if permutations is None:
+                perms = draw_permutations(G, check_positive_int(n_samples, "n_samples"), seed)
+            else:
+                perms = _check_permutations(permutations, G)
+            phi = _sampled(self.model, x, base, t, fx, ids, G, perms, chunk, show_progress)
+        return phi[:, ids].view_as(x), base.unsqueeze(1)
+
+
+def _check_permutations(perms, G: int) -> torch.Tensor:
+    if not isinstance(perms, torch.Tensor) or perms.dtype.is_floating_point or perms.dim() != 2:
+        raise TypeError("permutations must be an integer tensor [n_samples, G] of player orders")
+    expected = torch.arange(G)
+    if perms.shape[1] != G or perms.shape[0] == 0 or \
+            not bool((perms.sort(1).values.cpu() == expected).all()):
+        raise ValueError(f"permutations must hold, in each of its rows, every player id "
+                         f"0..{G - 1} exactly once; got shape {tuple(perms.shape)}")
+    return perms.to(torch.long)
