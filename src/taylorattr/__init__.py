@@ -38,6 +38,7 @@ _EXPORTS = {
     "integrated_hessians": "taylorattr.path_hessians",
     "shapley_attribution": "taylorattr.shapley_rule",
     "interaction_map": "taylorattr.interaction_plot",
+    "evaluate": "taylorattr.experiments.evaluate",
 }
 _SUBMODULES = {"baselines", "metrics", "models", "data", "methods", "experiments", "plotting",
                "principles", "reformulations", "registry", "series", "taylor", "taylor_mode"}
