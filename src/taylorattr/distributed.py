@@ -24,7 +24,7 @@ import contextlib
 import datetime
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -61,7 +61,7 @@ class Context:
     rank: int = 0
     world_size: int = 1
     local_rank: int = 0
-    device: torch.device = torch.device("cpu")
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     backend: str | None = None  # None: a single process, no process group
 
     @property

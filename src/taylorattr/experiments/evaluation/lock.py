@@ -102,7 +102,7 @@ class JobLock:
                 self.path.unlink()
         self._mine = None
 
-    def __enter__(self) -> JobLock:
+    def __enter__(self):
         return self.acquire()
 
     def __exit__(self, *exc) -> None:
