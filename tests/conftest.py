@@ -1,7 +1,21 @@
-"""Fixtures shared by the test modules."""
+"""Fixtures shared by the test modules.
+
+``TAYLORATTR_DEVICE=cuda make test`` makes CUDA the default device of every tensor and
+module the tests create (``torch.set_default_device``), so the suite exercises the library's
+device handling; without it (and on CI) everything runs on the CPU. A requested device that
+is not available is an error, never a silent fall back to the CPU.
+"""
+import os
 import socket
 
 import pytest
+import torch
+
+_DEVICE = os.environ.get("TAYLORATTR_DEVICE", "").strip()
+if _DEVICE and _DEVICE != "cpu":
+    if _DEVICE.startswith("cuda") and not torch.cuda.is_available():
+        raise pytest.UsageError(f"TAYLORATTR_DEVICE={_DEVICE} but CUDA is not available here")
+    torch.set_default_device(_DEVICE)
 
 
 @pytest.fixture
