@@ -124,7 +124,7 @@ def test_guided_backprop_refuses_functional_relu_and_is_the_gradient_without_rel
 def test_grad_cam_equals_captum_layer_grad_cam_interpolated(relu, mode):
     model, x = _relu_cnn(), _inputs()
     for layer, ours_layer in ((model[3], None), (model[0], "0"), (model[4], model[4])):
-        ours = GradCAM(model).attribute(x, target=T, layer=ours_layer, relu_attributions=relu,
+        ours = GradCAM(model).attribute(x, target=T, conv_layer=ours_layer, relu_attributions=relu,
                                         interpolate_mode=mode)
         cam = C.LayerGradCam(model, layer).attribute(x, target=T, relu_attributions=relu)
         theirs = C.LayerAttribution.interpolate(cam, tuple(x.shape[2:]), interpolate_mode=mode)
@@ -143,11 +143,11 @@ def test_grad_cam_refuses_models_without_convolutions_and_foreign_layers():
         GradCAM(mlp).attribute(_inputs(), target=T)
     model = _relu_cnn()
     with pytest.raises(ValueError, match="not part of it"):
-        GradCAM(model).attribute(_inputs(), target=T, layer=nn.Conv2d(2, 2, 1))
+        GradCAM(model).attribute(_inputs(), target=T, conv_layer=nn.Conv2d(2, 2, 1))
     with pytest.raises(ValueError, match="name a submodule"):
-        GradCAM(model).attribute(_inputs(), target=T, layer="nope")
+        GradCAM(model).attribute(_inputs(), target=T, conv_layer="nope")
     with pytest.raises(ValueError, match="spatial"):
-        GradCAM(model).attribute(_inputs(), target=T, layer=model[6])
+        GradCAM(model).attribute(_inputs(), target=T, conv_layer=model[6])
     with pytest.raises(ValueError, match="interpolate_mode"):
         GradCAM(model).attribute(_inputs(), target=T, interpolate_mode="cubic")
 

@@ -190,3 +190,12 @@ def check_seed(seed, name: str = "seed") -> int:
     if not 0 <= seed < 2**63:
         raise ValueError(f"{name} must lie in [0, 2**63), got {seed}")
     return seed
+
+
+def check_nonnegative_real(value, name: str) -> float:
+    """A finite real number >= 0 (not a bool), as a float."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    if not (0 <= value < float("inf")):
+        raise ValueError(f"{name} must be finite and >= 0, got {value}")
+    return float(value)

@@ -243,18 +243,13 @@ class AttributionMethod:
         return {k: p for k, p in params.items()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY and k != "show_progress"}
 
-    @classmethod
-    def accepted(cls) -> set[str]:
-        """Every keyword ``attribute`` takes besides the flags: options and input arguments."""
-        return set(cls.options()) | set(cls.INPUT_ARGS)
-
     # ---- the shared work ----------------------------------------------------------
     def _run(self, inputs, baselines, target, options: dict, show_progress,
              return_convergence_delta) -> Explanation:
         """Everything ``attribute`` does, with the references kept (the audit needs them)."""
         check_bool(return_convergence_delta, "return_convergence_delta")
         check_bool(show_progress, "show_progress")
-        unknown = sorted(set(options) - self.accepted())
+        unknown = sorted(set(options) - set(self.options()) - set(self.INPUT_ARGS))
         if unknown:
             accepted = ", ".join(sorted(self.options())) or "none"
             raise TypeError(f"{type(self).__name__}.attribute got unexpected keyword argument(s) "

@@ -1,6 +1,6 @@
 """Grad-CAM (Selvaraju et al. 2017) at a convolution layer, upsampled to the input.
 
-For the output ``A`` ``[B, C, h, w]`` of ``layer`` (any number of spatial dimensions),
+For the output ``A`` ``[B, C, h, w]`` of ``conv_layer`` (any number of spatial dimensions),
 
     alpha_c = mean_{spatial} d f(x) / d A_c           (one weight per channel)
     cam     = sum_c alpha_c A_c                       ([B, 1, h, w]; relu(cam) if asked)
@@ -13,7 +13,7 @@ relu_attributions=...), x.shape[2:], interpolate_mode=...)``. The class defaults
 Captum's: ``relu_attributions=False`` (both signs kept) and ``interpolate_mode="nearest"``;
 the registry's "Grad-CAM" row uses the published method, ReLU and bilinear upsampling.
 
-``layer`` is a submodule of the model (or its dotted name); by default the last
+``conv_layer`` is a submodule of the model (or its dotted name); by default the last
 convolution (``nn.Conv1d/2d/3d``) in ``model.modules()`` order. A model without a
 convolution is refused with a ValueError. The layer must return one tensor
 ``[B, C, *spatial]`` with as many spatial dimensions as the inputs and run once per
@@ -44,21 +44,21 @@ def find_layer(model: nn.Module, layer=None) -> nn.Module:
     if layer is None:
         convs = [m for m in model.modules() if isinstance(m, _CONVS)]
         if not convs:
-            raise ValueError(f"layer: Grad-CAM needs a convolution layer, and "
-                             f"{type(model).__name__} has no nn.Conv1d/2d/3d; pass layer= "
+            raise ValueError(f"conv_layer: Grad-CAM needs a convolution layer, and "
+                             f"{type(model).__name__} has no nn.Conv1d/2d/3d; pass conv_layer= "
                              "(a submodule with output [B, C, *spatial])")
         return convs[-1]
     if isinstance(layer, str):
         try:
             return model.get_submodule(layer)
         except AttributeError as exc:
-            raise ValueError(f"layer must name a submodule of the model, got {layer!r}") from exc
+            raise ValueError(f"conv_layer must name a submodule of the model, got {layer!r}") from exc
     if isinstance(layer, nn.Module):
         if not any(m is layer for m in model.modules()):
-            raise ValueError(f"layer must be a submodule of the model, got a "
+            raise ValueError(f"conv_layer must be a submodule of the model, got a "
                              f"{type(layer).__name__} that is not part of it")
         return layer
-    raise TypeError(f"layer must be None, a submodule of the model or its dotted name, got "
+    raise TypeError(f"conv_layer must be None, a submodule of the model or its dotted name, got "
                     f"{type(layer).__name__}")
 
 
@@ -74,11 +74,11 @@ def _layer_output_and_gradient(model, layer, x, target):
         with torch.enable_grad():
             out = select_output(model(x), target)
             if len(seen) != 1:
-                raise ValueError(f"layer must run exactly once per forward pass, it ran "
+                raise ValueError(f"conv_layer must run exactly once per forward pass, it ran "
                                  f"{len(seen)} times (pick a layer the model calls once)")
             (act,) = seen
             if not isinstance(act, torch.Tensor) or not act.requires_grad:
-                raise ValueError("layer must return a tensor that depends on the inputs, got "
+                raise ValueError("conv_layer must return a tensor that depends on the inputs, got "
                                  f"{type(act).__name__}")
             (grad,) = torch.autograd.grad(out.sum(), act)
     finally:
@@ -94,20 +94,20 @@ class GradCAM(ImplicitBaselineMethod):
 
     name = "grad_cam"
 
-    def _attribute(self, x, baselines, target, fx, *, layer=None, relu_attributions: bool = False,
+    def _attribute(self, x, baselines, target, fx, *, conv_layer=None, relu_attributions: bool = False,
                    interpolate_mode: str = "nearest", show_progress: bool = False):
-        """Options: ``layer`` (submodule or its name; default the last convolution),
+        """Options: ``conv_layer`` (submodule or its name; default the last convolution),
         ``relu_attributions`` (ReLU of the map, as published), ``interpolate_mode``
         (``torch.nn.functional.interpolate``'s mode, default ``"nearest"`` as Captum)."""
         check_bool(relu_attributions, "relu_attributions")
         if interpolate_mode not in _MODES:
             raise ValueError(f"interpolate_mode must be one of {list(_MODES)}, got "
                              f"{interpolate_mode!r}")
-        module = find_layer(self.model, layer)
+        module = find_layer(self.model, conv_layer)
         act, grad = _layer_output_and_gradient(self.model, module, x.clone().requires_grad_(True),
                                                target)
         if act.dim() != x.dim():
-            raise ValueError(f"layer output must be [B, C, *spatial] with the inputs' "
+            raise ValueError(f"conv_layer output must be [B, C, *spatial] with the inputs' "
                              f"{x.dim() - 2} spatial dimension(s), got shape {tuple(act.shape)} "
                              f"for inputs {tuple(x.shape)}")
         weights = grad.mean(dim=tuple(range(2, grad.dim())), keepdim=True)

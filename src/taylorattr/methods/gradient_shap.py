@@ -26,7 +26,6 @@ Cost: ``n_samples * B`` forward+backward rows, in chunks of ``internal_batch_siz
 from __future__ import annotations
 
 from dataclasses import dataclass
-from numbers import Real
 
 import torch
 
@@ -62,14 +61,6 @@ class GSDraws:
         return self.alphas.shape[1]
 
 
-def _check_stdevs(stdevs) -> float:
-    if isinstance(stdevs, bool) or not isinstance(stdevs, Real):
-        raise TypeError(f"stdevs must be a real number, got {type(stdevs).__name__}")
-    if not (0 <= stdevs < float("inf")):
-        raise ValueError(f"stdevs must be finite and >= 0, got {stdevs}")
-    return float(stdevs)
-
-
 def draw(inputs: torch.Tensor, baselines=None, n_samples: int = 50, stdevs: float = 0.0,
          noise_std=None, seed: int = 0) -> GSDraws:
     """``n_samples`` draws per sample: references and path positions as
@@ -78,7 +69,7 @@ def draw(inputs: torch.Tensor, baselines=None, n_samples: int = 50, stdevs: floa
     ``noise_seed(seed)``, then cast to the inputs' dtype)."""
     x = check_inputs(inputs).detach()
     n = check_positive_int(n_samples, "n_samples")
-    s = _check_stdevs(stdevs)
+    s = V.check_nonnegative_real(stdevs, "stdevs")
     eg = eg_draw(x, baselines, n, noise_std, seed)
     gen = torch.Generator(device="cpu").manual_seed(noise_seed(seed))
     eps = torch.randn((x.shape[0], n) + tuple(x.shape[1:]), generator=gen, dtype=torch.float64)

@@ -35,7 +35,6 @@ none (the absolute gradient), so neither has SmoothGrad.
 from __future__ import annotations
 
 import inspect
-from numbers import Real
 
 import torch
 
@@ -60,14 +59,6 @@ NT_TYPES = ("smoothgrad", "smoothgrad_sq", "vargrad")
 _OWN = ("nt_type", "nt_samples", "stdevs", "seed", "nt_samples_batch_size")
 
 
-def _check_stdevs(stdevs) -> float:
-    if isinstance(stdevs, bool) or not isinstance(stdevs, Real):
-        raise TypeError(f"stdevs must be a real number, got {type(stdevs).__name__}")
-    if not (0 <= stdevs < float("inf")):
-        raise ValueError(f"stdevs must be finite and >= 0, got {stdevs}")
-    return float(stdevs)
-
-
 def draw_noise(inputs: torch.Tensor, nt_samples: int = 5, stdevs: float = 1.0,
                seed: int = 0) -> torch.Tensor:
     """The noise ``stdevs * eps`` ``[B, n, ...]`` added to the inputs: ``eps ~ N(0, I)``
@@ -79,7 +70,7 @@ def draw_noise(inputs: torch.Tensor, nt_samples: int = 5, stdevs: float = 1.0,
 
 def _noise(x, nt_samples, stdevs, gen) -> torch.Tensor:
     n = check_positive_int(nt_samples, "nt_samples")
-    s = _check_stdevs(stdevs)
+    s = V.check_nonnegative_real(stdevs, "stdevs")
     eps = torch.randn((x.shape[0], n) + tuple(x.shape[1:]), generator=gen, dtype=torch.float64)
     return (s * eps).to(x.device, x.dtype)
 
