@@ -308,11 +308,40 @@ def _reformulation(method, baselines, kwargs):
     return spec.reformulation, baselines
 
 
+#: Reformulations whose groups follow each input's own layout (windows, pixels): on tuple
+#: inputs they would need per-input groups, so they are refused there.
+_LAYOUT_OPTIONS = frozenset({"patch", "stride"})
+
+
+def _sweep(method, reform, model, inputs, baselines, target, orders, kwargs) -> dict:
+    """``reform.orders`` on a tensor, or on the one-tensor view of tuple inputs (all inputs'
+    deltas together; attributions split back into the tuple)."""
+    if isinstance(inputs, torch.Tensor):
+        return reform.orders(model, inputs, baselines, target, orders, **kwargs)
+    from .inputs import whole_batch_view
+
+    if reform.options & _LAYOUT_OPTIONS:
+        raise ValueError(f"inputs: reformulate('{method}') groups features by each input's "
+                         "layout and takes one tensor; for tuple inputs use "
+                         "taylorattr.group_expansions(..., feature_mask=...)")
+    if baselines is None or isinstance(baselines, Baseline) and baselines.kind != "point":
+        raise ValueError(f"baselines: reformulate('{method}') on tuple inputs takes point "
+                         "baselines (a scalar, or one tensor per input)")
+    view = whole_batch_view(model, inputs, baselines)
+    with view.active():
+        out = reform.orders(view.model, view.x, view.baselines, target, orders, **kwargs)
+    if reform.layerwise:
+        return out
+    return {K: view.layout.result(view.layout.split(r)) for K, r in out.items()}
+
+
 def reformulate(method: str, model, inputs: torch.Tensor, baselines=0.0, target=None,
                 order: int = 2, **kwargs):
     """The Taylor reformulation of ``method`` at order ``order``.
 
-    Returns an attribution shaped like ``inputs``, except for the layer-wise methods
+    ``inputs`` is a tensor or a tuple of tensors (point baselines; the expansion runs over
+    all inputs' deltas together and the attributions come back as a tuple). Returns an
+    attribution shaped like ``inputs``, except for the layer-wise methods
     (``deeplift``, ``epsilon_lrp``), which return one
     :class:`~taylorattr.reformulations.LayerReformulation` per layer followed by a
     nonlinearity. Extra keyword arguments: those the reformulation takes (``patch``,
@@ -322,7 +351,7 @@ def reformulate(method: str, model, inputs: torch.Tensor, baselines=0.0, target=
     """
     reform, baselines = _reformulation(method, baselines, kwargs)
     V.check_positive_int(order, "order")
-    return reform(model, inputs, baselines, target, order, **kwargs)
+    return _sweep(method, reform, model, inputs, baselines, target, (order,), kwargs)[order]
 
 
 def reformulate_orders(method: str, model, inputs: torch.Tensor, baselines=0.0, target=None,
@@ -341,7 +370,7 @@ def reformulate_orders(method: str, model, inputs: torch.Tensor, baselines=0.0, 
         raise ValueError("orders must hold at least one order, got an empty sequence")
     for K in orders:
         V.check_positive_int(K, "orders")
-    return reform.orders(model, inputs, baselines, target, orders, **kwargs)
+    return _sweep(method, reform, model, inputs, baselines, target, orders, kwargs)
 
 
 __all__ += ["Point", "principle_count"]
