@@ -38,8 +38,9 @@ def _digits(n, seed=0):
 def _manual_movement(model, x, cut_points):
     """RMS of (input of module idx at x) - (at 0) by running model[:idx] directly."""
     out = []
-    for idx in cut_points:
-        a, b = model[:idx](x).flatten(1), model[:idx](torch.zeros_like(x)).flatten(1)
+    for idx in cut_points:  # (no grad: the slices are plain forward passes)
+        with torch.no_grad():
+            a, b = model[:idx](x).flatten(1), model[:idx](torch.zeros_like(x)).flatten(1)
         out.append(float((a - b).pow(2).mean().sqrt()))
     return out
 
@@ -164,7 +165,7 @@ def test_eg_variants_state_their_baselines_and_around_zero_is_exact():
     assert isinstance(labels["EG (data)"].settings["baselines"], TrainingDigits)
     assert "validation" not in labels["EG (around 0)"].experiments
     torch.manual_seed(0)
-    model = m_sg(hidden=6).double()
+    model = m_sg(hidden=6).double().eval()
     x = torch.rand(2, 1, 28, 28, dtype=torch.float64)
     bound = METHODS["expected_gradients"].bind("EG (around 0)", context={"seed": 3},
                                                n_samples=4)
