@@ -100,7 +100,7 @@ def _eps_bar(model, x):
 def test_weight_decay_shrinks_movement_and_error(tmp_path):
     """Two tiny M-sg trainings that differ only in weight decay: the documented direction
     (smaller weights -> smaller pre-activation movement -> smaller eps_bar)."""
-    x, y = _digits(400, seed=3)
+    x, _ = _digits(400, seed=3)
     images = (x > 0.7).double()  # sparse binary "digits" with a learnable label rule
     labels = (images.flatten(1)[:, :392].sum(1) > images.flatten(1)[:, 392:].sum(1)).long()
     data = (images[:300].float(), labels[:300], images[300:].float(), labels[300:])
