@@ -46,6 +46,7 @@ class ReproduceSettings:
     epochs: int | None = None  # training epochs of every model; None: each model's default
     interaction_samples: int | None = None  # digits of the interactions stage; None: 16 / 100
     presets: tuple[str, ...] = ("default",)  # training recipes of the validation (first: all)
+    study_orders: tuple[int, ...] = (2,)  # orders of the runs over recipes and seeds
     seeds: int = 1  # training seeds of the validation: seed, seed + 1, ...
     # assessment methods (labels); None: every registered variant (with EG's baselines)
     assessment_methods: tuple[str, ...] | None = PAPER_METHODS
@@ -66,19 +67,25 @@ sample counts are given per stage. Differences from the paper are reported as me
 
 
 def _validation_section(ws, cfg) -> Section:
-    from .validation import format_study, run_validation_study
+    from .validation import format_study, format_validation, run_validation, run_validation_study
 
-    study = run_validation_study(ws, presets=cfg.presets, orders=cfg.validation_orders,
-                                 n_samples=cfg.validation_samples)
+    single = run_validation(ws, orders=cfg.validation_orders, n_samples=cfg.validation_samples)
+    study = run_validation_study(ws, presets=cfg.presets, orders=cfg.study_orders,
+                                 n_samples=cfg.validation_samples, primary=False)
     text = (f"Average percentage change between each method and its Taylor reformulation "
-            f"(baseline 0, predicted class), {study.n_samples} held-out digits, orders "
-            f"{', '.join(map(str, cfg.validation_orders))}. IG uses 50-point Gauss-Legendre "
+            f"(baseline 0, predicted class), {study.n_samples} held-out digits. First the "
+            f"order sweep (orders {', '.join(map(str, cfg.validation_orders))}) for the "
+            f"**{ws.preset}** recipe, training seed {ws.seed}; then orders "
+            f"{', '.join(map(str, cfg.study_orders))} for every recipe over "
+            f"{len(study.seeds)} training seed(s). IG uses 50-point Gauss-Legendre "
             "quadrature (the paper's 0.12% on Poly is its Riemann-sum error). DL is averaged over "
             "the layers followed by a nonlinearity. Raising K need not help DL: its reformulation "
             "expands each neuron's sigmoid about its pre-activation y, a series that converges "
             "only for changes smaller than sqrt(y^2 + pi^2) (the sigmoid's poles at +-i pi); neurons "
             "that move farther make higher orders worse. Training recipes: "
             + "; ".join(f"**{p}**: {_recipe_note(p)}" for p in study.presets) + ".\n\n"
+            + "\n\n#### One training, order sweep\n\n" + format_validation(single)
+            + "\n\n#### Recipes side by side, over training seeds\n\n"
             + format_study(study) + "\n\n" + _differences(study))
     return Section("Validation: methods vs their Taylor reformulations (Table 3)", text,
                    [Path(f) for f in study.figures])

@@ -244,14 +244,14 @@ def _mean_spread(values) -> tuple[float, float | None]:
 
 def run_validation_study(ws: Workspace, presets=None, seeds=None,
                          models=("poly", "m_sg", "c_sg"), orders=(2,), n_samples: int = 100,
-                         batch_size: int = 25, ig_steps: int = 50, plots: bool = True
-                         ) -> ValidationStudy:
+                         batch_size: int = 25, ig_steps: int = 50, plots: bool = True,
+                         primary: bool = True) -> ValidationStudy:
     """:func:`run_validation` for every training recipe in ``presets`` (preset names or
     :class:`~taylorattr.models.training.TrainSettings`; default the workspace's) and
     training seed in ``seeds`` (default ``ws.seeds``), then the tables over seeds.
 
     The first (recipe, seed) writes ``ws.out/validation/validation.json`` as a single run
-    does; every other run writes under ``ws.out/validation/runs/<preset>-seed<k>``; the
+    does (unless ``primary=False``: then it too goes under ``runs``); every other run writes under ``ws.out/validation/runs/<preset>-seed<k>``; the
     study writes ``study.json``, ``study_table3.csv`` and the figure
     ``figures/error_vs_movement.png``. Units are keyed by the weights, so runs resume.
     """
@@ -266,7 +266,7 @@ def run_validation_study(ws: Workspace, presets=None, seeds=None,
     for recipe in recipes:
         for s in seeds:
             run_ws = ws.for_training(recipe, seed=s)
-            first = not study.runs
+            first = primary and not study.runs
             folder = None if first else ws.out / "validation" / "runs" / f"{recipe.name}-seed{s}"
             study.runs[(recipe.name, s)] = run_validation(run_ws, models, orders, n_samples,
                                                           batch_size, ig_steps, folder=folder)
