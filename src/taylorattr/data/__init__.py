@@ -37,6 +37,7 @@ from .imagenet import (
 )
 from .mnist import MnistSplit, held_out_digits, load_mnist, mnist_split
 from .photos import load_image, sample_photos
+from .references import TrainingDigits
 from .voc import VocAnnotation, parse_voc_xml
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "ClutteredMnist",
     "ImageFolderWithBoxes",
     "MnistSplit",
+    "TrainingDigits",
     "VocAnnotation",
     "boxes_to_mask",
     "cluttered_mnist",

@@ -9,8 +9,16 @@ predicted class). DeepLIFT's ``d`` is computed per layer on the local relevances
 averaged over the layers followed by a nonlinearity, as in the paper. Also reported:
 the approximation error ``|eps| / |df|`` of the order-K expansion (``eps = df - g_K``,
 ``g_K`` = the sum of the IG reformulation), and on C-sg the per-sample correlation
-between IG's percentage change and that error. Every (model, method, order, batch) is a
-resumable unit under ``out/validation/units``.
+between IG's percentage change and that error. Beside every approximation error: its
+median over the digits and the RMS pre-activation movement of each nonlinear layer
+between ``x`` and the baseline (:mod:`.diagnostics`), which explains it. Every (model,
+method, order, batch) is a resumable unit under ``out/validation/units``.
+
+:func:`run_validation` is one training (the workspace's recipe and seed);
+:func:`run_validation_study` runs it for several recipes (presets) and training seeds and
+reports every cell as mean ± spread (sample standard deviation) over the seeds, the
+correlations as Pearson's r and Spearman's rho averaged over seeds with a 95% bootstrap
+interval over the digits, and the figure "eps_bar vs pre-activation movement".
 """
 from __future__ import annotations
 
@@ -23,13 +31,15 @@ from tqdm.auto import tqdm
 from .. import _io
 from ..baselines import Point
 from ..registry import variants
-from ..statistics import pearson
+from ..statistics import bootstrap_correlation_ci, pearson
 from ..taylor import taylor_attribution
 from . import paper
 from ._units import fingerprint
+from .diagnostics import nonlinear_layers, preactivation_movement
 from .workspace import Workspace
 
-__all__ = ["ValidationResult", "format_validation", "run_validation", "validation_methods"]
+__all__ = ["ValidationResult", "ValidationStudy", "format_study", "format_validation",
+           "run_validation", "run_validation_study", "validation_methods"]
 
 
 def validation_methods(ig_steps: int = 50) -> list:
@@ -47,6 +57,12 @@ class ValidationResult:
     correlation: list[dict] = field(default_factory=list)  # order, pearson r (C-sg), paper
     models: list[dict] = field(default_factory=list)  # model, held-out accuracy, epochs, ...
     n_samples: int = 0
+    # model, order, median abs(eps)/abs(df), movement {layer: RMS} (diagnostics.json)
+    diagnostics: list[dict] = field(default_factory=list)
+    # (model label, order) -> {"error": [n], "ig_pct": [n] or absent} per digit (not saved)
+    per_sample: dict = field(default_factory=dict, repr=False)
+    # model label -> {optimizer, lr, weight_decay, preset, seed} (diagnostics.json)
+    training: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
         return {"rows": self.rows, "approximation": self.approximation,
@@ -63,9 +79,14 @@ def _percentages(method, model, x: torch.Tensor, orders: tuple[int, ...]) -> dic
     return {f"pct{K}": reform.percentage_change(original, r) for K, r in reforms.items()}
 
 
+def _layer_label(name: str, module) -> str:
+    return f"{type(module).__name__}@{name}"
+
+
 def _approximation(model, x: torch.Tensor, orders: tuple[int, ...]) -> dict:
     """``|eps_K| / |df|`` per sample at each order (``rel_error{K}``): ``df = f(x) - f(0)``,
-    ``eps_K = df - g_K`` with ``g_K`` the sum of the order-K Taylor attribution."""
+    ``eps_K = df - g_K`` with ``g_K`` the sum of the order-K Taylor attribution; and per
+    sample the mean squared pre-activation movement of each nonlinear layer (``ms:<layer>``)."""
     with torch.no_grad():
         target = model(x).argmax(1)
         df = model(x).gather(1, target[:, None])[:, 0] - model(torch.zeros_like(x)).gather(
@@ -74,16 +95,22 @@ def _approximation(model, x: torch.Tensor, orders: tuple[int, ...]) -> dict:
     for K in orders:
         g = taylor_attribution(model, x, 0.0, target, K).flatten(1).sum(1)
         out[f"rel_error{K}"] = (df - g).abs() / df.abs()
+    names = [_layer_label(n, m) for n, m in nonlinear_layers(model)]
+    moves = preactivation_movement(model, x, 0.0, per_sample=True) if names else {}
+    for label, rms in zip(names, moves.values()):
+        out[f"ms:{label}"] = rms.pow(2)
     return out
 
 
 def run_validation(ws: Workspace, models=("poly", "m_sg", "c_sg"), orders=(2,),
-                   n_samples: int = 100, batch_size: int = 25, ig_steps: int = 50
-                   ) -> ValidationResult:
-    """Run the validation table; returns the tables and writes them to ``ws.out/validation``.
+                   n_samples: int = 100, batch_size: int = 25, ig_steps: int = 50,
+                   folder=None) -> ValidationResult:
+    """Run the validation table; returns the tables and writes them to ``folder``
+    (default ``ws.out/validation``): ``validation.json``/``.csv`` and ``diagnostics.json``.
 
     ``n_samples`` held-out digits (the paper: 3,000), ``orders`` the Taylor orders swept,
-    ``ig_steps`` the quadrature nodes of path methods. Models come from ``ws.trained``.
+    ``ig_steps`` the quadrature nodes of path methods. Models come from ``ws.trained``
+    (the workspace's training recipe and seed).
     """
     store = ws.units("validation")
     _io.remove_stale_temporaries(ws.out / "validation")  # a table write killed mid-way
@@ -99,6 +126,8 @@ def run_validation(ws: Workspace, models=("poly", "m_sg", "c_sg"), orders=(2,),
                               "held_out_accuracy": info["held_out_accuracy"],
                               "epochs": info["epochs"], "n_train": info["n_train"],
                               "n_held_out": info["n_held_out"], "data": info["data"]})
+        result.training[paper.model_label(m)] = {
+            k: info.get(k) for k in ("optimizer", "lr", "weight_decay", "preset", "seed")}
     inputs = [fingerprint([("x", b)]) for b in batches]
     order_tag = "-".join(map(str, orders))
     units = [(m, k, i) for m in models for k in range(len(methods) + 1) for i in range(len(batches))]
@@ -110,7 +139,7 @@ def run_validation(ws: Workspace, models=("poly", "m_sg", "c_sg"), orders=(2,),
             key = f"{m}-{weights[m]}-{method.name}-{method.tag()}-orders{order_tag}-x{inputs[i]}"
             compute = functools.partial(_percentages, method, trained[m], x, orders)
         else:  # the approximation error of the expansion itself
-            key = f"{m}-{weights[m]}-approximation-orders{order_tag}-x{inputs[i]}"
+            key = f"{m}-{weights[m]}-approximation-movement-orders{order_tag}-x{inputs[i]}"
             compute = functools.partial(_approximation, trained[m], x, orders)
         per_unit[(m, k, i)] = store.get(key, compute)
 
@@ -128,6 +157,13 @@ def run_validation(ws: Workspace, models=("poly", "m_sg", "c_sg"), orders=(2,),
                                     "percentage_change": float(joined(m, k, f"pct{K}").mean()),
                                     "paper": table3.get(mlabel) if K == 2 else None})
             err = joined(m, approx, f"rel_error{K}")
+            moves = {k[3:]: float(joined(m, approx, k).mean().sqrt())
+                     for k in per_unit[(m, approx, 0)] if k.startswith("ms:")}
+            result.diagnostics.append({"model": mlabel, "order": K,
+                                       "median_error": float(err.median()),
+                                       "movement": moves})
+            result.per_sample[(mlabel, K)] = {"error": err} | (
+                {"ig_pct": joined(m, ig, f"pct{K}")} if ig is not None else {})
             result.approximation.append({"model": mlabel, "order": K,
                                          "approximation_error": float(err.mean()),
                                          "paper": paper.APPROX_ERROR.get(mlabel) if K == 2 else None})
@@ -136,9 +172,12 @@ def run_validation(ws: Workspace, models=("poly", "m_sg", "c_sg"), orders=(2,),
                                            "pearson_ig_pct_vs_error": pearson(
                                                joined(m, ig, f"pct{K}"), err),
                                            "paper": paper.IG_ERROR_CORRELATION if K == 2 else None})
-    folder = ws.out / "validation"
+    folder = ws.out / "validation" if folder is None else folder
     _io.save_json(result.to_json(), folder / "validation.json")
     _io.save_csv(result.rows, folder / "validation.csv")
+    _io.save_json({"preset": ws.preset, "seed": ws.seed, "training": result.training,
+                   "diagnostics": result.diagnostics},
+                  folder / "diagnostics.json")
     return result
 
 
@@ -170,4 +209,198 @@ def format_validation(result: ValidationResult) -> str:
                      f"approximation error r = {r['pearson_ig_pct_vs_error']:.3f} (paper: {paper})")
     acc = ", ".join(f"{m['model']} {100 * m['held_out_accuracy']:.1f}%" for m in result.models)
     lines.append(f"\nHeld-out accuracy: {acc}; {result.n_samples} held-out samples.")
+    return "\n".join(lines)
+
+
+# =======================================================================================
+# Several recipes and training seeds
+# =======================================================================================
+@dataclass
+class ValidationStudy:
+    """The validation over training recipes (presets) and seeds (see
+    :func:`run_validation_study`). Every ``spread`` is the sample standard deviation over
+    the seeds (None with one seed)."""
+
+    presets: list[str] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    n_samples: int = 0
+    table3: list[dict] = field(default_factory=list)  # preset, model, method, order, mean, spread
+    approximation: list[dict] = field(default_factory=list)  # + median, movement per layer
+    correlation: list[dict] = field(default_factory=list)  # pearson/spearman, CI, per seed
+    models: list[dict] = field(default_factory=list)  # preset, model, accuracy mean/spread
+    figures: list[str] = field(default_factory=list)
+    runs: dict = field(default_factory=dict, repr=False)  # (preset, seed) -> ValidationResult
+
+    def to_json(self) -> dict:
+        return {k: getattr(self, k) for k in ("presets", "seeds", "n_samples", "table3",
+                                              "approximation", "correlation", "models",
+                                              "figures")}
+
+
+def _mean_spread(values) -> tuple[float, float | None]:
+    v = torch.tensor([float(x) for x in values], dtype=torch.float64)
+    return float(v.mean()), (float(v.std()) if v.numel() > 1 else None)
+
+
+def run_validation_study(ws: Workspace, presets=None, seeds=None,
+                         models=("poly", "m_sg", "c_sg"), orders=(2,), n_samples: int = 100,
+                         batch_size: int = 25, ig_steps: int = 50, plots: bool = True,
+                         primary: bool = True) -> ValidationStudy:
+    """:func:`run_validation` for every training recipe in ``presets`` (preset names or
+    :class:`~taylorattr.models.training.TrainSettings`; default the workspace's) and
+    training seed in ``seeds`` (default ``ws.seeds``), then the tables over seeds.
+
+    The first (recipe, seed) writes ``ws.out/validation/validation.json`` as a single run
+    does (unless ``primary=False``: then it too goes under ``runs``); every other run writes under ``ws.out/validation/runs/<preset>-seed<k>``; the
+    study writes ``study.json``, ``study_table3.csv`` and the figure
+    ``figures/error_vs_movement.png``. Units are keyed by the weights, so runs resume.
+    """
+    from ..models.training import resolve_training
+
+    recipes = [resolve_training(p) for p in (presets or (ws.training,))]
+    names = [r.name for r in recipes]
+    if len(set(names)) != len(names):
+        raise ValueError(f"presets must have distinct names, got {names}")
+    seeds = tuple(ws.seeds if seeds is None else seeds)
+    study = ValidationStudy(presets=names, seeds=list(seeds))
+    for recipe in recipes:
+        for s in seeds:
+            run_ws = ws.for_training(recipe, seed=s)
+            first = primary and not study.runs
+            folder = None if first else ws.out / "validation" / "runs" / f"{recipe.name}-seed{s}"
+            study.runs[(recipe.name, s)] = run_validation(run_ws, models, orders, n_samples,
+                                                          batch_size, ig_steps, folder=folder)
+    study.n_samples = next(iter(study.runs.values())).n_samples
+    for name in names:
+        runs = [study.runs[(name, s)] for s in seeds]
+        _aggregate(study, name, runs)
+    folder = ws.out / "validation"
+    if plots:
+        from .diagnostics import plot_error_vs_movement
+
+        points = [{"label": r["model"], "group": r["preset"], "movement": r["first_movement"],
+                   "movement_spread": r["first_movement_spread"], "error": r["mean"],
+                   "error_spread": r["spread"]}
+                  for r in study.approximation
+                  if r["order"] == min(orders) and r["first_movement"] is not None
+                  and r["mean"] > 1e-9]
+        if points:
+            study.figures.append(str(plot_error_vs_movement(
+                points, ws.out / "figures" / "error_vs_movement.png",
+                title=f"Order-{min(orders)} approximation error vs first-layer pre-activation "
+                      "movement (mean ± sd over seeds)")))
+    _io.save_json(study.to_json(), folder / "study.json")
+    _io.save_csv(study.table3, folder / "study_table3.csv")
+    return study
+
+
+def _aggregate(study: ValidationStudy, preset: str, runs: list[ValidationResult]) -> None:
+    first = runs[0]
+    for k, row in enumerate(first.rows):
+        mean, spread = _mean_spread(r.rows[k]["percentage_change"] for r in runs)
+        study.table3.append({"preset": preset, "model": row["model"], "method": row["method"],
+                             "order": row["order"], "mean": mean, "spread": spread,
+                             "n_seeds": len(runs), "paper": row["paper"]})
+    for k, row in enumerate(first.approximation):
+        mean, spread = _mean_spread(r.approximation[k]["approximation_error"] for r in runs)
+        med, _ = _mean_spread(r.diagnostics[k]["median_error"] for r in runs)
+        layers = list(first.diagnostics[k]["movement"])
+        movement = {lay: _mean_spread(r.diagnostics[k]["movement"][lay] for r in runs)
+                    for lay in layers}
+        head = movement[layers[0]] if layers else (None, None)
+        study.approximation.append({
+            "preset": preset, "model": row["model"], "order": row["order"], "mean": mean,
+            "spread": spread, "median": med, "movement": {k2: v[0] for k2, v in movement.items()},
+            "movement_spread": {k2: v[1] for k2, v in movement.items()},
+            "first_movement": head[0], "first_movement_spread": head[1],
+            "n_seeds": len(runs), "paper": row["paper"]})
+    for row in first.correlation:
+        key = (row["model"], row["order"])
+        xs = [r.per_sample[key]["ig_pct"] for r in runs]
+        ys = [r.per_sample[key]["error"] for r in runs]
+        ok = torch.stack([torch.isfinite(x) & torch.isfinite(y) for x, y in zip(xs, ys)]).all(0)
+        xs, ys = [x[ok] for x in xs], [y[ok] for y in ys]
+        out = {"preset": preset, "model": row["model"], "order": row["order"],
+               "n_seeds": len(runs), "n_digits": int(ok.sum()), "paper": row["paper"],
+               "pearson_per_seed": [pearson(x, y) for x, y in zip(xs, ys)]}
+        for method in ("pearson", "spearman"):
+            r, lo, hi = bootstrap_correlation_ci(xs, ys, method)
+            out |= {method: r, f"{method}_low": lo, f"{method}_high": hi}
+        study.correlation.append(out)
+    for k, m in enumerate(first.models):
+        mean, spread = _mean_spread(r.models[k]["held_out_accuracy"] for r in runs)
+        train = first.training[m["model"]]
+        study.models.append({"preset": preset, "model": m["model"], "accuracy": mean,
+                             "accuracy_spread": spread, "n_seeds": len(runs),
+                             "weight_decay": train["weight_decay"], "lr": train["lr"],
+                             "optimizer": train["optimizer"], "epochs": m["epochs"]})
+
+
+def _pm(mean, spread, spec=".3g", unit="") -> str:
+    if mean is None:
+        return "n/a"
+    text = f"{mean:{spec}}{unit}"
+    return text if spread is None else f"{text} ± {spread:.2g}"
+
+
+def format_study(study: ValidationStudy) -> str:
+    """Markdown: the recipes side by side, every cell mean ± sd over the training seeds."""
+    lines = [(f"Training seeds {', '.join(map(str, study.seeds))} per recipe; cells are mean ± "
+             f"sample sd over the seeds; {study.n_samples} held-out digits."), "",
+             "| recipe | model | held-out accuracy | optimiser | lr | weight decay | epochs |",
+             "|---|---|---|---|---|---|---|"]
+    for m in study.models:
+        acc = _pm(100 * m["accuracy"], None if m["accuracy_spread"] is None
+                  else 100 * m["accuracy_spread"], ".1f", "%")
+        lines.append(f"| {m['preset']} | {m['model']} | {acc} | {m['optimizer']} | {m['lr']:g} | "
+                     f"{m['weight_decay']:g} | {m['epochs']} |")
+    for preset in study.presets:
+        rows = [r for r in study.table3 if r["preset"] == preset]
+        models = list(dict.fromkeys(r["model"] for r in rows))
+        orders = sorted({r["order"] for r in rows})
+        look = {(r["model"], r["method"], r["order"]): r for r in rows}
+        paper_of = {(r["model"], r["method"]): r["paper"] for r in rows if r["paper"] is not None}
+        head = ["method"] + [f"{m} K={K}" for K in orders for m in models] + [
+            f"{m} paper" for m in models]
+        lines += ["", f"Percentage change, recipe **{preset}**:", "",
+                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for label in dict.fromkeys(r["method"] for r in rows):
+            cells = [label] + [_pm(look[(m, label, K)]["mean"], look[(m, label, K)]["spread"],
+                                   unit="%") for K in orders for m in models]
+            cells += [f"{paper_of[(m, label)]}%" if (m, label) in paper_of else "n/a"
+                      for m in models]
+            lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", ("Approximation error of the order-K expansion at x (mean and median over "
+                   "digits of abs(eps)/abs(df)) beside its diagnostic: the RMS movement of "
+                   "each nonlinear layer's pre-activations between x and the baseline 0 "
+                   "(first layer first)."), ""]
+    head = ["model", "order"]
+    for p in study.presets:
+        head += [f"{p}: mean", f"{p}: median", f"{p}: movement"]
+    head.append("paper (mean, K=2)")
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    keyed = {(r["preset"], r["model"], r["order"]): r for r in study.approximation}
+    for r0 in [r for r in study.approximation if r["preset"] == study.presets[0]]:
+        cells = [r0["model"], str(r0["order"])]
+        for p in study.presets:
+            r = keyed.get((p, r0["model"], r0["order"]))
+            if r is None:
+                cells += ["", "", ""]
+                continue
+            move = ", ".join(_pm(v, r["movement_spread"][k], ".2f")
+                             for k, v in r["movement"].items())
+            cells += [_pm(r["mean"], r["spread"], ".3f"), f"{r['median']:.3f}", move]
+        cells.append("" if r0["paper"] is None else f"{r0['paper']}")
+        lines.append("| " + " | ".join(cells) + " |")
+    if study.correlation:
+        lines += ["", ("Correlation of IG's percentage change with the approximation error over "
+                       "digits, averaged over seeds, [95% bootstrap interval over digits]:"), "",
+                  ("| recipe | model | order | Pearson r | Spearman rho | Pearson r per seed "
+                  "| paper (Pearson) |"), "|---|---|---|---|---|---|---|"]
+        for r in study.correlation:
+            per_seed = ", ".join(f"{v:.2f}" for v in r["pearson_per_seed"])
+            cells = [f"{r[m]:.3f} [{r[m + '_low']:.2f}, {r[m + '_high']:.2f}]"
+                     for m in ("pearson", "spearman")]
+            lines.append(f"| {r['preset']} | {r['model']} | {r['order']} | {cells[0]} | "
+                         f"{cells[1]} | {per_seed} | {'' if r['paper'] is None else r['paper']} |")
     return "\n".join(lines)

@@ -1,7 +1,10 @@
 """The experiment workspace: one object every stage receives.
 
 A :class:`Workspace` holds what the stages share: the output folder, the seed, quick or
-full mode, where MNIST comes from, the training-epochs override and whether to show
+full mode, where MNIST comes from, the training recipe (``training``: a preset name of
+:data:`taylorattr.models.training.PRESETS` or a
+:class:`~taylorattr.models.training.TrainSettings`; part of every model's cache key), the
+training-epochs override, the training seeds of the multi-seed stages and whether to show
 progress; and it loads, once per workspace, what several stages use: the held-out
 digits, the held-out cluttered canvases (bounding boxes) and the trained models (cached
 on disk under ``out/models`` by :func:`taylorattr.models.get_trained`)::
@@ -10,19 +13,26 @@ on disk under ``out/models`` by :func:`taylorattr.models.get_trained`)::
     x = ws.held_out_digits(150)                 # [150, 1, 28, 28] float32 in [0, 1]
     model, info = ws.trained("c_sg")            # trained (or loaded) and cached
     validation = run_validation(ws, orders=(2, 3))
+    small = ws.for_training("paper-like", seed=1)  # same folder, another recipe and seed
+
+Data-dependent method settings: a registry variant whose references are the training
+digits holds a :class:`TrainingDigits` (a lazy :class:`~taylorattr.baselines.ReferenceSet`
+of the bundled digits); :meth:`Workspace.method_kwargs` rebinds it to the workspace's own
+MNIST source, as ``run_assessment(ws, method_kwargs=ws.method_kwargs("assessment"))``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from .._validation import check_bool, check_seed
+from ..data.references import TrainingDigits
+from ..models.training import TrainSettings, resolve_training
 from ._units import UnitStore, model_fingerprint
 
-__all__ = ["Workspace"]
-
+__all__ = ["TrainingDigits", "Workspace"]
 
 @dataclass
 class Workspace:
@@ -34,6 +44,8 @@ class Workspace:
     mnist_dir: Path | None = None
     epochs: int | None = None
     progress: bool = True
+    training: TrainSettings | str = "default"
+    seeds: tuple[int, ...] | None = None
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -44,6 +56,46 @@ class Workspace:
         if self.epochs is not None and (isinstance(self.epochs, bool)
                                         or not isinstance(self.epochs, int) or self.epochs < 0):
             raise ValueError(f"epochs must be None or an int >= 0, got {self.epochs!r}")
+        self.training = resolve_training(self.training)
+        if self.seeds is None:
+            self.seeds = (self.seed,)
+        else:
+            if isinstance(self.seeds, (str, bytes)) or not hasattr(self.seeds, "__iter__"):
+                raise TypeError(f"seeds must be a sequence of ints, got {type(self.seeds).__name__}")
+            self.seeds = tuple(check_seed(s) for s in self.seeds)
+            if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+                raise ValueError(f"seeds must be distinct and at least one, got {self.seeds}")
+
+    @property
+    def preset(self) -> str:
+        """The name of the training recipe (``default``, ``paper-like`` or a custom name)."""
+        return self.training.name
+
+    def for_training(self, training: TrainSettings | str | None = None,
+                     seed: int | None = None) -> Workspace:
+        """A workspace on the same folder and data with another recipe and/or training seed
+        (models are cached by their settings, so the two never share a model)."""
+        ws = replace(self, training=self.training if training is None else training,
+                     seed=self.seed if seed is None else seed, seeds=None)
+        for key in ("split", "canvases"):  # data does not depend on training
+            if key in self._cache:
+                ws._cache[key] = self._cache[key]
+        return ws
+
+    def method_kwargs(self, experiment: str) -> dict[str, dict]:
+        """``{label: {"baselines": TrainingDigits(n, this mnist_dir)}}`` for every registered
+        variant of ``experiment`` whose references are the training digits of another source
+        (pass it as ``method_kwargs`` so those methods draw from this workspace's data)."""
+        from ..registry import variants
+
+        out = {}
+        for spec, v in variants(experiment):
+            ref = v.settings.get("baselines")
+            if isinstance(ref, TrainingDigits) and ref.mnist_dir != (
+                    None if self.mnist_dir is None else Path(self.mnist_dir)):
+                label = spec.bind(v).label
+                out[label] = {"baselines": TrainingDigits(ref.n, self.mnist_dir)}
+        return out
 
     def units(self, stage: str) -> UnitStore:
         """The resumable unit store of ``stage`` (``out/<stage>/units``)."""
@@ -80,13 +132,13 @@ class Workspace:
 
     def trained(self, name: str, dtype: torch.dtype | None = None):
         """``(model, info)``: the registered model ``name`` trained with this workspace's
-        settings (cached in memory and under ``out/models``), in eval mode, cast to ``dtype``."""
+        settings (recipe, seed, epochs; cached in memory and under ``out/models`` by those), in eval mode, cast to ``dtype``."""
         from .. import models
 
         def train():
             return models.get_trained(name, self.out, seed=self.seed, quick=self.quick,
                                       mnist_dir=self.mnist_dir, epochs=self.epochs,
-                                      show_progress=self.progress)
+                                      show_progress=self.progress, training=self.training)
         model, info = self._cached(("model", name), train)
         if dtype is not None:
             model = self._cached(("model", name, dtype),
