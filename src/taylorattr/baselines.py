@@ -104,6 +104,8 @@ def describe(baseline: Baseline) -> str:
         return f"point {float(v):g}" if not isinstance(v, torch.Tensor) else \
             f"point tensor {tuple(v.shape)}"
     if isinstance(baseline, ReferenceSet):
+        if type(baseline) is not ReferenceSet:  # a named source (e.g. TrainingDigits)
+            return f"references drawn from {baseline!r}"
         return f"reference set of {baseline.samples.shape[0]} rows"
     around = baseline.around
     where = "the input" if isinstance(around, str) else (

@@ -25,7 +25,6 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .. import _io
-from ..registry import EG_NOISE_STD
 from ..report import Section, write_report
 from .workspace import Workspace
 
@@ -138,30 +137,28 @@ def _principles_section(ws) -> Section:
 
 
 def _assessment_section(ws, cfg) -> Section:
-    from .assessment import format_assessment, run_assessment
+    from .assessment import (
+        assessment_methods,
+        format_assessment,
+        reference_distributions,
+        run_assessment,
+    )
 
     methods = None if cfg.assessment_methods is None else list(cfg.assessment_methods)
     kwargs = {k: v for k, v in ws.method_kwargs("assessment").items()
               if methods is None or k in methods}
     result = run_assessment(ws, n_samples=cfg.assessment_samples, methods=methods,
                             method_kwargs=kwargs or None)
-    eg = [m for m in result.settings["methods"] if m.startswith("EG")]
-    text = (f"Models trained with the **{ws.preset}** recipe, seed {ws.seed}. Expected "
-            "Gradients' baseline is a choice the paper states only in words: "
-            + "; ".join(f"**{m}** = {_EG_BASELINES.get(m, 'see settings')}" for m in eg)
-            + ". Which one it is decides EG's place in Figure 3: references around the input "
+    drawn = reference_distributions(assessment_methods(ws.seed, methods, kwargs or None))
+    text = (f"Models trained with the **{ws.preset}** recipe, seed {ws.seed}. Methods that draw "
+            "their references from a distribution, and which one (the paper states Expected "
+            "Gradients' only in words, as noise around the input): "
+            + "; ".join(f"**{label}** = {what}" for label, what in drawn.items())
+            + ". The choice decides their place in Figure 3: references around the input "
               "explain a near-zero output change, references around the black image explain "
               "the removal the squares test.\n\n")
     return Section("Attribution assessment: infidelity and localisation (Figures 3, 4)",
                    text + format_assessment(result), [Path(f) for f in result.figures])
-
-
-_EG_BASELINES = {
-    "EG": f"N(x, {EG_NOISE_STD:g}^2), noise around the input (the paper's wording)",
-    "EG (around 0)": f"N(0, {EG_NOISE_STD:g}^2), noise around the black image the square "
-                     "removal uses",
-    "EG (data)": "training digits drawn with replacement (Erion et al.)",
-}
 
 
 def _saliency_section(ws, cfg) -> Section:

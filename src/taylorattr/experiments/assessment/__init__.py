@@ -108,6 +108,7 @@ __all__ = [
     "keep_by_coverage",
     "mask_coverage",
     "measured_principle_counts",
+    "reference_distributions",
     "run_assessment",
     "square_output_changes",
     "square_predictions",
@@ -176,6 +177,22 @@ def assessment_methods(seed: int = 0, labels: Sequence[str] | None = None,
     by_label = {m.label: m for m in bound}
     return [by_label[label].spec.bind(by_label[label].variant, context={"seed": seed},
                                       **dict(extra.get(label, {}))) for label in chosen]
+
+
+def reference_distributions(methods) -> dict[str, str]:
+    """``{label: description}`` of the reference distribution each bound method draws from
+    (methods whose ``baseline_kind`` is ``"distribution"``; the others take the point 0)."""
+    from ...baselines import Noise, describe
+
+    out = {}
+    for m in methods:
+        if m.spec.baseline_kind != "distribution":
+            continue
+        ref = m.settings.get("baselines")
+        if ref is None and m.settings.get("noise_std") is not None:
+            ref = Noise(float(m.settings["noise_std"]))
+        out[m.label] = "given by the caller" if ref is None else describe(ref)
+    return out
 
 
 def run_assessment(ws: Workspace, experiments: Sequence[str] = EXPERIMENTS,
