@@ -134,7 +134,7 @@ def test_measured_counts_from_audit_rows(monkeypatch, tmp_path):
 
     monkeypatch.setattr(P, "principles_table", fake_table)
     store = UnitStore(tmp_path)
-    methods = A.assessment_methods(0)
+    methods = A.assessment_methods(0, labels=("GI", "Occ-1", "Occ-2x2", "DL", "IG", "EG"))
     counts, rows = A.measured_principle_counts(methods, 0, store)
     assert counts == {"GI": 0.0, "Occ-1": 1.0, "Occ-2x2": 0.5, "DL": 1.5, "IG": 2.0, "EG": 3.0}
     assert [r["principles_paper"] for r in rows] == [0.0, 0.5, 0.5, 1.0, 2.0, 3.0]
