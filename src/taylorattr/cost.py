@@ -6,7 +6,8 @@ Every long entry point runs rows through the model in three kinds of passes:
 * **backward rows**: rows whose explained output is also differentiated (one reverse
   sweep per row; each such row is a forward row too);
 * **Taylor-mode rows**: one series row per (sample, direction) of a Taylor-mode pass of
-  order ``K`` (:func:`taylorattr.taylor_mode.propagate`), ``taylor_passes`` passes in all.
+  order ``K`` (:func:`taylorattr.taylor_mode.propagate`), ``taylor_passes`` passes in all,
+  and ``taylor_backward_rows`` of them swept backward (counted once per sweep).
 
 The counts come from the method's own plan (its windows, steps, samples, references,
 permutations, directions, squares) *before* anything runs, and equal the rows the model
@@ -16,7 +17,7 @@ chunk size's one-off memory probe (a few rows per model and row shape,
 
 .. math::
 
-    T = R_f\,t_f + R_b\,t_b + R_T\,t_T(K)
+    T = R_f\,t_f + R_b\,t_b + (R_T + 2 R_{Tb})\,t_T(K)
 
 with ``t_f`` the seconds per forward row, ``t_b`` the extra seconds per backward row and
 ``t_T(K)`` the seconds per Taylor-mode row of order ``K``, each timed on a probe batch of
@@ -31,12 +32,16 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-__all__ = ["GPU_SCALE_ROWS", "Cost", "CostError", "Rates", "RowCounter", "check_budget",
+__all__ = ["GPU_SCALE_ROWS", "Cost", "CostError", "Rates", "RowCounter", "bound_cost",
+           "check_budget",
            "estimate", "format_seconds", "measure_rates", "stage_estimate"]
 
 #: Rows per explained sample from which a cost is flagged as GPU-scale when it runs on a
 #: CPU: pixel-level occlusion of a 224x224 image is 50,176 rows per image.
 GPU_SCALE_ROWS = 20_000
+
+#: A reverse sweep through a Taylor-mode row costs about this many of its forward rows.
+REVERSE_FACTOR = 2.0
 
 #: What makes a run cheaper, named by :func:`check_budget`.
 CHEAPER = ("a larger occlusion patch (e.g. patch=8 or 16 at 224x224)", "fewer samples (--samples)",
@@ -59,6 +64,7 @@ class Cost:
     backward_rows: int = 0
     taylor_passes: int = 0
     taylor_rows: int = 0
+    taylor_backward_rows: int = 0
     order: int = 0
     seconds: float | None = None
     device: str = ""
@@ -66,7 +72,7 @@ class Cost:
 
     def __post_init__(self):
         for name in ("samples", "forward_rows", "backward_rows", "taylor_passes",
-                     "taylor_rows", "order"):
+                     "taylor_rows", "taylor_backward_rows", "order"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"Cost.{name} must be an int >= 0, got {v!r}")
@@ -83,6 +89,7 @@ class Cost:
                     backward_rows=self.backward_rows + other.backward_rows,
                     taylor_passes=self.taylor_passes + other.taylor_passes,
                     taylor_rows=self.taylor_rows + other.taylor_rows,
+                    taylor_backward_rows=self.taylor_backward_rows + other.taylor_backward_rows,
                     order=max(self.order, other.order), seconds=seconds,
                     device=self.device or other.device,
                     notes=tuple(dict.fromkeys(self.notes + other.notes)))
@@ -93,7 +100,8 @@ class Cost:
     @property
     def rows(self) -> int:
         """All rows: forward, backward (counted once more) and Taylor-mode."""
-        return self.forward_rows + self.backward_rows + self.taylor_rows
+        return self.forward_rows + self.backward_rows + self.taylor_rows + \
+            self.taylor_backward_rows
 
     @property
     def gpu_scale(self) -> bool:
@@ -112,6 +120,8 @@ class Cost:
         if self.taylor_rows:
             parts.append(f"{self.taylor_rows:,} order-{self.order} Taylor rows in "
                          f"{self.taylor_passes:,} passes")
+        if self.taylor_backward_rows:
+            parts.append(f"{self.taylor_backward_rows:,} rows swept back through them")
         if self.seconds is not None:
             parts.append(f"about {format_seconds(self.seconds)} on {self.device or 'cpu'}")
         text = ", ".join(parts)
@@ -256,11 +266,13 @@ def estimate(cost: Cost, model=None, x: torch.Tensor | None = None, *,
             raise ValueError("estimate needs rates, or model and x to measure them on")
         rates = measure_rates(model, x, backward=cost.backward_rows > 0,
                               taylor_order=cost.order if cost.taylor_rows else 0)
-    if cost.taylor_rows and (rates.taylor is None or rates.order != cost.order):
+
+    if (cost.taylor_rows or cost.taylor_backward_rows) and (rates.taylor is None or rates.order != cost.order):
         raise ValueError(f"rates were measured without order-{cost.order} Taylor-mode rows; "
                          f"measure_rates(..., taylor_order={cost.order})")
+    taylor = cost.taylor_rows + REVERSE_FACTOR * cost.taylor_backward_rows
     seconds = (cost.forward_rows * rates.forward + cost.backward_rows * rates.backward
-               + (cost.taylor_rows * rates.taylor if cost.taylor_rows else 0.0))
+               + (taylor * rates.taylor if taylor else 0.0))
     return replace(cost, seconds=seconds, device=rates.device)
 
 
@@ -292,3 +304,15 @@ def check_budget(cost: Cost, budget: float | None) -> Cost:
         return cost
     raise CostError(f"{cost.describe()} exceeds the budget of {format_seconds(budget)}; "
                     f"cheaper: {', '.join(CHEAPER)}, or raise --budget")
+
+
+def bound_cost(bound, model, x: torch.Tensor, baseline=0.0) -> Cost:
+    """The rows a registry method with resolved settings (a
+    :class:`~taylorattr.registry.BoundMethod`, as the assessment, validation and evaluation
+    units run them) runs on ``x``: its method's :meth:`cost` with the bound settings,
+    labelled with the variant's label. Runs no model."""
+    init = {k: v for k, v in bound.settings.items() if k in bound.spec.init_args}
+    opts = {k: v for k, v in bound.settings.items()
+            if k not in bound.spec.init_args and k != "baselines"}
+    method = bound.spec.build(model, **init)
+    return method.cost(x, bound._baselines(baseline), **opts).labelled(bound.label)

@@ -280,14 +280,15 @@ class AttributionMethod:
                             f"{', '.join(map(repr, unknown))} (method options: "
                             f"{', '.join(sorted(self.options())) or 'none'})")
         x = check_inputs(inputs).detach()
-        own, n_refs = self._cost(x, options)
+        own, n_refs = self._cost(x, {**options, "baselines": baselines})
         total = Cost(label=self.name, samples=x.shape[0], forward_rows=x.shape[0]) + own
         if return_convergence_delta and n_refs:
             total = total + Cost(forward_rows=x.shape[0] * n_refs)
         return total
 
     def _cost(self, x: torch.Tensor, options: dict):
-        """``(Cost of the method's own rows, references per sample for the delta)``.
+        """``(Cost of the method's own rows, references per sample for the delta)``;
+        ``options`` are the call's options and its ``baselines``.
 
         Each method counts from its own plan (windows, steps, samples, permutations);
         a method without an override raises NotImplementedError (its cost is unknown).
