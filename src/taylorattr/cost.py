@@ -160,6 +160,7 @@ class RowCounter(nn.Module):
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
+        self.train(model.training)
         self.reset()
 
     def reset(self) -> None:
@@ -167,8 +168,8 @@ class RowCounter(nn.Module):
         self.backward_rows = 0
         self.calls = 0
 
-    def forward(self, x, *args, **kwargs):
-        out = self.model(x, *args, **kwargs)
+    def forward(self, x):
+        out = self.model(x)
         if isinstance(x, torch.fx.Proxy):
             return out
         self.forward_rows += int(x.shape[0])

@@ -308,7 +308,7 @@ def _moved_width(delta: torch.Tensor, groups: torch.Tensor) -> int:
     the widest sample's count (at least 1), as :func:`_group_orders` pads them."""
     B = delta.shape[0]
     ids = groups.reshape(-1).to(delta.device)
-    moved = torch.zeros(B, int(ids.max()) + 1, device=delta.device).index_add_(
+    moved = torch.zeros(B, int(ids.max()) + 1, dtype=torch.float32, device=delta.device).index_add_(
         1, ids, (delta.reshape(B, -1) != 0).to(torch.float32)) > 0
     return max(int(moved.sum(1).max()), 1)
 
