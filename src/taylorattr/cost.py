@@ -202,7 +202,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _best_of(fn, device, repeats: int = 2) -> float:
+def _best_of(fn, device, repeats: int = 3) -> float:
     fn()  # warm-up
     _sync(device)
     best = math.inf
@@ -218,7 +218,8 @@ def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order
                   probe_rows: int = 16, taylor_directions: int = 4) -> Rates:
     """Time the model on ``probe_rows`` copies of the first row of ``x`` (forward without
     gradient; with ``backward`` also forward + reverse sweep) and, with ``taylor_order``,
-    one Taylor-mode pass of ``taylor_directions`` directions. Best of two after a warm-up.
+    one Taylor-mode pass of ``taylor_directions`` directions. Best of three after a warm-up
+    (:func:`probe_sizes` picks sizes like a stage's own).
     """
     from ._validation import check_inputs, check_positive_int, model_output
 
@@ -256,6 +257,15 @@ def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order
     return Rates(t_f, t_b, t_T, taylor_order, str(x.device), probe_rows)
 
 
+def probe_sizes(cost: Cost) -> dict:
+    """Probe sizes close to the stage's own: up to 64 rows per call, and the directions per
+    sample of its average Taylor-mode pass (up to 256), so per-call overheads amortise as
+    in the run."""
+    per_pass = cost.taylor_rows // max(cost.taylor_passes, 1) // max(cost.samples, 1)
+    return {"probe_rows": max(2, min(64, cost.forward_rows)),
+            "taylor_directions": max(1, min(256, per_pass))}
+
+
 def estimate(cost: Cost, model=None, x: torch.Tensor | None = None, *,
              rates: Rates | None = None) -> Cost:
     """``cost`` with ``seconds`` and ``device`` filled in from ``rates`` (measured here on
@@ -266,8 +276,8 @@ def estimate(cost: Cost, model=None, x: torch.Tensor | None = None, *,
         if model is None or x is None:
             raise ValueError("estimate needs rates, or model and x to measure them on")
         rates = measure_rates(model, x, backward=cost.backward_rows > 0,
-                              taylor_order=cost.order if cost.taylor_rows else 0)
-
+                              taylor_order=cost.order if cost.taylor_rows else 0,
+                              **probe_sizes(cost))
     if (cost.taylor_rows or cost.taylor_backward_rows) and (rates.taylor is None or rates.order != cost.order):
         raise ValueError(f"rates were measured without order-{cost.order} Taylor-mode rows; "
                          f"measure_rates(..., taylor_order={cost.order})")
