@@ -39,12 +39,14 @@ import math
 from dataclasses import dataclass
 
 import torch
+from tqdm.auto import tqdm
 
 from . import _validation as V
 from .taylor import _default_chunk, _prepare, _select
 from .taylor_mode import propagate
 
-__all__ = ["Interactions", "autograd_chunk", "default_groups", "interactions", "resolve_groups"]
+__all__ = ["Interactions", "autograd_chunk", "default_groups", "interactions",
+           "interactions_cost", "resolve_groups"]
 
 ROUTES = ("auto", "pairs", "gradient")
 
@@ -139,21 +141,24 @@ def _directions(u: torch.Tensor, masks: torch.Tensor, sample_shape) -> torch.Ten
     return (u[:, None, :] * masks[None]).view(u.shape[0], masks.shape[0], *sample_shape)
 
 
-def _coefficients(gm, inputs, directions, target, order) -> torch.Tensor:
-    """``c_k`` of every direction: ``[K, B, m]``."""
-    return _select(propagate(gm, inputs, directions, order).series, target)
+def _coefficients(gm, inputs, directions, target, order, bar=None) -> torch.Tensor:
+    """``c_k`` of every direction: ``[K, B, m]`` (one Taylor-mode pass; ``bar`` advances)."""
+    c = _select(propagate(gm, inputs, directions, order).series, target)
+    if bar is not None:
+        bar.update(1)
+    return c
 
 
-def _pairs_route(gm, inputs, u, target, member, order, chunk):
+def _pairs_route(gm, inputs, u, target, member, order, chunk, bar=None):
     B, G = u.shape[0], member.shape[0]
     shape = inputs.shape[1:]
     own_c = torch.cat([_coefficients(gm, inputs, _directions(u, member[s:s + chunk], shape),
-                                     target, order) for s in range(0, G, chunk)], dim=2)
+                                     target, order, bar) for s in range(0, G, chunk)], dim=2)
     a, b = torch.triu_indices(G, G, offset=1, device=u.device)
     joint = []
     for s in range(0, a.numel(), chunk):
         masks = member[a[s:s + chunk]] | member[b[s:s + chunk]]
-        joint.append(_coefficients(gm, inputs, _directions(u, masks, shape), target, order))
+        joint.append(_coefficients(gm, inputs, _directions(u, masks, shape), target, order, bar))
     pairs = torch.zeros(order, B, G, G, dtype=u.dtype, device=u.device)
     if a.numel():
         cross = -(torch.cat(joint, dim=2) - own_c[:, :, a] - own_c[:, :, b])  # [K, B, P]
@@ -163,7 +168,7 @@ def _pairs_route(gm, inputs, u, target, member, order, chunk):
     return pairs, -own_c
 
 
-def _gradient_route(gm, inputs, u, target, member, order, chunk):
+def _gradient_route(gm, inputs, u, target, member, order, chunk, bar=None):
     B, G = u.shape[0], member.shape[0]
     shape = inputs.shape[1:]
     delta_in_group = -u[:, :, None] * member.T[None].to(u.dtype)  # [B, n, G]: delta_i [i in B]
@@ -172,7 +177,7 @@ def _gradient_route(gm, inputs, u, target, member, order, chunk):
     for s in range(0, G, chunk):
         v = (u[:, None, :] * member[None, s:s + chunk]).requires_grad_(True)
         with torch.enable_grad():
-            c = _coefficients(gm, inputs, v.view(B, v.shape[1], *shape), target, order)
+            c = _coefficients(gm, inputs, v.view(B, v.shape[1], *shape), target, order, bar)
             for k in range(2, order + 1):
                 (grad,) = torch.autograd.grad(c[k - 1].sum(), v, retain_graph=k < order)
                 M[k][:, s:s + chunk] = torch.bmm(grad, delta_in_group)  # Gamma_k(A) . delta_B
@@ -188,7 +193,7 @@ def _gradient_route(gm, inputs, u, target, member, order, chunk):
 
 def interactions(model, inputs: torch.Tensor, baselines=0.0, target=None, groups=None,
                  order: int = 2, *, route: str = "auto", max_groups: int = 64,
-                 chunk_size: int | None = None) -> Interactions:
+                 chunk_size: int | None = None, show_progress: bool = False) -> Interactions:
     """Exact pair interactions ``J^k(A, B)`` of feature groups, k = 1..order.
 
     Args:
@@ -202,10 +207,13 @@ def interactions(model, inputs: torch.Tensor, baselines=0.0, target=None, groups
         route: ``"auto"``, ``"pairs"`` (any K) or ``"gradient"`` (K <= 3).
         max_groups: the largest G accepted (64); G x G pixel-level pairs need it raised.
         chunk_size: directions per Taylor-mode pass (default: automatic).
+        show_progress: a tqdm bar over the Taylor-mode passes (:func:`interactions_cost`
+            counts them).
 
     Returns an :class:`Interactions` with ``pairs [B, K, G, G]``, ``own [B, K, G]``.
     """
     V.check_positive_int(max_groups, "max_groups")
+    V.check_bool(show_progress, "show_progress")
     if route not in ROUTES:
         raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
     if route == "gradient" and order > 3:
@@ -225,10 +233,41 @@ def interactions(model, inputs: torch.Tensor, baselines=0.0, target=None, groups
     use_gradient = route == "gradient" or (route == "auto" and order <= 3)
     chunk = chunk_size or (autograd_chunk if use_gradient else _default_chunk)(
         order, inputs.shape[0], u.shape[1])
-    if use_gradient:
-        pairs, own = _gradient_route(gm, inputs, u, target, member, order, chunk)
-    else:
-        with torch.no_grad():
-            pairs, own = _pairs_route(gm, inputs, u, target, member, order, chunk)
+    n_passes = -(-G // chunk) + (0 if use_gradient else -(-(G * (G - 1) // 2) // chunk))
+    with tqdm(total=n_passes, desc="interactions", unit="pass", disable=not show_progress,
+              leave=False) as bar:
+        if use_gradient:
+            pairs, own = _gradient_route(gm, inputs, u, target, member, order, chunk, bar)
+        else:
+            with torch.no_grad():
+                pairs, own = _pairs_route(gm, inputs, u, target, member, order, chunk, bar)
     return Interactions(pairs=pairs.permute(1, 0, 2, 3).contiguous(),
                         own=own.permute(1, 0, 2).contiguous(), groups=ids.view(shape).cpu())
+
+
+def interactions_cost(inputs: torch.Tensor, groups=None, order: int = 2, *, route: str = "auto",
+                      max_groups: int = 64, chunk_size: int | None = None):
+    """The rows :func:`interactions` runs (a :class:`~taylorattr.cost.Cost`), from its
+    plan: two forwards of the batch; the gradient route one order-``K`` Taylor-mode row per
+    (sample, group), each swept backward ``K - 1`` times; the pairs route one row per
+    (sample, group) and one per (sample, pair). Runs no model."""
+    from .cost import Cost
+
+    V.check_positive_int(order, "order")
+    if route not in ROUTES:
+        raise ValueError(f"route must be one of {ROUTES}, got {route!r}")
+    inputs = V.check_inputs(inputs)
+    shape, B = tuple(inputs.shape[1:]), inputs.shape[0]
+    ids = default_groups(shape, max_groups) if groups is None else resolve_groups(groups, shape)
+    G = int(ids.max()) + 1
+    use_gradient = route == "gradient" or (route == "auto" and order <= 3)
+    n = math.prod(shape)
+    chunk = V.check_positive_int(chunk_size, "chunk_size") if chunk_size is not None else \
+        (autograd_chunk if use_gradient else _default_chunk)(order, B, n)
+    base = Cost(label="interactions", samples=B, forward_rows=2 * B, order=order)
+    if use_gradient:
+        return base + Cost(taylor_passes=-(-G // chunk), taylor_rows=B * G,
+                           taylor_backward_rows=B * G * (order - 1), order=order)
+    pairs = G * (G - 1) // 2
+    return base + Cost(taylor_passes=-(-G // chunk) + -(-pairs // chunk),
+                       taylor_rows=B * (G + pairs), order=order)

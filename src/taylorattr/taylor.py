@@ -32,7 +32,8 @@ from . import _validation as V
 from .inputs import whole_batch_view
 from .taylor_mode import piecewise_linear_ops, propagate, trace
 
-__all__ = ["TaylorTerms", "group_expansions", "taylor_attribution", "taylor_terms"]
+__all__ = ["TaylorTerms", "group_expansions", "group_expansions_cost", "taylor_attribution",
+           "taylor_terms", "taylor_terms_cost"]
 
 
 @dataclass(frozen=True)
@@ -299,3 +300,67 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
         error=output_change - total,
         orders=orders,
     )
+
+
+# ----------------------------------------------------------------------------- cost
+def _moved_width(delta: torch.Tensor, groups: torch.Tensor) -> int:
+    """The directions each sample expands (its moved groups), as many for every sample:
+    the widest sample's count (at least 1), as :func:`_group_orders` pads them."""
+    B = delta.shape[0]
+    ids = groups.reshape(-1).to(delta.device)
+    moved = torch.zeros(B, int(ids.max()) + 1, dtype=torch.float32, device=delta.device).index_add_(
+        1, ids, (delta.reshape(B, -1) != 0).to(torch.float32)) > 0
+    return max(int(moved.sum(1).max()), 1)
+
+
+def _expansions_cost(B: int, width: int, order: int, chunk: int):
+    from .cost import Cost
+
+    return Cost(taylor_passes=-(-width // chunk), taylor_rows=B * width, order=order)
+
+
+def group_expansions_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, groups=None,
+                          chunk_size: int | None = None):
+    """The rows :func:`group_expansions` runs on one-tensor inputs (a
+    :class:`~taylorattr.cost.Cost`): two forwards of the batch (inputs and baselines) and,
+    per sample, one order-``order`` Taylor-mode row per moved group, ``chunk_size``
+    directions per pass (the widest sample sets the passes). Runs no model."""
+    from .cost import Cost
+
+    V.check_positive_int(order, "order")
+    inputs = V.check_inputs(inputs)
+    delta = inputs - V.broadcast_baselines(baselines, inputs)
+    if groups is None:
+        groups = torch.arange(delta[0].numel()).view(delta.shape[1:])
+    if not isinstance(groups, torch.Tensor) or groups.shape != delta.shape[1:]:
+        raise ValueError(f"groups must be an integer tensor of the shape of one sample "
+                         f"{tuple(delta.shape[1:])}")
+    B = inputs.shape[0]
+    cs = V.check_positive_int(chunk_size, "chunk_size") if chunk_size is not None else \
+        _default_chunk(order, B, int(groups.max()) + 1)
+    return Cost(label="group expansions", samples=B, forward_rows=2 * B) + \
+        _expansions_cost(B, _moved_width(delta, groups), order, cs)
+
+
+def taylor_terms_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2,
+                      chunk_size: int | None = None):
+    """The rows :func:`taylor_terms` runs on one-tensor inputs: two forwards of the batch,
+    one Taylor-mode pass along ``-delta`` (``B`` rows) swept backward once (order 1) or
+    twice, and for ``order >= 2`` one univariate expansion per moved feature and sample
+    (``B x`` the widest sample's moved features), ``chunk_size`` directions per pass.
+    Runs no model."""
+    from .cost import Cost
+
+    V.check_positive_int(order, "order")
+    inputs = V.check_inputs(inputs)
+    delta = inputs - V.broadcast_baselines(baselines, inputs)
+    B = inputs.shape[0]
+    cost = Cost(label="taylor terms", samples=B, forward_rows=2 * B, taylor_passes=1,
+                taylor_rows=B, taylor_backward_rows=B * (2 if order > 1 else 1), order=order)
+    if order >= 2:
+        n = delta[0].numel()
+        cs = V.check_positive_int(chunk_size, "chunk_size") if chunk_size is not None else \
+            _default_chunk(order, B, n)
+        cost = cost + _expansions_cost(B, _moved_width(delta, torch.arange(n).view(
+            delta.shape[1:])), order, cs)
+    return cost

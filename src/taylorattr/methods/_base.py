@@ -59,6 +59,7 @@ __all__ = [
     "ImplicitBaselineMethod",
     "chunk_ranges",
     "default_chunk_rows",
+    "gradient_pass_cost",
     "grid_blocks",
     "target_gradient",
 ]
@@ -142,6 +143,14 @@ def _single_input(model) -> bool:
                 and p.default is p.empty]
     var = any(p.kind is p.VAR_POSITIONAL for p in params.parameters.values())
     return len(required) == 1 and not var
+
+
+def gradient_pass_cost(rows: int):
+    """The :class:`~taylorattr.cost.Cost` of ``rows`` rows run forward and swept backward
+    (:func:`target_gradient` on them)."""
+    from ..cost import Cost
+
+    return Cost(forward_rows=rows, backward_rows=rows)
 
 
 def per_sample_sum(t: torch.Tensor) -> torch.Tensor:
@@ -242,6 +251,46 @@ class AttributionMethod:
         params = inspect.signature(cls._attribute).parameters
         return {k: p for k, p in params.items()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY and k != "show_progress"}
+
+    # ---- the cost ------------------------------------------------------------------
+    def cost(self, inputs: torch.Tensor, baselines=None, target=None, *,
+             return_convergence_delta: bool = False, **options):
+        """The rows ``attribute(inputs, ..., **options)`` runs, counted from the method's
+        plan without running the model (:class:`taylorattr.cost.Cost`): the one forward of
+        ``inputs`` that resolves the target, the method's own rows (:meth:`_cost`) and, with
+        ``return_convergence_delta``, one forward per reference. ``baselines`` and
+        ``target`` do not change the counts. One-tensor inputs only; the automatic chunk
+        size's one-off memory probe is not counted.
+        """
+        from ..cost import Cost
+
+        check_bool(return_convergence_delta, "return_convergence_delta")
+        if not isinstance(inputs, torch.Tensor) or options.get("layer") is not None or \
+                options.get("additional_forward_args") is not None:
+            raise TypeError("cost counts the rows of one-tensor inputs without layer= or "
+                            "additional_forward_args; give a [B, ...] tensor")
+        unknown = sorted(set(options) - set(self.options()))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.cost got unexpected keyword argument(s) "
+                            f"{', '.join(map(repr, unknown))} (method options: "
+                            f"{', '.join(sorted(self.options())) or 'none'})")
+        x = check_inputs(inputs).detach()
+        own, n_refs = self._cost(x, {**options, "baselines": baselines})
+        total = Cost(label=self.name, samples=x.shape[0], forward_rows=x.shape[0]) + own
+        if return_convergence_delta and n_refs:
+            total = total + Cost(forward_rows=x.shape[0] * n_refs)
+        return total
+
+    def _cost(self, x: torch.Tensor, options: dict):
+        """``(Cost of the method's own rows, references per sample for the delta)``;
+        ``options`` are the call's options and its ``baselines``.
+
+        Each method counts from its own plan (windows, steps, samples, permutations);
+        a method without an override raises NotImplementedError (its cost is unknown).
+        :func:`gradient_pass_cost` is the cost of one forward + backward pass of ``rows``.
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not count its rows yet "
+                                  "(no _cost); its cost is unknown before running it")
 
     # ---- the shared work ----------------------------------------------------------
     def _run(self, inputs, baselines, target, options: dict, show_progress,

@@ -28,6 +28,7 @@ from ._base import (
     AttributionMethod,
     check_optional_positive_int,
     default_chunk_rows,
+    gradient_pass_cost,
     grid_blocks,
     target_gradient,
 )
@@ -183,3 +184,10 @@ class ExpectedGradients(AttributionMethod):
             grad, _ = target_gradient(self.model, rows.reshape((-1,) + feat), tr)
             total[s0:s1] += (grad.reshape(diff.shape) * diff).sum(1)
         return total / n, xb
+
+    def _cost(self, x, options):
+        """One gradient row per (sample, draw); the draws are the references."""
+        draws = options.get("draws")
+        n = draws.n_samples if isinstance(draws, EGDraws) else \
+            check_positive_int(options.get("n_samples", 50), "n_samples")
+        return gradient_pass_cost(n * x.shape[0]), n

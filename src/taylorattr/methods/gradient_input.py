@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ._base import ImplicitBaselineMethod, target_gradient
+from ._base import ImplicitBaselineMethod, gradient_pass_cost, target_gradient
 
 __all__ = ["GradientInput"]
 
@@ -26,3 +26,7 @@ class GradientInput(ImplicitBaselineMethod):
     def _attribute(self, x, baselines, target, fx, *, show_progress=False):
         grad, _ = target_gradient(self.model, x.clone(), target)
         return x * grad, torch.zeros_like(x).unsqueeze(1)
+
+    def _cost(self, x, options):
+        """One forward + backward pass of the batch; one (zero) reference."""
+        return gradient_pass_cost(x.shape[0]), 1

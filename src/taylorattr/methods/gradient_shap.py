@@ -32,7 +32,7 @@ import torch
 from .. import _validation as V
 from .._validation import check_inputs, check_positive_int
 from .._validation import check_seed as _check_seed
-from ._base import AttributionMethod, check_optional_positive_int
+from ._base import AttributionMethod, check_optional_positive_int, gradient_pass_cost
 from .expected_gradients import EGDraws, ExpectedGradients
 from .expected_gradients import draw as eg_draw
 
@@ -145,6 +145,14 @@ class GradientShap(AttributionMethod):
             internal_batch_size=chunk, show_progress=show_progress)
         attr = rows_attr.view(draws.baselines.shape).mean(1)
         return attr, draws.baselines.to(x.device, x.dtype)
+
+    def _cost(self, x, options):
+        """One gradient row per (sample, draw) at its noisy input; the draws are the
+        references."""
+        draws = options.get("draws")
+        n = draws.n_samples if isinstance(draws, GSDraws) else \
+            check_positive_int(options.get("n_samples", 50), "n_samples")
+        return gradient_pass_cost(n * x.shape[0]), n
 
 
 def reformulation():

@@ -24,6 +24,7 @@ from ._base import (
     AttributionMethod,
     check_optional_positive_int,
     default_chunk_rows,
+    gradient_pass_cost,
     grid_blocks,
     target_gradient,
 )
@@ -96,3 +97,8 @@ class IntegratedGradients(AttributionMethod):
             total[s0:s1] += torch.einsum("k,kbf->bf", weights[k0:k1], grad).view_as(
                 total[s0:s1])
         return diff * total, base.unsqueeze(1)
+
+    def _cost(self, x, options):
+        """``n_steps`` gradient rows per sample; one reference."""
+        n_steps = check_positive_int(options.get("n_steps", 50), "n_steps")
+        return gradient_pass_cost(n_steps * x.shape[0]), 1

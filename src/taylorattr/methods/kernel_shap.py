@@ -96,3 +96,10 @@ class KernelShap(AttributionMethod):
         w[:2] = END_POINT_WEIGHT
         phi = _weighted_fit(coal, v, w).to(x.device, x.dtype)
         return phi[:, ids].view_as(x), base.unsqueeze(1)
+
+    def _cost(self, x, options):
+        """``n_samples`` coalitions per sample; one reference."""
+        from ..cost import Cost
+
+        n = check_positive_int(options.get("n_samples", 25), "n_samples")
+        return Cost(forward_rows=x.shape[0] * n), 1

@@ -209,6 +209,21 @@ class NoiseTunnel(AttributionMethod):
             refs = _gather_refs(refs, ex.references, (s0, s1, k0, k1), batch, n, self.baseline_kind)
         return _combine(total, total_sq, n, nt_type), refs
 
+    def _cost(self, x, options):
+        """The inner method's cost on the ``B * nt_samples`` noisy rows (their targets resolved
+        by one forward each, as the inner call does); the inner references per noisy row."""
+        n = check_positive_int(options.get("nt_samples", 5), "nt_samples")
+        opts = {**self._defaults, **{k: v for k, v in options.items() if k not in _OWN},
+                **self._fixed}
+        rows = x[:1].expand((x.shape[0] * n,) + tuple(x.shape[1:]))
+        inner = self.inner_method
+        own, refs = inner._cost(rows, {k: v for k, v in opts.items() if k in inner.options()})
+        from ..cost import Cost
+        return Cost(forward_rows=rows.shape[0]) + own, refs * n
+
+
+_OWN = ("nt_type", "nt_samples", "stdevs", "seed", "nt_samples_batch_size")
+
 
 def _gather_refs(refs, block_refs, block, batch, n, kind):
     """The references of every sample: the inner method's own for a point or implicit

@@ -93,6 +93,21 @@ def window_masks(sizes, patch, stride) -> list[torch.Tensor]:
     return masks
 
 
+def count_windows(shape: tuple[int, ...], patch, stride=None) -> int:
+    """The windows of one sample of ``shape`` (without the batch), as :class:`Occlusion`
+    lays them out: ``prod(ceil((L - p) / s) + 1)`` over the occluded dimensions."""
+    patch_t = window_shape(patch, len(shape))
+    d = len(patch_t)
+    stride_t = patch_t if stride is None else _as_tuple(stride, "stride", d)
+    sizes = shape[len(shape) - d:]
+    if any(p > n for p, n in zip(patch_t, sizes)):
+        raise ValueError(f"patch {patch_t} exceeds the occluded dimensions {sizes} of inputs")
+    if any(s > p for s, p in zip(stride_t, patch_t)):
+        raise ValueError(f"stride {stride_t} must not exceed patch {patch_t} "
+                         "(a larger stride leaves features never occluded)")
+    return math.prod(math.ceil((n - p) / s) + 1 for n, p, s in zip(sizes, patch_t, stride_t))
+
+
 class Occlusion(AttributionMethod):
     """Occlusion with windows of size ``patch`` (or the groups of ``feature_mask``): each
     feature gets its window's (group's) output drop.
@@ -134,6 +149,19 @@ class Occlusion(AttributionMethod):
             parts.append(self._windows(x, base, t, fx, patches[i], strides[i], chunk,
                                        show_progress, (o, n, shape)).reshape(x.shape[0], n))
         return torch.cat(parts, 1), base.unsqueeze(1)
+
+    def _cost(self, x, options):
+        """One forward per (sample, window), or per (sample, group) with ``feature_mask``;
+        one reference (the baseline)."""
+        from ..cost import Cost
+
+        patch, stride = options.get("patch", 1), options.get("stride")
+        mask = options.get("feature_mask")
+        if mask is not None:
+            ids = _group_ids(mask, Layout.of((x,), False), x.shape[0], x.device)
+            return Cost(forward_rows=x.shape[0] * torch.unique(ids).numel()), 1
+        return Cost(forward_rows=x.shape[0] * count_windows(tuple(x.shape[1:]), patch,
+                                                             stride)), 1
 
     def _windows(self, x, base, t, fx, patch, stride, chunk, show_progress, part=None):
         """Window drops of one input (``part = (offset, size, shape)`` inside the flat

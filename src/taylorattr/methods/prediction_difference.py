@@ -62,6 +62,17 @@ class PredictionDifference(AttributionMethod):
             total += attr
         return total / refs.shape[1], refs
 
+    def _cost(self, x, options):
+        """Occlusion's windows once per reference; the references themselves."""
+        from ..cost import Cost
+        from .occlusion import count_windows
+
+        refs = self.references(x, options.get("baselines"), options.get("n_samples"),
+                               options.get("noise_std"), options.get("seed", 0))
+        n = refs.shape[1]
+        windows = count_windows(tuple(x.shape[1:]), options.get("patch", 1), options.get("stride"))
+        return Cost(forward_rows=x.shape[0] * n * windows), n
+
     @staticmethod
     def references(x, baselines=None, n_samples=None, noise_std=None, seed=0) -> torch.Tensor:
         """The references ``[B, n, ...]`` each sample is marginalised over."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import check_bool
-from ._base import ImplicitBaselineMethod, target_gradient
+from ._base import ImplicitBaselineMethod, gradient_pass_cost, target_gradient
 
 __all__ = ["Saliency"]
 
@@ -32,3 +32,7 @@ class Saliency(ImplicitBaselineMethod):
         check_bool(abs, "abs")
         grad, _ = target_gradient(self.model, x.clone(), target)
         return (grad.abs() if abs else grad), torch.zeros_like(x).unsqueeze(1)
+
+    def _cost(self, x, options):
+        """One forward + backward pass of the batch; one (zero) reference."""
+        return gradient_pass_cost(x.shape[0]), 1

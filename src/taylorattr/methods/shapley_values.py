@@ -164,6 +164,23 @@ class ShapleyValues(AttributionMethod):
         return phi[:, ids].view_as(x), base.unsqueeze(1)
 
 
+    def _cost(self, x, options):
+        """Exact: ``2^G`` coalitions per sample; sampling: ``G`` per order and sample, and
+        one forward of the baselines. One reference."""
+        from ..cost import Cost
+
+        _, G = player_ids(options.get("feature_mask"), x)
+        method, perms = options.get("method", "auto"), options.get("permutations")
+        if method not in _METHODS:
+            raise ValueError(f"method must be one of {list(_METHODS)}, got {method!r}")
+        batch = x.shape[0]
+        if method == "exact" or (method == "auto" and G <= MAX_EXACT_PLAYERS and perms is None):
+            return Cost(forward_rows=batch * 2 ** G), 1
+        n = _check_permutations(perms, G).shape[0] if perms is not None else \
+            check_positive_int(options.get("n_samples", 25), "n_samples")
+        return Cost(forward_rows=batch * n * G + batch), 1
+
+
 def _check_permutations(perms, G: int) -> torch.Tensor:
     if not isinstance(perms, torch.Tensor) or perms.dtype.is_floating_point or perms.dim() != 2:
         raise TypeError("permutations must be an integer tensor [n_samples, G] of player orders")

@@ -10,6 +10,7 @@ from .fidelity import (
     approximation_error,
     gaussian_perturbation,
     infidelity,
+    infidelity_cost,
     percentage_change,
     square_removal,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "boxes_to_mask",
     "gaussian_perturbation",
     "infidelity",
+    "infidelity_cost",
     "percentage_change",
     "square_removal",
 ]

@@ -32,6 +32,7 @@ __all__ = [
     "approximation_error",
     "gaussian_perturbation",
     "infidelity",
+    "infidelity_cost",
     "optimal_beta_score",
     "percentage_change",
     "square_removal",
@@ -536,3 +537,23 @@ def _one_tensor(model, inputs, attributions, perturbation, additional_forward_ar
 
     return (wrapped, layout.join(parts), layout.join(tuple(a.detach() for a in attr_parts)),
             perturbation, extra)
+
+
+def infidelity_cost(inputs: torch.Tensor, perturbation="square", max_side: int = 10,
+                    n_perturb_samples: int | None = None):
+    """The rows :func:`infidelity` runs (a :class:`~taylorattr.cost.Cost`): one forward of
+    the batch and one per (sample, perturbation): the squares of :func:`square_removal`
+    (``"square"``) or ``n_perturb_samples`` draws (default 1000). Runs no model."""
+    from ..cost import Cost
+
+    inputs = check_inputs(inputs)
+    b = inputs.shape[0]
+    if perturbation == "square":
+        if inputs.dim() != 4:
+            raise ValueError("perturbation='square' needs image inputs of shape [B, C, H, W], "
+                             f"got inputs of shape {tuple(inputs.shape)}")
+        n = square_removal(inputs.shape[2], inputs.shape[3], max_side).shape[0]
+    else:
+        n = check_positive_int(1000 if n_perturb_samples is None else n_perturb_samples,
+                               "n_perturb_samples")
+    return Cost(label="infidelity", samples=b, forward_rows=b + b * n)

@@ -1,0 +1,329 @@
+r"""Know the cost before paying it: rows counted from a plan, seconds from a timed probe.
+
+Every long entry point runs rows through the model in three kinds of passes:
+
+* **forward rows** (no gradient): occluded copies, coalitions, removed squares;
+* **backward rows**: rows whose explained output is also differentiated (one reverse
+  sweep per row; each such row is a forward row too);
+* **Taylor-mode rows**: one series row per (sample, direction) of a Taylor-mode pass of
+  order ``K`` (:func:`taylorattr.taylor_mode.propagate`), ``taylor_passes`` passes in all,
+  and ``taylor_backward_rows`` of them swept backward (counted once per sweep).
+
+The counts come from the method's own plan (its windows, steps, samples, references,
+permutations, directions, squares) *before* anything runs, and equal the rows the model
+then sees (``tests/test_cost.py`` checks this with :class:`RowCounter`). The automatic
+chunk size's one-off memory probe (a few rows per model and row shape,
+:mod:`taylorattr.batching`) is not counted. The estimate is
+
+.. math::
+
+    T = R_f\,t_f + R_b\,t_b + (R_T + 2 R_{Tb})\,t_T(K)
+
+with ``t_f`` the seconds per forward row, ``t_b`` the extra seconds per backward row and
+``t_T(K)`` the seconds per Taylor-mode row of order ``K``, each timed on a probe batch of
+the actual model, row shape, dtype and device (:func:`measure_rates`).
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import nn
+
+__all__ = ["GPU_SCALE_ROWS", "Cost", "CostError", "Rates", "RowCounter", "bound_cost",
+           "check_budget",
+           "estimate", "format_seconds", "measure_rates", "stage_estimate"]
+
+#: Rows per explained sample from which a cost is flagged as GPU-scale when it runs on a
+#: CPU: pixel-level occlusion of a 224x224 image is 50,176 rows per image.
+GPU_SCALE_ROWS = 20_000
+
+#: A reverse sweep through a Taylor-mode row costs about this many of its forward rows.
+REVERSE_FACTOR = 2.0
+
+#: What makes a run cheaper, named by :func:`check_budget`.
+CHEAPER = ("a larger occlusion patch (e.g. patch=8 or 16 at 224x224)", "fewer samples (--samples)",
+           "a GPU (--device cuda)", "several processes (torchrun)")
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The rows one call (or a stage of calls) runs, and their estimated seconds.
+
+    ``samples``: the explained samples (images); ``order``: the Taylor order of the
+    Taylor-mode rows (0 without them); ``seconds``/``device``: set by :func:`estimate`.
+    Costs add (``a + b``: rows and seconds summed, samples summed, the label kept when
+    they agree).
+    """
+
+    label: str = ""
+    samples: int = 0
+    forward_rows: int = 0
+    backward_rows: int = 0
+    taylor_passes: int = 0
+    taylor_rows: int = 0
+    taylor_backward_rows: int = 0
+    order: int = 0
+    seconds: float | None = None
+    device: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    def __post_init__(self):
+        for name in ("samples", "forward_rows", "backward_rows", "taylor_passes",
+                     "taylor_rows", "taylor_backward_rows", "order"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"Cost.{name} must be an int >= 0, got {v!r}")
+
+    def __add__(self, other: Cost) -> Cost:
+        if not isinstance(other, Cost):
+            return NotImplemented
+        seconds = None if self.seconds is None or other.seconds is None \
+            else self.seconds + other.seconds
+        return Cost(label=self.label if self.label == other.label or not other.label
+                    else (other.label if not self.label else f"{self.label} + {other.label}"),
+                    samples=self.samples + other.samples,
+                    forward_rows=self.forward_rows + other.forward_rows,
+                    backward_rows=self.backward_rows + other.backward_rows,
+                    taylor_passes=self.taylor_passes + other.taylor_passes,
+                    taylor_rows=self.taylor_rows + other.taylor_rows,
+                    taylor_backward_rows=self.taylor_backward_rows + other.taylor_backward_rows,
+                    order=max(self.order, other.order), seconds=seconds,
+                    device=self.device or other.device,
+                    notes=tuple(dict.fromkeys(self.notes + other.notes)))
+
+    def labelled(self, label: str, samples: int | None = None) -> Cost:
+        return replace(self, label=label, samples=self.samples if samples is None else samples)
+
+    @property
+    def rows(self) -> int:
+        """All rows: forward, backward (counted once more) and Taylor-mode."""
+        return self.forward_rows + self.backward_rows + self.taylor_rows + \
+            self.taylor_backward_rows
+
+    @property
+    def gpu_scale(self) -> bool:
+        """More than :data:`GPU_SCALE_ROWS` rows per sample, on a CPU (or unknown device)."""
+        per = self.rows / max(self.samples, 1)
+        return per > GPU_SCALE_ROWS and not self.device.startswith("cuda")
+
+    def describe(self) -> str:
+        """One line: ``"Occlusion-1, 4 images, 200,704 forwards, about 80 min on cpu"``."""
+        parts = [self.label] if self.label else []
+        if self.samples:
+            parts.append(f"{self.samples:,} image{'s' if self.samples != 1 else ''}")
+        parts.append(f"{self.forward_rows:,} forwards")
+        if self.backward_rows:
+            parts.append(f"{self.backward_rows:,} backwards")
+        if self.taylor_rows:
+            parts.append(f"{self.taylor_rows:,} order-{self.order} Taylor rows in "
+                         f"{self.taylor_passes:,} passes")
+        if self.taylor_backward_rows:
+            parts.append(f"{self.taylor_backward_rows:,} rows swept back through them")
+        if self.seconds is not None:
+            parts.append(f"about {format_seconds(self.seconds)} on {self.device or 'cpu'}")
+        text = ", ".join(parts)
+        if self.gpu_scale:
+            text += " (GPU-scale: a CPU cannot afford this; use a GPU or a coarser setting)"
+        return text + "".join(f"; {n}" for n in self.notes)
+
+    __str__ = describe
+
+
+class CostError(ValueError):
+    """A run estimated above its budget; the message is one line."""
+
+
+def format_seconds(seconds: float) -> str:
+    """``"40 s"``, ``"12 min"``, ``"3.5 h"``, ``"2.1 days"``."""
+    if not math.isfinite(seconds) or seconds < 0:
+        raise ValueError(f"seconds must be finite and >= 0, got {seconds!r}")
+    if seconds < 90:
+        return f"{max(seconds, 0.1):.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} days"
+
+
+# --------------------------------------------------------------------------- counting
+
+class RowCounter(nn.Module):
+    """Wraps a model and counts the rows it sees: every forward call adds its batch size to
+    ``forward_rows``; a reverse sweep through an output adds that output's rows to
+    ``backward_rows`` (a tensor hook on the output). Traced by torch.fx, it is transparent
+    (a proxy is not counted: Taylor-mode passes run the traced graph, not this forward)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.train(model.training)
+        self.reset()
+
+    def reset(self) -> None:
+        self.forward_rows = 0
+        self.backward_rows = 0
+        self.calls = 0
+
+    def forward(self, x):
+        out = self.model(x)
+        if isinstance(x, torch.fx.Proxy):
+            return out
+        self.forward_rows += int(x.shape[0])
+        self.calls += 1
+        if isinstance(out, torch.Tensor) and out.requires_grad:
+            out.register_hook(self._on_backward)
+        return out
+
+    def _on_backward(self, grad):
+        self.backward_rows += int(grad.shape[0])
+
+
+# --------------------------------------------------------------------------- timing
+
+@dataclass(frozen=True)
+class Rates:
+    """Seconds per row measured on a probe batch: forward, extra for backward, and per
+    Taylor-mode row of ``order`` (None when not measured)."""
+
+    forward: float
+    backward: float = 0.0
+    taylor: float | None = None
+    order: int = 0
+    device: str = "cpu"
+    probe_rows: int = 0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _best_of(fn, device, repeats: int = 3) -> float:
+    fn()  # warm-up
+    _sync(device)
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order: int = 0,
+                  probe_rows: int = 16, taylor_directions: int = 4) -> Rates:
+    """Time the model on ``probe_rows`` copies of the first row of ``x`` (forward without
+    gradient; with ``backward`` also forward + reverse sweep) and, with ``taylor_order``,
+    one Taylor-mode pass of ``taylor_directions`` directions. Best of three after a warm-up
+    (:func:`probe_sizes` picks sizes like a stage's own).
+    """
+    from ._validation import check_inputs, check_positive_int, model_output
+
+    x = check_inputs(x).detach()
+    check_positive_int(probe_rows, "probe_rows")
+    rows = x[:1].expand((probe_rows,) + tuple(x.shape[1:])).contiguous()
+
+    def fwd():
+        with torch.no_grad():
+            model_output(model, rows)
+
+    t_f = _best_of(fwd, x.device) / probe_rows
+    t_b = 0.0
+    if backward:
+        def fwd_bwd():
+            r = rows.clone().requires_grad_(True)
+            with torch.enable_grad():
+                out = model_output(model, r)
+                torch.autograd.grad(out.sum(), r)
+
+        t_b = max(_best_of(fwd_bwd, x.device) / probe_rows - t_f, 0.0)
+    t_T = None
+    if taylor_order:
+        from .taylor_mode import propagate, trace
+
+        gm = trace(model)
+        m = check_positive_int(taylor_directions, "taylor_directions")
+        dirs = torch.randn((1, m) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
+
+        def taylor():
+            with torch.no_grad():
+                propagate(gm, x[:1], dirs, taylor_order)
+
+        t_T = _best_of(taylor, x.device) / m
+    return Rates(t_f, t_b, t_T, taylor_order, str(x.device), probe_rows)
+
+
+def probe_sizes(cost: Cost) -> dict:
+    """Probe sizes close to the stage's own: up to 64 rows per call, and the directions per
+    sample of its average Taylor-mode pass (up to 256), so per-call overheads amortise as
+    in the run."""
+    per_pass = cost.taylor_rows // max(cost.taylor_passes, 1) // max(cost.samples, 1)
+    return {"probe_rows": max(2, min(64, cost.forward_rows)),
+            "taylor_directions": max(1, min(256, per_pass))}
+
+
+def estimate(cost: Cost, model=None, x: torch.Tensor | None = None, *,
+             rates: Rates | None = None) -> Cost:
+    """``cost`` with ``seconds`` and ``device`` filled in from ``rates`` (measured here on
+    ``model`` and ``x`` when not given)."""
+    if not isinstance(cost, Cost):
+        raise TypeError(f"cost must be a Cost, got {type(cost).__name__}")
+    if rates is None:
+        if model is None or x is None:
+            raise ValueError("estimate needs rates, or model and x to measure them on")
+        rates = measure_rates(model, x, backward=cost.backward_rows > 0,
+                              taylor_order=cost.order if cost.taylor_rows else 0,
+                              **probe_sizes(cost))
+    if (cost.taylor_rows or cost.taylor_backward_rows) and (rates.taylor is None or rates.order != cost.order):
+        raise ValueError(f"rates were measured without order-{cost.order} Taylor-mode rows; "
+                         f"measure_rates(..., taylor_order={cost.order})")
+    taylor = cost.taylor_rows + REVERSE_FACTOR * cost.taylor_backward_rows
+    seconds = (cost.forward_rows * rates.forward + cost.backward_rows * rates.backward
+               + (taylor * rates.taylor if taylor else 0.0))
+    return replace(cost, seconds=seconds, device=rates.device)
+
+
+def stage_estimate(label: str, costs, model, x: torch.Tensor, *,
+                   rates: Rates | None = None) -> Cost:
+    """The summed, timed cost of one stage (e.g. ``"bbox on resnet18"``): ``costs`` is a
+    Cost or an iterable of them (one per unit); the label is prefixed to the units' own."""
+    costs = [costs] if isinstance(costs, Cost) else list(costs)
+    if not costs:
+        raise ValueError("costs must hold at least one Cost")
+    total = costs[0]
+    for c in costs[1:]:
+        total = total + c
+    total = estimate(total, model, x, rates=rates)
+    return replace(total, label=f"{label}: {total.label}" if total.label else label)
+
+
+def check_budget(cost: Cost, budget: float | None) -> Cost:
+    """Return ``cost`` when it fits ``budget`` seconds (None: no budget); otherwise raise
+    :class:`CostError` with one line naming the estimate and the cheaper options."""
+    if budget is None:
+        return cost
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0 \
+            or not math.isfinite(budget):
+        raise ValueError(f"budget must be a positive number of seconds or None, got {budget!r}")
+    if cost.seconds is None:
+        raise ValueError("cost has no estimated seconds; pass it through estimate() first")
+    if cost.seconds <= budget:
+        return cost
+    raise CostError(f"{cost.describe()} exceeds the budget of {format_seconds(budget)}; "
+                    f"cheaper: {', '.join(CHEAPER)}, or raise --budget")
+
+
+def bound_cost(bound, model, x: torch.Tensor, baseline=0.0) -> Cost:
+    """The rows a registry method with resolved settings (a
+    :class:`~taylorattr.registry.BoundMethod`, as the assessment, validation and evaluation
+    units run them) runs on ``x``: its method's :meth:`cost` with the bound settings,
+    labelled with the variant's label. Runs no model."""
+    init = {k: v for k, v in bound.settings.items() if k in bound.spec.init_args}
+    opts = {k: v for k, v in bound.settings.items()
+            if k not in bound.spec.init_args and k != "baselines"}
+    method = bound.spec.build(model, **init)
+    return method.cost(x, bound._baselines(baseline), **opts).labelled(bound.label)

@@ -1,0 +1,259 @@
+"""The counted rows of every long entry point equal the rows the model actually saw.
+
+Each test counts a call's rows from its plan (``cost``/``*_cost``, which run no model), then
+runs the call on a :class:`RowCounter`-wrapped model (forward rows of every call, backward
+rows from a hook on the output) or, for Taylor-mode passes, through counting wrappers of
+``propagate``, the traced graph and ``torch.autograd.grad``, and compares exactly.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+import taylorattr.pair_interactions as PI
+import taylorattr.taylor as T
+from taylorattr.cost import (
+    Cost,
+    CostError,
+    Rates,
+    RowCounter,
+    bound_cost,
+    check_budget,
+    estimate,
+    format_seconds,
+    stage_estimate,
+)
+from taylorattr.methods import (
+    ExpectedGradients,
+    GradientInput,
+    GradientShap,
+    IntegratedGradients,
+    KernelShap,
+    Occlusion,
+    PredictionDifference,
+    Saliency,
+    ShapleyValues,
+    SmoothGrad,
+)
+from taylorattr.methods.occlusion import count_windows
+from taylorattr.metrics import infidelity, infidelity_cost
+from taylorattr.registry import variants
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Softplus(), nn.Flatten(),
+                         nn.Linear(2 * 6 * 6, 3)).double().eval()
+
+
+@pytest.fixture(scope="module")
+def x():
+    return torch.randn(2, 1, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+
+
+MASK = (torch.arange(36).view(1, 1, 6, 6) // 9)  # 4 groups of 9 pixels
+
+CASES = [
+    (GradientInput, {}, False),
+    (Saliency, {}, False),
+    (Occlusion, {"patch": 2, "stride": 1, "perturbations_per_eval": 7}, True),
+    (Occlusion, {"patch": (3, 2), "perturbations_per_eval": 5}, False),
+    (Occlusion, {"feature_mask": MASK, "perturbations_per_eval": 3}, True),
+    (IntegratedGradients, {"n_steps": 5, "internal_batch_size": 7}, True),
+    (ShapleyValues, {"feature_mask": MASK, "perturbations_per_eval": 6}, False),
+    (ShapleyValues, {"feature_mask": MASK, "method": "sampling", "n_samples": 3,
+                     "perturbations_per_eval": 6}, True),
+    (KernelShap, {"feature_mask": MASK, "n_samples": 5, "perturbations_per_eval": 4}, False),
+    (ExpectedGradients, {"n_samples": 3, "noise_std": 0.5, "internal_batch_size": 4}, True),
+    (GradientShap, {"n_samples": 3, "noise_std": 0.5, "internal_batch_size": 4}, False),
+    (PredictionDifference, {"n_samples": 2, "noise_std": 0.5, "patch": 3,
+                            "perturbations_per_eval": 5}, True),
+    (SmoothGrad, {"nt_samples": 3, "nt_samples_batch_size": 2}, False),
+]
+
+
+@pytest.mark.parametrize("cls,options,delta", CASES,
+                         ids=[f"{c.__name__}-{i}" for i, (c, _, _) in enumerate(CASES)])
+def test_method_rows_equal_counted(cls, options, delta, x):
+    counter = RowCounter(_model())
+    method = cls(counter)
+    cost = method.cost(x, return_convergence_delta=delta, **options)
+    assert counter.forward_rows == 0  # counting runs no model
+    # the automatic chunk size's one-off memory probe (the delta's reference forwards use
+    # it) is not counted: warm it up once, then count a second identical call
+    method.attribute(x, return_convergence_delta=delta, **options)  # may probe chunk sizes once
+    counter.reset()
+    out = method.attribute(x, return_convergence_delta=delta, **options)
+    assert torch.isfinite(out[0] if delta else out).all()
+    assert (counter.forward_rows, counter.backward_rows) == \
+        (cost.forward_rows, cost.backward_rows)
+    assert cost.samples == x.shape[0] and cost.taylor_rows == 0
+
+
+def test_occlusion_windows_closed_form():
+    # pixel-level occlusion of a 224x224 image: one window per pixel
+    assert count_windows((3, 224, 224), 1) == 224 * 224 == 50_176
+    # windows start at 0, s, 2s, ... with the last one cut at the edge (Captum's layout)
+    assert count_windows((3, 224, 224), 16, 8) == (math.ceil((224 - 16) / 8) + 1) ** 2
+    with pytest.raises(ValueError, match="stride"):
+        count_windows((1, 6, 6), 2, 3)
+
+
+def test_cost_refuses_unknown_option_and_tuples(x):
+    m = Occlusion(_model())
+    with pytest.raises(TypeError, match="n_steps"):
+        m.cost(x, n_steps=3)
+    with pytest.raises(TypeError, match="one-tensor"):
+        m.cost((x, x))
+
+
+# ------------------------------------------------------------------ Taylor-mode entry points
+
+class _TaylorCount:
+    """Counts forwards (``model``, a RowCounter: tracing goes through it uncounted),
+    Taylor-mode rows and passes, and reverse sweeps through them."""
+
+    def __init__(self, monkeypatch, n_features):
+        self.model = RowCounter(_model())
+        self.passes = self.rows = self.sweeps = 0
+        real_prop, real_grad = T.propagate, torch.autograd.grad
+
+        def propagate(gm, inputs, directions, order):
+            self.passes += 1
+            self.rows += directions.shape[0] * directions.shape[1]
+            return real_prop(gm, inputs, directions, order)
+
+        def grad(outputs, inputs, *a, **k):
+            inp = inputs[0] if isinstance(inputs, (tuple, list)) else inputs
+            self.sweeps += inp.numel() // n_features
+            return real_grad(outputs, inputs, *a, **k)
+
+        monkeypatch.setattr(T, "propagate", propagate)
+        monkeypatch.setattr(PI, "propagate", propagate)
+        monkeypatch.setattr(torch.autograd, "grad", grad)
+
+    def check(self, cost: Cost):
+        assert (self.model.forward_rows, self.passes, self.rows, self.sweeps) == \
+            (cost.forward_rows, cost.taylor_passes, cost.taylor_rows, cost.taylor_backward_rows)
+
+
+def _baselines(x):
+    # sample 0 keeps 30 of its 36 pixels at the baseline, sample 1 moves 7: the widest
+    # sample (7 moved features) sets the passes
+    base = x.clone()
+    base[0, 0, 0, :6] = 0.0
+    base[1, 0, 5, :] = 0.0
+    base[1, 0, 4, 0] = 0.0
+    return base
+
+
+@pytest.mark.parametrize("order,chunk", [(1, None), (2, 3), (3, None)])
+def test_taylor_terms_rows(monkeypatch, x, order, chunk):
+    cost = T.taylor_terms_cost(x, _baselines(x), order, chunk)
+    count = _TaylorCount(monkeypatch, 36)
+    T.taylor_terms(count.model, x, _baselines(x), order=order, chunk_size=chunk)
+    count.check(cost)
+    if order == 2:
+        assert cost.taylor_passes == 1 + math.ceil(7 / 3)
+
+
+def test_group_expansions_rows(monkeypatch, x):
+    groups = (torch.arange(36).view(1, 6, 6) // 4)
+    cost = T.group_expansions_cost(x, _baselines(x), 2, groups, chunk_size=2)
+    count = _TaylorCount(monkeypatch, 36)
+    T.group_expansions(count.model, x, _baselines(x), order=2, groups=groups, chunk_size=2)
+    count.check(cost)
+
+
+@pytest.mark.parametrize("route,order", [("gradient", 2), ("gradient", 3), ("pairs", 2)])
+def test_interactions_rows(monkeypatch, x, route, order):
+    groups = (torch.arange(36).view(1, 6, 6) // 6)
+    cost = PI.interactions_cost(x, groups, order, route=route, chunk_size=4)
+    count = _TaylorCount(monkeypatch, 36)
+    PI.interactions(count.model, x, 0.0, groups=groups, order=order, route=route, chunk_size=4)
+    count.check(cost)
+
+
+# ------------------------------------------------------------------ infidelity and units
+
+@pytest.mark.parametrize("kw", [{"perturbation": "square", "max_side": 3},
+                                {"perturbation": "gaussian", "n_perturb_samples": 7}])
+def test_infidelity_rows(x, kw):
+    counter = RowCounter(_model())
+    cost = infidelity_cost(x, **kw)
+    infidelity(counter, x, torch.ones_like(x), batch_size=11, **kw)
+    assert counter.forward_rows == cost.forward_rows
+    if kw["perturbation"] == "square":  # sum over sides of the positions of each square
+        assert cost.forward_rows == 2 + 2 * sum((6 - s + 1) ** 2 for s in (1, 2, 3))
+
+
+def test_bound_methods_of_the_assessment(x):
+    """Every method of the assessment, with its registry settings, as a unit runs it."""
+    bounds = [spec.bind(v, context={"seed": 0}) for spec, v in variants("assessment")]
+    checked = []
+    for bound in bounds:
+        counter = RowCounter(_model())
+        try:
+            cost = bound_cost(bound, counter, x, 0.0)
+        except NotImplementedError:
+            continue  # layer-wise rules
+        bound(counter, x, 0.0, None)  # first call may probe the chunk size once
+        counter.reset()
+        bound(counter, x, 0.0, None)
+        assert (counter.forward_rows, counter.backward_rows) == \
+            (cost.forward_rows, cost.backward_rows), bound.label
+        assert cost.label == bound.label
+        checked.append(bound.label)
+    # Gradient*Input, Occlusion-1, Occlusion-patch, IG, EG (DeepLift's rules run no model
+    # forward of their own rows and are not counted)
+    assert len(checked) >= 5, checked
+
+
+# ------------------------------------------------------------------ estimate and budget
+
+def test_estimate_is_the_rates_weighted_sum():
+    cost = Cost(forward_rows=100, backward_rows=40, taylor_rows=10, taylor_backward_rows=5,
+                taylor_passes=2, order=2)
+    rates = Rates(forward=0.01, backward=0.02, taylor=0.3, order=2, device="cpu")
+    est = estimate(cost, rates=rates)
+    assert est.seconds == pytest.approx(100 * 0.01 + 40 * 0.02 + (10 + 2 * 5) * 0.3)
+    with pytest.raises(ValueError, match="taylor_order=3"):
+        estimate(Cost(taylor_rows=1, order=3), rates=rates)
+
+
+def test_stage_estimate_measures_on_the_model(x):
+    model = _model()
+    unit = Occlusion(model).cost(x, patch=1)
+    est = stage_estimate("bbox on toy", [unit, unit], model, x)
+    assert est.forward_rows == 2 * unit.forward_rows and est.samples == 4
+    assert est.label.startswith("bbox on toy: occlusion") and est.seconds > 0
+    assert est.device == "cpu"
+
+
+def test_describe_and_gpu_scale_flag():
+    c = Cost(label="Occlusion-1", samples=4, forward_rows=200_704, seconds=80 * 60,
+             device="cpu")
+    assert c.describe().startswith("Occlusion-1, 4 images, 200,704 forwards, about 80 min on cpu")
+    assert "GPU-scale" in c.describe()
+    assert "GPU-scale" not in Cost(label="Occ-16", samples=4, forward_rows=4 * 196).describe()
+    assert "GPU-scale" not in Cost(samples=1, forward_rows=50_176, device="cuda:0").describe()
+    assert format_seconds(30) == "30 s" and format_seconds(3 * 3600) == "3.0 h"
+
+
+def test_check_budget_one_line_naming_cheaper_options():
+    c = Cost(label="Occlusion-1", samples=4, forward_rows=200_704, seconds=4800.0)
+    assert check_budget(c, 5000) is c
+    assert check_budget(c, None) is c
+    with pytest.raises(CostError) as err:
+        check_budget(c, 600)
+    msg = str(err.value)
+    assert "\n" not in msg and "80 min" in msg and "10 min" in msg
+    for option in ("patch", "--samples", "GPU", "torchrun"):
+        assert option in msg
+    with pytest.raises(ValueError, match="budget"):
+        check_budget(c, -1)
+    with pytest.raises(ValueError, match="estimate"):
+        check_budget(Cost(forward_rows=1), 10)
