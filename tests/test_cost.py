@@ -15,6 +15,7 @@ from torch import nn
 
 import taylorattr.pair_interactions as PI
 import taylorattr.taylor as T
+from taylorattr.baselines import ReferenceSet
 from taylorattr.cost import (
     Cost,
     CostError,
@@ -195,6 +196,8 @@ def test_bound_methods_of_the_assessment(x):
     bounds = [spec.bind(v, context={"seed": 0}) for spec, v in variants("assessment")]
     checked = []
     for bound in bounds:
+        if isinstance(bound.settings.get("baselines"), ReferenceSet):
+            continue  # references sized for the digits, not for these inputs
         counter = RowCounter(_model())
         try:
             cost = bound_cost(bound, counter, x, 0.0)
