@@ -7,7 +7,7 @@ first- vs second-order Taylor attribution (Deng et al., AAAI 2021).
 """
 from __future__ import annotations
 
-__all__ = ["APPROX_ERROR", "CORRELATION_SIGN", "IG_ERROR_CORRELATION", "MODEL_LABELS", "TAYLOR_ORDER",
+__all__ = ["APPROX_ERROR", "CORRELATION_SIGN", "FIGURE3_METHODS", "IG_ERROR_CORRELATION", "MODEL_LABELS", "TAYLOR_ORDER",
            "TITLE", "model_label"]
 
 TITLE = "A Unified Taylor Framework for Revisiting Attribution Methods"
@@ -24,6 +24,8 @@ APPROX_ERROR = {"Poly": 0.0, "M-sg": 0.084, "C-sg": 0.420}
 IG_ERROR_CORRELATION = 0.72
 #: Infidelity of the order-K Taylor attribution: model -> {K: value}.
 TAYLOR_ORDER = {"C-sg": {1: 0.48, 2: 0.27}, "C-sp": {1: 0.84, 2: 0.75}}
+#: The methods of the paper's Figures 3 and 4, by their table labels.
+FIGURE3_METHODS = ("GI", "Occ-1", "Occ-2x2", "DL", "IG", "EG")
 #: The sign of the correlation with the principle count the paper reports (Figures 3, 4).
 CORRELATION_SIGN = {"infidelity": "negative", "bbox": "positive"}
 
