@@ -1,0 +1,84 @@
+"""The ``taylorattr`` command line: validate, principles, assess, reproduce, explain,
+evaluate, attribute.
+
+Every subcommand is a thin shell over a library function that returns data; this package
+(:mod:`.arguments` types and errors, :mod:`.parser`, :mod:`.preflight`, :mod:`.commands`)
+only parses arguments, checks what can be checked before the work starts (optional
+packages, a writable ``--out``, a readable image, sample counts within the data), calls
+it, and prints the formatted tables.
+
+Exit status: 0 done; 2 an expected failure (bad argument, missing optional package,
+unreadable image, unwritable output or stdout), reported as one line on stderr naming
+the argument and what to do, never a traceback; 130 interrupted (Ctrl-C), with
+"interrupted; rerun to resume" (finished units are kept). Warnings are one line each.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+from .arguments import ASSESS_EXPERIMENTS, EXPLAIN_MODELS, IMAGENET_MODELS, CliError, _one_line
+from .commands import COMMANDS
+from .parser import build_parser
+from .preflight import _preflight
+
+__all__ = ["ASSESS_EXPERIMENTS", "COMMANDS", "EXPLAIN_MODELS", "IMAGENET_MODELS", "CliError",
+           "build_parser", "main"]
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"taylorattr: warning: {_one_line(message)}", file=sys.stderr)
+
+
+def _print(text: str) -> None:
+    try:
+        print(text)
+        sys.stdout.flush()
+    except OSError as exc:
+        if sys.stdout is sys.__stdout__:  # keep the interpreter's last flush from failing too
+            try:
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            except (OSError, ValueError):
+                pass
+        raise CliError("stdout", f"cannot write the results ({exc.strerror or exc}); files "
+                                 "under --out are kept; redirect stdout to a writable place"
+                       ) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns 0, or raises ``SystemExit`` with status 2 (an expected
+    failure, one line on stderr) or 130 (interrupted)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    sub = f"taylorattr {args.command}"
+    if args.command == "assess" and (args.imagenet_dir is None) != (args.weights is None):
+        parser.error("--imagenet-dir and --weights go together (no weights are downloaded)")
+    if args.command == "explain" and args.weights is not None and args.model == "efficientnet-lite0":
+        parser.error("--weights is for vgg16/vgg19/resnet18; EfficientNet-Lite0 ships its own")
+    if args.command == "explain" and args.weights is None and args.model != "efficientnet-lite0":
+        parser.error(f"--weights PATH is required for --model {args.model} "
+                     "(no weights are downloaded)")
+    with warnings.catch_warnings():
+        warnings.showwarning = _show_warning
+        try:
+            _preflight(args)
+            _print(COMMANDS[args.command](args))
+        except KeyboardInterrupt:
+            sys.stderr.write(f"{sub}: interrupted; rerun to resume\n")
+            raise SystemExit(130) from None
+        except CliError as exc:
+            parser.exit(2, f"{sub}: error: {_one_line(exc)}\n")
+        except ImportError as exc:  # an optional package the preflight could not foresee
+            parser.exit(2, f"{sub}: error: missing optional package: {_one_line(exc)}\n")
+        except (ValueError, FileNotFoundError) as exc:  # bad values found later
+            parser.exit(2, f"{sub}: error: {_one_line(exc)}\n")
+        except OSError as exc:  # disk full, permissions changed under the run
+            where = f" ({exc.filename})" if exc.filename else ""
+            parser.exit(2, f"{sub}: error: cannot write{where}: {exc.strerror or exc}; free "
+                           "space or choose another --out, then rerun to resume\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

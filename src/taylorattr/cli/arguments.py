@@ -1,0 +1,143 @@
+"""Argument types, shared constants and the one-line error of the command line."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..experiments.explain import canonical_method
+
+IMAGENET_MODELS = ("vgg16", "vgg19", "resnet18")  # torchvision models, user-supplied weights
+EXPLAIN_MODELS = ("efficientnet-lite0", *IMAGENET_MODELS)
+ASSESS_EXPERIMENTS = ("infidelity", "taylor_order", "bbox")
+IMAGENET_CLASSES = 1000  # every --model of explain is an ImageNet classifier
+
+
+class CliError(Exception):
+    """An expected failure: ``argument`` (an option, IMAGE, stdout) and what to do."""
+
+    def __init__(self, argument: str, message: str):
+        super().__init__(f"{argument}: {message}")
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Adds "(default: ...)" to help texts that do not state their default already."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if "default" in text or action.default is None or action.default is False:
+            return text
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (no usage block) and defaults in every help text."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+
+
+def _one_line(text) -> str:
+    return " ".join(str(text).split())
+
+
+def _int_at_least(minimum: int, name: str):
+    """An argparse type: an integer >= ``minimum``, refused with a message naming ``name``."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {name} integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a {name} integer, got {value}")
+        return value
+    return parse
+
+
+_positive_int = _int_at_least(1, "positive")
+_nonnegative_int = _int_at_least(0, "non-negative")
+
+
+def _seed(text: str) -> int:
+    from .._validation import check_seed  # here, so that --help does not wait for torch
+
+    value = _nonnegative_int(text)
+    try:
+        return check_seed(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _preset(text: str) -> str:
+    from ..models.training import PRESETS  # here, so that --help does not wait for torch
+
+    if text not in PRESETS:
+        raise argparse.ArgumentTypeError(
+            f"expected a training preset, one of {', '.join(PRESETS)}, got {text!r}")
+    return text
+
+
+def _training_flags(p, presets: bool, seeds: bool, default=("default",)) -> None:
+    """``--preset`` (training recipe(s)) and ``--seeds`` (number of training seeds)."""
+    if presets:
+        p.add_argument("--preset", type=_preset, nargs="+", default=list(default),
+                       metavar="PRESET",
+                       help="training recipe(s), side by side: default (Adam, no weight decay) "
+                            "or paper-like (weight decay, small weights)")
+    else:
+        p.add_argument("--preset", type=_preset, default=default[0], metavar="PRESET",
+                       help="training recipe: default or paper-like")
+    if seeds:
+        p.add_argument("--seeds", type=_positive_int, default=None,
+                       help="number of training seeds from --seed on; every cell is the mean "
+                            "± spread over them (default: 1, 3 for reproduce)")
+
+
+def _output_dir(text: str) -> Path:
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"exists and is not a directory: {text}")
+    return path
+
+
+def _existing_dir(text: str) -> Path:
+    path = Path(text)
+    if not path.is_dir():
+        raise argparse.ArgumentTypeError(f"not a directory: {text}")
+    return path
+
+
+def _existing_file(text: str) -> Path:
+    path = Path(text)
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"not a file: {text}")
+    return path
+
+
+def _nonnegative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}") from None
+    if not (value >= 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
+
+
+def _method(text: str) -> str:
+    try:
+        return canonical_method(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("methods: ")) from None
+
+
+def _named_weights(text: str) -> tuple[str, Path]:
+    """``NAME=PATH`` with NAME one of the torchvision localisation models."""
+    name, sep, path = text.partition("=")
+    if not sep or name not in IMAGENET_MODELS:
+        raise argparse.ArgumentTypeError(
+            f"expected NAME=PATH with NAME one of {', '.join(IMAGENET_MODELS)}, got {text!r}")
+    return name, _existing_file(path)

