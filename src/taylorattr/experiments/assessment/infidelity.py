@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 
 import torch
-from tqdm.auto import tqdm
 
 from ..._validation import broadcast_baselines, select_output
 from ...baselines import Point
@@ -69,12 +68,10 @@ def infidelity_from_changes(predictions: torch.Tensor, changes: torch.Tensor,
     return optimal_beta_score(predictions.to(torch.float64), changes.to(torch.float64), normalize)
 
 
-def _changes(stage: Stage, name, model, mfp, x, xfp):
-    def compute():
-        with torch.no_grad():
-            target = model(x).argmax(1)
-        return {"target": target, "changes": square_output_changes(model, x, target, 0.0)}
-    return stage.store.get(f"changes-{name}-{mfp}-{xfp}", lambda: timed(compute))
+def _changes(model, x):
+    with torch.no_grad():
+        target = model(x).argmax(1)
+    return {"target": target, "changes": square_output_changes(model, x, target, 0.0)}
 
 
 def _score(stage: Stage, method, model, xb, ch) -> dict:
@@ -85,26 +82,28 @@ def _score(stage: Stage, method, model, xb, ch) -> dict:
 
 
 def _units(stage: Stage, models, x: torch.Tensor, methods, desc: str) -> dict:
-    """Scores per (model, label, batch start) and the removal sets per (model, batch)."""
-    spans = stage.spans(x)
-    out: dict = {}
-    bar = tqdm(total=len(models) * len(spans) * len(methods), desc=desc,
-               disable=not stage.ws.progress)
+    """Scores per (model, label, batch start) and the removal sets per (model, batch): the
+    removal sets first (they serve every method), then the scores, each round a list of
+    units (:meth:`~taylorattr.experiments.workspace.Workspace.run_units`)."""
+    cells = []  # (model name, model, its fingerprint, batch start, batch, batch fingerprint)
     for m in models:
         model, mfp = stage.model(m)
-        for i0, i1 in spans:
+        for i0, i1 in stage.spans(x):
             xb = x[i0:i1].to(stage.dtype)
-            xfp = fingerprint([("x", xb)])
-            ch = _changes(stage, m, model, mfp, xb, xfp)
-            out[(m, "changes", i0)] = ch
-            for method in methods:
-                bar.set_postfix_str(f"{m} {method.label} {i0}:{i1}")
-                out[(m, method.label, i0)] = stage.store.get(
-                    f"infidelity-{m}-{method.name}-{method.tag()}-seed{stage.ws.seed}-{mfp}-{xfp}",
-                    lambda method=method, model=model, xb=xb, ch=ch: timed(
-                        lambda: _score(stage, method, model, xb, ch)))
-                bar.update(1)
-    bar.close()
+            cells.append((m, model, mfp, i0, xb, fingerprint([("x", xb)])))
+    changes = stage.ws.run_units(stage.store, [
+        (f"changes-{m}-{mfp}-{xfp}", lambda model=model, xb=xb: timed(lambda: _changes(model, xb)))
+        for m, model, mfp, _, xb, xfp in cells], f"{desc} (removals)")
+    keys, items = [], []
+    for (m, model, mfp, i0, xb, xfp), ch in zip(cells, changes):
+        for method in methods:
+            keys.append((m, method.label, i0))
+            items.append((
+                f"infidelity-{m}-{method.name}-{method.tag()}-seed{stage.ws.seed}-{mfp}-{xfp}",
+                lambda method=method, model=model, xb=xb, ch=ch: timed(
+                    lambda: _score(stage, method, model, xb, ch))))
+    out = dict(zip(keys, stage.ws.run_units(stage.store, items, desc)))
+    out.update({(m, "changes", i0): ch for (m, _, _, i0, _, _), ch in zip(cells, changes)})
     return out
 
 

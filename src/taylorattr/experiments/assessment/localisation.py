@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from ...baselines import Point
 from ...metrics import bbox_accuracy
@@ -71,11 +70,8 @@ def keep_by_coverage(masks: torch.Tensor, max_coverage: float = MAX_MASK_COVERAG
 
 def _units(stage: Stage, name: str, model, mfp: str, x, masks, labels_true, baseline,
            target_mode: str) -> dict:
-    out = {}
-    spans = stage.spans(x)
-    bar = tqdm(total=len(spans) * len(stage.methods), desc=f"bbox {name}",
-               disable=not stage.ws.progress)
-    for i0, i1 in spans:
+    keys, items = [], []
+    for i0, i1 in stage.spans(x):
         xb = x[i0:i1].to(stage.dtype)
         mb = masks[i0:i1]
         if target_mode == "label":
@@ -85,19 +81,16 @@ def _units(stage: Stage, name: str, model, mfp: str, x, masks, labels_true, base
                 target = model(xb).argmax(1)
         xfp = fingerprint([("x", xb), ("mask", mb), ("target", target)])
         for method in stage.methods:
-            bar.set_postfix_str(f"{method.label} {i0}:{i1}")
 
             def compute(method=method, xb=xb, mb=mb, target=target):
                 attr = stage.attribute(method, model, xb, target, baseline)
                 if isinstance(attr, str):
                     return {"error": attr}
                 return {"accuracy": bbox_accuracy(attr.to(torch.float64), mb)}
-            out[(name, method.label, i0)] = stage.store.get(
-                f"bbox-{name}-{method.name}-{method.tag()}-seed{stage.ws.seed}-{mfp}-{xfp}",
-                lambda: timed(compute))
-            bar.update(1)
-    bar.close()
-    return out
+            keys.append((name, method.label, i0))
+            items.append((f"bbox-{name}-{method.name}-{method.tag()}-seed{stage.ws.seed}-{mfp}-{xfp}",
+                          lambda compute=compute: timed(compute)))
+    return dict(zip(keys, stage.ws.run_units(stage.store, items, f"bbox {name}")))
 
 
 def _rows(stage: Stage, name: str, units: dict, starts, counts, n_excluded: int, result):
