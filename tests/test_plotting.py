@@ -145,7 +145,7 @@ def test_explain_smooth_model_maps_titles_colour_bar_and_saved_maps(tmp_path):
 
 
 def test_explain_leaves_out_deeplift_and_says_why_on_relu6(tmp_path):
-    r = fast(tmp_path, tiny_classifier(nn.ReLU6()), target=2, sign="positive")
+    r = fast(tmp_path, tiny_classifier(nn.ReLU6()), target=2, sign="positive", beta=None)
     assert "DL" not in r.panel.maps and "DL" in r.left_out
     assert any(w.startswith("DL left out: ") for w in r.warnings)
     diff = next(k for k in r.panel.maps if k.startswith(E.DIFFERENCE_LABEL))
@@ -169,3 +169,20 @@ def test_cli_explain_prints_every_warning_to_stderr(tmp_path, capsys, monkeypatc
     assert lines and [f"taylorattr explain: warning: {w}" for w in lines] == \
         captured.err.strip().splitlines()
     assert "img-saliency.png" in captured.out and "maps:" in captured.out
+
+
+def test_explain_smooths_a_relu6_network_for_its_taylor_panels(tmp_path):
+    """By default the Taylor panels expand ta.smooth(net, 10): second order then differs from
+    first order, and the titles state beta and the output gap that ta.smooth measures on the
+    photo itself (the independent route: the smoothed copy called directly)."""
+    import taylorattr as ta
+    from taylorattr import data
+
+    net = tiny_classifier(nn.ReLU6())
+    r = fast(tmp_path, net, target=2)
+    diff = next(k for k in r.panel.maps if k.startswith(E.DIFFERENCE_LABEL))
+    assert float(r.panel.maps[diff].abs().max()) > 0
+    x = net.preprocess(data.load_image(tmp_path / "img.png"))
+    gap = ta.smooth(net, 10.0, inputs=x).output_gap
+    title = next(k for k in r.panel.maps if k.startswith("Taylor-2"))
+    assert "beta = 10" in title and f"output gap {gap:.2g}" in title
