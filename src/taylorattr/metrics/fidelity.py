@@ -463,14 +463,13 @@ def infidelity(
 
     b = inputs.shape[0]
     acc = _acc_dtype(inputs.device)
-    if batch_size is None:  # measured on the model alone; with extra arguments a fixed size
-        batch_size = int(chunk_rows(model, inputs, backward=False)) if not extra else 1024
-    per_forward = max(1, batch_size // b)  # perturbations per forward pass (all samples)
-
     with torch.no_grad():
-        out = model_output(lambda r: model(r, *extra), inputs)
+        out = model_output(lambda r: model(r, *extra), inputs)  # checks model and inputs first
         tgt = resolve_target(target, out)
         f0 = select_output(out, tgt)
+        if batch_size is None:  # measured on the model alone; with extra arguments a fixed size
+            batch_size = int(chunk_rows(model, inputs, backward=False)) if not extra else 1024
+        per_forward = max(1, batch_size // b)  # perturbations per forward pass (all samples)
 
         preds: list[torch.Tensor] = []
         if is_square:
