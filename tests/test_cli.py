@@ -212,3 +212,22 @@ def test_subprocess_ctrl_c_ends_with_status_130():
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130
     assert one_line(err).strip() == "taylorattr principles: interrupted; rerun to resume"
+
+
+def test_assess_over_budget_exits_2_with_one_line_before_any_work(tmp_path, capsys, monkeypatch):
+    """--budget below the estimate: one line naming --budget and the cheaper options, exit 2,
+    and nothing trained or written (the folder stays absent). Above it the run starts (the
+    command itself is stubbed: the estimate is what is tested here)."""
+    out = tmp_path / "out"
+    argv = ["assess", "--experiment", "infidelity", "--samples", "2", "--out", str(out)]
+    with pytest.raises(SystemExit) as err:
+        cli.main(argv + ["--budget", "1e-6"])
+    assert err.value.code == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--budget" in lines[0] and "cheaper" in lines[0]
+    assert "Traceback" not in lines[0] and not out.exists()
+    ran = []
+    monkeypatch.setitem(cli.COMMANDS, "assess", lambda args: ran.append(args) or "ok")
+    assert cli.main(argv + ["--budget", "1e9", "--estimate"]) == 0 and ran
+    err_lines = capsys.readouterr().err.strip().splitlines()
+    assert len(err_lines) == 3 and all("estimate: infidelity on" in e for e in err_lines)

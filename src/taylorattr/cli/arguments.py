@@ -127,6 +127,13 @@ def _nonnegative_float(text: str) -> float:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = _nonnegative_float(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
 def _method(text: str) -> str:
     try:
         return canonical_method(text)

@@ -18,6 +18,7 @@ from .arguments import (
     _nonnegative_int,
     _output_dir,
     _Parser,
+    _positive_float,
     _positive_int,
     _seed,
     _training_flags,
@@ -65,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="state dicts for the ImageNet route, NAME one of "
                         f"{', '.join(IMAGENET_MODELS)}, e.g. vgg16=vgg16.pth "
                         "(no weights are downloaded)")
+    p.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS",
+                   help="refuse, before any work, a run estimated above SECONDS (the estimate "
+                        "counts every unit's rows and times a probe batch)")
+    p.add_argument("--estimate", action="store_true",
+                   help="print the estimated cost of every stage before starting (always "
+                        "when stderr is a terminal)")
 
     p = sub.add_parser("reproduce", help="every table and figure, with report.md and report.html")
     p.add_argument("--out", type=_output_dir, default=Path("results"), help="results folder")

@@ -3,6 +3,7 @@ inputs, sample counts within the data."""
 from __future__ import annotations
 
 import importlib
+import sys
 import tempfile
 from pathlib import Path
 
@@ -109,3 +110,8 @@ def _preflight(args) -> None:
             kept = int(keep_by_coverage(held_out_canvases(args.mnist_dir).masks).sum())
             _check_samples(args.samples, kept, "held-out canvases the bbox experiment can use",
                            " (or leave bbox out of --experiment)")
+    show = args.command == "assess" and (args.estimate or sys.stderr.isatty())
+    if args.command == "assess" and (args.budget is not None or show):
+        from .estimates import check_assess_budget
+
+        check_assess_budget(args, show)
