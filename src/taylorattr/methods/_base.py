@@ -22,7 +22,6 @@ delta. Nothing here repairs an input; every error names the offending argument.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -33,13 +32,11 @@ from .._validation import (
     check_bool,
     check_inputs,
     check_model,
-    check_positive_int,
     model_output,
     resolve_target,
     select_output,
 )
 from ..baselines import Baseline, Noise, Point, ReferenceSet
-from ..batching import chunk_rows, count_blocks, heuristic_rows, planned_blocks
 from ..inputs import (
     InputModel,
     Layout,
@@ -51,6 +48,15 @@ from ..inputs import (
     point_baselines,
     slice_option,
     swap_layer,
+)
+from ._passes import (  # noqa: F401  (re-exported: the methods import them from here)
+    check_optional_positive_int,
+    chunk_ranges,
+    default_chunk_rows,
+    gradient_pass_cost,
+    grid_blocks,
+    per_sample_sum,
+    target_gradient,
 )
 
 __all__ = [
@@ -64,74 +70,6 @@ __all__ = [
     "target_gradient",
 ]
 
-def default_chunk_rows(inputs: torch.Tensor, backward: bool, model=None) -> int:
-    """Rows per model call for passes over rows shaped like ``inputs[0]``.
-
-    With ``model``: measured once per (model, row shape, dtype, device, threads) against the
-    memory budget and refined by timing (:func:`taylorattr.batching.chunk_rows`); without:
-    a fixed heuristic from the features per row.
-    """
-    if model is None:
-        return heuristic_rows(inputs, backward)
-    return chunk_rows(model, inputs, backward)
-
-
-def check_optional_positive_int(value, name: str) -> int | None:
-    """None (automatic) or an int >= 1."""
-    return None if value is None else check_positive_int(value, name)
-
-
-def _progress(blocks, total: int, show_progress: bool, desc: str):
-    if not show_progress:
-        yield from blocks
-        return
-    from tqdm.auto import tqdm
-
-    with tqdm(total=total, desc=desc, unit="chunk") as bar:
-        for n, block in enumerate(blocks, 1):
-            yield block
-            bar.update(1)
-        if bar.total != n:  # a size being timed changes the count: end at 100%
-            bar.total = n
-            bar.refresh()
-
-
-def chunk_ranges(n_rows: int, size: int, show_progress: bool = False,
-                 desc: str = "") -> Iterator[tuple[int, int]]:
-    """``(start, stop)`` pairs covering ``range(n_rows)`` in chunks of at most ``size`` rows
-    (an automatic :class:`~taylorattr.batching.ChunkRows` size is refined by timing)."""
-    blocks = planned_blocks(1, n_rows, size)
-    for _, _, start, stop in _progress(blocks, count_blocks(1, n_rows, size), show_progress,
-                                       desc):
-        yield start, stop
-
-
-def grid_blocks(n_outer: int, n_inner: int, size: int, show_progress: bool = False,
-                desc: str = "") -> Iterator[tuple[int, int, int, int]]:
-    """Blocks ``(o0, o1, i0, i1)`` of the ``n_outer x n_inner`` grid of rows, each at most
-    ``size`` rows: whole inner runs when ``size >= n_inner``, else pieces of one run.
-
-    Chunked passes build each block with a few broadcast operations (no gathers), which
-    keeps their overhead over the model's own cost small. An automatic
-    :class:`~taylorattr.batching.ChunkRows` size may vary between blocks while it is timed.
-    """
-    yield from _progress(planned_blocks(n_outer, n_inner, size),
-                         count_blocks(n_outer, n_inner, size), show_progress, desc)
-
-
-def target_gradient(model, rows: torch.Tensor, target_rows: torch.Tensor | None):
-    """Gradient of the explained output of each row w.r.t. that row, and the output.
-
-    ``rows`` must be a leaf tensor (it is made to require grad here). Parameter
-    gradients are not computed: ``torch.autograd.grad`` asks only for ``rows``.
-    """
-    rows.requires_grad_(True)
-    with torch.enable_grad():
-        out = select_output(model(rows), target_rows)
-        (grad,) = torch.autograd.grad(out.sum(), rows)
-    return grad, out.detach()
-
-
 def _single_input(model) -> bool:
     """True when ``model.forward`` takes exactly one argument without a default."""
     try:
@@ -143,18 +81,6 @@ def _single_input(model) -> bool:
                 and p.default is p.empty]
     var = any(p.kind is p.VAR_POSITIONAL for p in params.parameters.values())
     return len(required) == 1 and not var
-
-
-def gradient_pass_cost(rows: int):
-    """The :class:`~taylorattr.cost.Cost` of ``rows`` rows run forward and swept backward
-    (:func:`target_gradient` on them)."""
-    from ..cost import Cost
-
-    return Cost(forward_rows=rows, backward_rows=rows)
-
-
-def per_sample_sum(t: torch.Tensor) -> torch.Tensor:
-    return t.reshape(t.shape[0], -1).sum(1)
 
 
 class AttributionMethod:
