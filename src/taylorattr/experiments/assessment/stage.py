@@ -52,8 +52,13 @@ class Stage:
     @staticmethod
     def attribute(method, model, x, target, baseline):
         """The attributions of a bound method, or the reason it cannot run on ``model``."""
+        from ...baselines import ReferenceSet
         from ...methods import UnsupportedModelError
 
+        refs = method.settings.get("baselines")
+        if isinstance(refs, ReferenceSet) and tuple(refs.samples.shape[1:]) != tuple(x.shape[1:]):
+            return (f"its reference set holds samples of shape {tuple(refs.samples.shape[1:])}, "
+                    f"these inputs are {tuple(x.shape[1:])}: not run")
         try:
             return method(model, x, baseline, target).detach()
         except UnsupportedModelError as exc:
