@@ -99,19 +99,19 @@ _NO_VALIDATION = frozenset({"audit", "assessment", "saliency"})
 SMOOTHGRAD_STD = 0.15
 _SG = {"nt_samples": 50, "stdevs": SMOOTHGRAD_STD}
 register(MethodSpec("saliency", Saliency, variants=(Variant("Saliency", experiments=_NO_VALIDATION),),
-                    marker="h"))
+                    marker="X"))
 register(MethodSpec("guided_backprop", GuidedBackprop, variants=(
-    Variant("GBP", experiments=_NO_VALIDATION),), marker="H"))
+    Variant("GBP", experiments=_NO_VALIDATION),), marker="P"))
 register(MethodSpec("grad_cam", GradCAM, variants=(  # needs a convolution: the saliency grid only
     Variant("Grad-CAM", {"relu_attributions": True, "interpolate_mode": "bilinear"},
-            experiments=frozenset({"saliency"})),), marker="d"))
+            experiments=frozenset({"saliency"})),), marker="8"))
 register(MethodSpec("deeplift_shap", DeepLiftShap, variants=(
     Variant("DLS", {"noise_std": EG_NOISE_STD, "n_samples": 50}, experiments=_NO_VALIDATION),),
     marker="p"))
 register(MethodSpec("gradient_shap", GradientShap, variants=(
     Variant("GS", {"noise_std": EG_NOISE_STD, "n_samples": 50, "stdevs": 0.1},
             experiments=_NO_VALIDATION),),
-    reformulation=_gradient_shap.reformulation(), marker="8"))
+    reformulation=_gradient_shap.reformulation(), marker="d"))
 register(MethodSpec("smoothgrad", SmoothGrad, variants=(
     Variant("SG", {**_SG, "nt_type": "smoothgrad"}, experiments=_NO_VALIDATION),), marker="<"))
 register(MethodSpec("smoothgrad_sq", SmoothGrad, variants=(
@@ -119,7 +119,7 @@ register(MethodSpec("smoothgrad_sq", SmoothGrad, variants=(
     fixed=MappingProxyType({"nt_type": "smoothgrad_sq"}), marker=">"))
 register(MethodSpec("vargrad", SmoothGrad, variants=(
     Variant("VarGrad", _SG, experiments=_NO_VALIDATION),),
-    fixed=MappingProxyType({"nt_type": "vargrad"}), marker="4"))
+    fixed=MappingProxyType({"nt_type": "vargrad"}), marker="h"))
 register(MethodSpec("smoothgrad_ig", SmoothIntegratedGradients, variants=(
     Variant("SG-IG", {"nt_samples": 10, "stdevs": SMOOTHGRAD_STD, "n_steps": 16},
             experiments=frozenset({"audit", "validation", "saliency"})),),

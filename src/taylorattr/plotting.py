@@ -23,7 +23,7 @@ __all__ = ["MODEL_COLORS", "SIGN_COLORMAPS", "draw_saliency_grid", "plot_trend",
 #: Model colours in order of appearance: blue, green, red as in the paper, then more.
 MODEL_COLORS = ("tab:blue", "tab:green", "tab:red", "tab:purple", "tab:orange", "tab:brown",
                 "tab:pink", "tab:gray")
-_FALLBACK_MARKERS = ("P", "X", "h", "p", "<", ">")
+_FALLBACK_MARKERS = ("P", "X", "h", "p", "<", ">", "8", "H", "d")  # filled markers only
 
 
 def _new_figure(size: tuple[float, float]):
@@ -74,7 +74,8 @@ def plot_trend(rows: Sequence[Mapping], metric: str, path: str | Path, *,
     models = list(dict.fromkeys(r[model_key] for r in pts))
     methods = list(dict.fromkeys(r[method_key] for r in pts))
     markers = dict(markers or {})
-    extra = iter(_FALLBACK_MARKERS * (1 + len(methods)))
+    free = [k for k in _FALLBACK_MARKERS if k not in markers.values()] or list(_FALLBACK_MARKERS)
+    extra = iter(free * (1 + len(methods)))
     for m in methods:
         if m not in markers:
             markers[m] = next(extra)

@@ -286,8 +286,19 @@ def run_assessment(ws: Workspace, experiments: Sequence[str] = EXPERIMENTS,
         result.timings[f"{exp} (s)"] = round(time.perf_counter() - start, 3)
     result.models = stage.model_rows
     if ws.is_main:  # under torchrun every rank has the tables; rank 0 writes them
-        _write(ws, result, plots, {m.label: m.spec.marker for m in bound})
+        _write(ws, result, plots, _markers(bound))
     return result
+
+
+def _markers(bound) -> dict[str, str]:
+    """Each method's registry marker; a label whose marker another label took first (the
+    variants of one method) is left to the plot's distinct fallback markers."""
+    out, used = {}, set()
+    for m in bound:
+        if m.spec.marker not in used:
+            out[m.label] = m.spec.marker
+            used.add(m.spec.marker)
+    return out
 
 
 def _plain(value):
