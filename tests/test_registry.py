@@ -64,8 +64,12 @@ def test_a_registered_method_reaches_every_experiment(toy, tmp_path):
     # the library's entry points
     torch.testing.assert_close(ta.METHODS["halved_gi"](model, x), gi / 2)
     torch.testing.assert_close(ta.reformulate("halved_gi", model, x), gi / 2)
-    # the audit: principle 1 measures completeness, so halving GI moves its score
-    rows = {r["method"]: r for r in ta.principles.principles_table(seed=0)}
+    # the audit: it is in the default table, and principle 1 (completeness) sees the halving
+    from taylorattr.principles.auditing import _audited
+
+    assert "halved_gi" in [spec.name for spec, _ in _audited()]
+    rows = {r["method"]: r for r in ta.principles.principles_table(
+        methods=["halved_gi", "gradient_input"], seed=0)}
     assert rows["halved_gi"]["paper_1"] is None
     assert rows["halved_gi"]["score_1"] != rows["gradient_input"]["score_1"]
     # saliency: half of GI's map
