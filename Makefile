@@ -27,7 +27,11 @@ reproduce: $(VENV)/.paper
 test: $(VENV)/.dev
 	$(PY) -m pytest
 
-bench: $(VENV)/.dev
+$(VENV)/.bench: $(VENV)/.dev
+	$(PY) -m pip install -q -e '.[dev,bench]'
+	touch $@
+
+bench: $(VENV)/.bench
 	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
 
 lint: $(VENV)/.dev

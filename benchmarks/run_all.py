@@ -6,7 +6,8 @@ Each script runs in its own subprocess, once with glibc's default allocator and 
 routes, the floors) runs under the same setting as ours. The method table runs at 1 and 2
 threads. ``--quick`` (about 10 minutes on 2 busy cores) uses fewer repeats, a 2^(1/4)
 floor sweep, C-sg only in the Taylor table and the memory check under the default
-allocator only. At the end: one table of every ratio with its goal.
+allocator only. At the end: one table of every ratio with its goal; the full run then adds
+the interaction peers (path_explain, shapiq; the ``bench`` extra) and the cost estimates.
 """
 from __future__ import annotations
 
@@ -71,6 +72,11 @@ def main(argv=None) -> None:
         if allocator == "default" or not args.quick:
             others.append(run("bench_memory.py", allocator, [], False))
     summary(methods)
+    if not args.quick:  # the peers of issues 14 and 20, once, under the default allocator
+        for script in ("bench_interactions.py", "bench_cost.py"):
+            print(f"\n# {script}", flush=True)
+            subprocess.run([sys.executable, str(HERE / script)], check=True,
+                           env={**os.environ, "PYTHONPATH": str(HERE.parent / "src")})
     print(f"\nmake bench took {time.perf_counter() - start:.0f} s")
 
 
