@@ -96,16 +96,22 @@ def window_masks(sizes, patch, stride) -> list[torch.Tensor]:
 def count_windows(shape: tuple[int, ...], patch, stride=None) -> int:
     """The windows of one sample of ``shape`` (without the batch), as :class:`Occlusion`
     lays them out: ``prod(ceil((L - p) / s) + 1)`` over the occluded dimensions."""
+    patch_t, stride_t, sizes = _geometry(shape, patch, stride)
+    return math.prod(math.ceil((n - p) / s) + 1 for n, p, s in zip(sizes, patch_t, stride_t))
+
+
+def _geometry(shape: tuple[int, ...], patch, stride) -> tuple[tuple, tuple, tuple]:
+    """``(patch, stride, sizes)`` per occluded dimension of samples of ``shape``, checked."""
     patch_t = window_shape(patch, len(shape))
     d = len(patch_t)
     stride_t = patch_t if stride is None else _as_tuple(stride, "stride", d)
-    sizes = shape[len(shape) - d:]
+    sizes = tuple(shape[len(shape) - d:])
     if any(p > n for p, n in zip(patch_t, sizes)):
         raise ValueError(f"patch {patch_t} exceeds the occluded dimensions {sizes} of inputs")
     if any(s > p for s, p in zip(stride_t, patch_t)):
         raise ValueError(f"stride {stride_t} must not exceed patch {patch_t} "
                          "(a larger stride leaves features never occluded)")
-    return math.prod(math.ceil((n - p) / s) + 1 for n, p, s in zip(sizes, patch_t, stride_t))
+    return patch_t, stride_t, sizes
 
 
 class Occlusion(AttributionMethod):
@@ -167,15 +173,8 @@ class Occlusion(AttributionMethod):
         """Window drops of one input (``part = (offset, size, shape)`` inside the flat
         tensor of tuple inputs; None: ``x`` itself), spread back to its features."""
         shape = tuple(x.shape[1:]) if part is None else part[2]
-        patch_t = window_shape(patch, len(shape))
+        patch_t, stride_t, sizes = _geometry(shape, patch, stride)
         d = len(patch_t)
-        stride_t = patch_t if stride is None else _as_tuple(stride, "stride", d)
-        sizes = shape[len(shape) - d:]
-        if any(p > n for p, n in zip(patch_t, sizes)):
-            raise ValueError(f"patch {patch_t} exceeds the occluded dimensions {sizes} of inputs")
-        if any(s > p for s, p in zip(stride_t, patch_t)):
-            raise ValueError(f"stride {stride_t} must not exceed patch {patch_t} "
-                             "(a larger stride leaves features never occluded)")
 
         masks = [m.to(x.device) for m in window_masks(sizes, patch_t, stride_t)]
         counts = [m.shape[0] for m in masks]
