@@ -139,7 +139,7 @@ def test_measured_counts_from_audit_rows(monkeypatch, tmp_path):
     assert counts == {"GI": 0.0, "Occ-1": 1.0, "Occ-2x2": 0.5, "DL": 1.5, "IG": 2.0, "EG": 3.0}
     assert [r["principles_paper"] for r in rows] == [0.0, 0.5, 0.5, 1.0, 2.0, 3.0]
     assert A.measured_principle_counts(methods, 0, store)[0] == counts  # cached: no second audit
-    assert len(calls) == 1
+    assert len(calls) == 6  # one audit per method, none on the second call
 
 
 # ------------------------------------------------------------------ the MNIST route, resume
@@ -390,3 +390,19 @@ def test_taylor_orders_compared_by_a_paired_test(first_run):
          for k in (1, 2)}
     expected = scipy.stats.wilcoxon(v[2].numpy(), v[1].numpy(), method="exact").pvalue
     assert t["p_value"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_method_the_audit_cannot_run_has_no_count():
+    """Grad-CAM needs a convolution, which the probes lack: its row says why and carries no
+    count (the correlations leave it out); the other methods keep their audited counts."""
+    methods = A.assessment_methods(0, labels=("GI", "Grad-CAM"))
+    counts, rows = A.measured_principle_counts(methods, 0)
+    assert counts["Grad-CAM"] is None and counts["GI"] == 0.0
+    row = next(r for r in rows if r["method"] == "Grad-CAM")
+    assert "convolution" in row["note"] and row["verdict_1"] == "n/a"
+    from taylorattr.experiments.assessment.ranking import correlation_rows
+
+    table = [{"model": "m", "method": "GI", "principles": 0.0, "principles_paper": 0.0, "v": 1.0},
+             {"model": "m", "method": "Grad-CAM", "principles": None, "principles_paper": None,
+              "v": 2.0}]
+    assert correlation_rows(table, "infidelity", "v", {"GI"})[0]["n_methods"] == 1

@@ -35,6 +35,7 @@ from taylorattr.methods import (
     Saliency,
     SmoothGrad,
     SmoothIntegratedGradients,
+    UnsupportedModelError,
 )
 from taylorattr.methods.noise_tunnel import draw_noise
 
@@ -139,7 +140,7 @@ def test_grad_cam_equals_captum_layer_grad_cam_interpolated(relu, mode):
 
 def test_grad_cam_refuses_models_without_convolutions_and_foreign_layers():
     mlp = nn.Sequential(nn.Flatten(), nn.Linear(128, 3)).to(DT)
-    with pytest.raises(ValueError, match="layer: Grad-CAM needs a convolution"):
+    with pytest.raises(UnsupportedModelError, match="layer: Grad-CAM needs a convolution"):
         GradCAM(mlp).attribute(_inputs(), target=T)
     model = _relu_cnn()
     with pytest.raises(ValueError, match="not part of it"):

@@ -171,3 +171,20 @@ def test_registry_rows_and_bad_arguments():
         KernelShap(model).attribute(x, n_samples=1)
     with pytest.raises(ValueError, match="n_samples must be given"):
         PredictionDifference(model).attribute(x, noise_std=0.1)
+
+
+def test_patch_players_are_the_hand_written_windows():
+    """``patch=2`` on 1x4x4 samples: the players are the four 2x2 windows, written by hand
+    as a feature_mask (ids row-major over the windows, as Occlusion lays them out)."""
+    import taylorattr as ta
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(16, 6), nn.Tanh(), nn.Linear(6, 3)).double()
+    x = torch.rand(2, 1, 4, 4, dtype=torch.float64)
+    mask = torch.tensor([[0, 0, 1, 1], [0, 0, 1, 1], [2, 2, 3, 3], [2, 2, 3, 3]])[None]
+    for cls in (ta.methods.ShapleyValues, ta.methods.KernelShap):
+        by_patch = cls(model).attribute(x, 0.0, target=1, patch=2)
+        by_mask = cls(model).attribute(x, 0.0, target=1, feature_mask=mask)
+        torch.testing.assert_close(by_patch, by_mask)
+    with pytest.raises(ValueError, match="at most one of feature_mask and patch"):
+        ta.methods.ShapleyValues(model).attribute(x, 0.0, target=1, patch=2, feature_mask=mask)

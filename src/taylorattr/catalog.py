@@ -102,9 +102,9 @@ register(MethodSpec("saliency", Saliency, variants=(Variant("Saliency", experime
                     marker="X"))
 register(MethodSpec("guided_backprop", GuidedBackprop, variants=(
     Variant("GBP", experiments=_NO_VALIDATION),), marker="P"))
-register(MethodSpec("grad_cam", GradCAM, variants=(  # needs a convolution: the saliency grid only
+register(MethodSpec("grad_cam", GradCAM, variants=(  # needs a convolution (not in the audit)
     Variant("Grad-CAM", {"relu_attributions": True, "interpolate_mode": "bilinear"},
-            experiments=frozenset({"saliency"})),), marker="8"))
+            experiments=frozenset({"saliency", "assessment"})),), marker="8"))
 register(MethodSpec("deeplift_shap", DeepLiftShap, variants=(
     Variant("DLS", {"noise_std": EG_NOISE_STD, "n_samples": 50}, experiments=_NO_VALIDATION),),
     marker="p"))
@@ -128,12 +128,22 @@ register(MethodSpec("smoothgrad_ig", SmoothIntegratedGradients, variants=(
 _AUDIT = frozenset({"audit"})
 # exact enumeration on the audit's 6-feature probes, permutation sampling (n_samples =
 # AUDIT_DRAWS orders) on the 256-feature principle-3 probes
-register(MethodSpec("shapley", ShapleyValues, variants=(Variant("Shapley", experiments=_AUDIT),),
-                    reformulation=R.SHAPLEY_RULE, marker="h"))
+# In the assessment the players are 4x4 patches (pixel-level players cost 10^4-10^5
+# forwards per image): permutation sampling for Shapley, 200 coalitions for KernelSHAP.
+_ASSESSED = frozenset({"assessment"})
+register(MethodSpec("shapley", ShapleyValues, variants=(
+    Variant("Shapley", experiments=_AUDIT),
+    Variant("Shapley-4x4", {"patch": 4, "method": "sampling", "n_samples": 25},
+            experiments=_ASSESSED)),
+    reformulation=R.SHAPLEY_RULE, marker="h"))
 register(MethodSpec("kernel_shap", KernelShap, variants=(
-    Variant("KernelSHAP", experiments=_AUDIT),), marker="H"))
+    Variant("KernelSHAP", experiments=_AUDIT),
+    Variant("KernelSHAP-4x4", {"patch": 4, "n_samples": 200}, experiments=_ASSESSED)),
+    marker="H"))
 register(MethodSpec("prediction_difference", PredictionDifference, variants=(
-    Variant("PredDiff", {"noise_std": EG_NOISE_STD}, experiments=_AUDIT),), marker="d"))
+    Variant("PredDiff", {"noise_std": EG_NOISE_STD}, experiments=_AUDIT),
+    Variant("PredDiff-4x4", {"patch": 4, "noise_std": EG_NOISE_STD, "n_samples": 8},
+            experiments=_ASSESSED)), marker="d"))
 # LRP rules and composites (Zennit's), one row each (alpha1_beta0 is z_plus, the epsilon rule
 # is epsilon_lrp's, so neither has a row of its own)
 for _rule, _label, _marker in (
@@ -142,5 +152,5 @@ for _rule, _label, _marker in (
         ("epsilon_plus_flat", "LRP-eps+flat", "3"), ("epsilon_alpha2_beta1", "LRP-eps-a2b1", "4"),
         ("epsilon_alpha2_beta1_flat", "LRP-eps-a2b1-flat", "+")):
     register(MethodSpec(f"lrp_{_rule}", rule_class(_rule), variants=(
-        Variant(_label, experiments=_AUDIT),), init_args=("epsilon", "stabilizer", "gamma"),
+        Variant(_label, experiments=_AUDIT | _ASSESSED),), init_args=("epsilon", "stabilizer", "gamma"),
         marker=_marker))

@@ -23,7 +23,9 @@ __all__ = ["MODEL_COLORS", "SIGN_COLORMAPS", "draw_saliency_grid", "plot_trend",
 #: Model colours in order of appearance: blue, green, red as in the paper, then more.
 MODEL_COLORS = ("tab:blue", "tab:green", "tab:red", "tab:purple", "tab:orange", "tab:brown",
                 "tab:pink", "tab:gray")
-_FALLBACK_MARKERS = ("P", "X", "h", "p", "<", ">", "8", "H", "d")  # filled markers only
+_FALLBACK_MARKERS = ("P", "X", "h", "p", "<", ">", "8", "H", "d", "x", "+", "1", "2", "3", "4",
+                     "|", "_", "$a$", "$b$", "$c$", "$e$", "$f$", "$g$", "$k$")
+_LINE_MARKERS = {"x", "+", "1", "2", "3", "4", "|", "_"}  # drawn as lines: no edge colour
 
 
 def _new_figure(size: tuple[float, float]):
@@ -93,8 +95,11 @@ def plot_trend(rows: Sequence[Mapping], metric: str, path: str | Path, *,
                  / sum(1 for r in mine if float(r[x]) == v) for v in xs]
         ax.plot(xs, means, "-", color=color, alpha=0.7, linewidth=1.5, zorder=1)
         for r in mine:
-            ax.scatter([float(r[x])], [float(r[metric])], marker=markers[r[method_key]],
-                       s=70, color=color, edgecolors="black", linewidths=0.5, zorder=2)
+            marker = markers[r[method_key]]
+            lines = marker in _LINE_MARKERS or marker.startswith("$")
+            ax.scatter([float(r[x])], [float(r[metric])], marker=marker, s=70, color=color,
+                       edgecolors=None if lines else "black",
+                       linewidths=1.2 if lines else 0.5, zorder=2)
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(xlabel or "number of principles followed (measured)")

@@ -113,17 +113,9 @@ def occlusion_groups(sample_shape: tuple[int, ...], patch) -> torch.Tensor:
     two dimensions of ``[C, H, W]`` samples (all channels together) and the last one
     otherwise; windows that run past the edge are cut there.
     """
-    from .methods.occlusion import window_masks, window_shape
+    from .methods.occlusion import window_ids
 
-    patch = window_shape(patch, len(sample_shape))
-    sizes = sample_shape[len(sample_shape) - len(patch):]
-    if any(p > n for p, n in zip(patch, sizes)):
-        raise ValueError(f"patch {patch} exceeds the occluded dimensions {tuple(sizes)} of samples "
-                         f"of shape {tuple(sample_shape)}")
-    ids = torch.zeros((), dtype=torch.long)
-    for mask in window_masks(sizes, patch, patch):
-        ids = ids.unsqueeze(-1) * mask.shape[0] + mask.long().argmax(0)
-    return ids.expand(sample_shape).contiguous()
+    return window_ids(tuple(sample_shape), patch)
 
 
 def _occlusion_orders(model, inputs, baselines, target, orders, patch=2, stride=None, **kw):

@@ -31,6 +31,7 @@ from torch import nn
 
 from .._validation import check_bool, select_output
 from ._base import ImplicitBaselineMethod
+from .layerwise import UnsupportedModelError
 
 __all__ = ["GradCAM", "find_layer"]
 
@@ -44,7 +45,7 @@ def find_layer(model: nn.Module, layer=None) -> nn.Module:
     if layer is None:
         convs = [m for m in model.modules() if isinstance(m, _CONVS)]
         if not convs:
-            raise ValueError(f"conv_layer: Grad-CAM needs a convolution layer, and "
+            raise UnsupportedModelError(f"conv_layer: Grad-CAM needs a convolution layer, and "
                              f"{type(model).__name__} has no nn.Conv1d/2d/3d; pass conv_layer= "
                              "(a submodule with output [B, C, *spatial])")
         return convs[-1]

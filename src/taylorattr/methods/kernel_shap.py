@@ -77,10 +77,11 @@ class KernelShap(AttributionMethod):
 
     name = "kernel_shap"
 
-    def _attribute(self, x, base, t, fx, *, feature_mask=None, n_samples: int = 25,
+    def _attribute(self, x, base, t, fx, *, feature_mask=None, patch=None, n_samples: int = 25,
                    seed: int = 0, perturbations_per_eval: int | None = None,
                    show_progress: bool = False):
-        """Options: ``feature_mask`` player ids (default: every feature a player);
+        """Options: ``feature_mask`` player ids (default: every feature a player), or
+        ``patch``: square windows as players (Occlusion's layout);
         ``n_samples`` coalitions per sample (25, Captum's default; at least 2); ``seed`` of
         the draws; ``perturbations_per_eval`` rows per model call."""
         chunk = check_optional_positive_int(perturbations_per_eval, "perturbations_per_eval")
@@ -88,7 +89,7 @@ class KernelShap(AttributionMethod):
         if n < 2:
             raise ValueError(f"n_samples must be >= 2 (the all- and no-player coalitions come "
                              f"first), got {n_samples}")
-        ids, G = player_ids(feature_mask, x)
+        ids, G = player_ids(feature_mask, x, patch)
         coal = draw_coalitions(G, n, x.shape[0], seed).to(x.device)
         v = coalition_values(self.model, x, base, t, ids, coal, chunk, show_progress,
                              "kernel shap")

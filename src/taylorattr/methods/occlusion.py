@@ -49,7 +49,7 @@ from ._base import (
     grid_blocks,
 )
 
-__all__ = ["Occlusion"]
+__all__ = ["Occlusion", "window_ids"]
 
 
 def _as_tuple(value, name: str, length: int) -> tuple[int, ...]:
@@ -98,6 +98,17 @@ def count_windows(shape: tuple[int, ...], patch, stride=None) -> int:
     lays them out: ``prod(ceil((L - p) / s) + 1)`` over the occluded dimensions."""
     patch_t, stride_t, sizes = _geometry(shape, patch, stride)
     return math.prod(math.ceil((n - p) / s) + 1 for n, p, s in zip(sizes, patch_t, stride_t))
+
+
+def window_ids(sample_shape: tuple[int, ...], patch) -> torch.Tensor:
+    """Window id of every feature when windows of ``patch`` tile a sample (stride = patch),
+    shaped like one sample: the layout of :class:`Occlusion` (an int patch groups all
+    channels of a pixel of ``[C, H, W]`` samples; windows past the edge are cut there)."""
+    patch_t, _, sizes = _geometry(tuple(sample_shape), patch, None)
+    ids = torch.zeros((), dtype=torch.long)
+    for mask in window_masks(sizes, patch_t, patch_t):
+        ids = ids.unsqueeze(-1) * mask.shape[0] + mask.long().argmax(0)
+    return ids.expand(tuple(sample_shape)).contiguous()
 
 
 def _geometry(shape: tuple[int, ...], patch, stride) -> tuple[tuple, tuple, tuple]:

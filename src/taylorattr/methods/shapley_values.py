@@ -42,10 +42,17 @@ MAX_EXACT_PLAYERS = 16
 _METHODS = ("auto", "exact", "sampling")
 
 
-def player_ids(feature_mask, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+def player_ids(feature_mask, x: torch.Tensor, patch=None) -> tuple[torch.Tensor, int]:
     """``(ids [n_features] long, G)``: the player of every feature of a sample, from ids
-    broadcastable to one sample (or Captum's ``[1, ...]`` form with a batch axis of 1)."""
+    broadcastable to one sample (or Captum's ``[1, ...]`` form with a batch axis of 1), or
+    the square windows of ``patch`` (Occlusion's layout); every feature alone by default."""
     shape = tuple(x.shape[1:])
+    if patch is not None:
+        if feature_mask is not None:
+            raise ValueError("give at most one of feature_mask and patch (both define players)")
+        from .occlusion import window_ids
+
+        feature_mask = window_ids(shape, patch)
     if feature_mask is None:
         n = math.prod(shape)
         return torch.arange(n, device=x.device), n
@@ -133,17 +140,18 @@ class ShapleyValues(AttributionMethod):
 
     name = "shapley"
 
-    def _attribute(self, x, base, t, fx, *, feature_mask=None, method: str = "auto",
+    def _attribute(self, x, base, t, fx, *, feature_mask=None, patch=None, method: str = "auto",
                    n_samples: int = 25, seed: int = 0, permutations=None,
                    perturbations_per_eval: int | None = None, show_progress: bool = False):
-        """Options: ``feature_mask`` player ids (default: every feature a player);
+        """Options: ``feature_mask`` player ids (default: every feature a player), or
+        ``patch``: square windows as players (Occlusion's layout);
         ``method`` ``"auto"`` | ``"exact"`` | ``"sampling"``; ``n_samples`` orders sampled
         (25, Captum's default); ``seed`` of the orders; ``permutations`` ``[n, G]`` orders to
         use instead of drawing them; ``perturbations_per_eval`` rows per model call."""
         chunk = check_optional_positive_int(perturbations_per_eval, "perturbations_per_eval")
         if method not in _METHODS:
             raise ValueError(f"method must be one of {list(_METHODS)}, got {method!r}")
-        ids, G = player_ids(feature_mask, x)
+        ids, G = player_ids(feature_mask, x, patch)
         exact = method == "exact" or (method == "auto" and G <= MAX_EXACT_PLAYERS
                                       and permutations is None)
         if exact:
@@ -169,7 +177,7 @@ class ShapleyValues(AttributionMethod):
         one forward of the baselines. One reference."""
         from ..cost import Cost
 
-        _, G = player_ids(options.get("feature_mask"), x)
+        _, G = player_ids(options.get("feature_mask"), x, options.get("patch"))
         method, perms = options.get("method", "auto"), options.get("permutations")
         if method not in _METHODS:
             raise ValueError(f"method must be one of {list(_METHODS)}, got {method!r}")

@@ -23,11 +23,25 @@ __all__ = ["correlation_rows", "measured_principle_counts", "principle_rows"]
 
 def principle_rows(methods, seed: int) -> list[dict]:
     """One audited row per bound method: verdicts, scores, measured and paper counts."""
-    names = list(dict.fromkeys(m.name for m in methods))
-    audited = {r["method"]: r for r in principles.principles_table(methods=names, seed=seed)}
+    from ...methods import UnsupportedModelError
+
+    audited = {}
+    for name in dict.fromkeys(m.name for m in methods):
+        try:
+            audited.update({r["method"]: r for r in principles.principles_table(
+                methods=[name], seed=seed)})
+        except UnsupportedModelError as exc:  # e.g. Grad-CAM: the probes have no convolution
+            audited[name] = {"error": f"not audited: {str(exc).splitlines()[0]}"}
     out = []
     for m in methods:
         r = audited[m.name]
+        if "error" in r:
+            out.append({"method": m.label, "registry": m.name,
+                        **{f"verdict_{p}": "n/a" for p in (1, 2, 3)},
+                        **{f"score_{p}": None for p in (1, 2, 3)},
+                        "principles": None, "principles_paper": _paper_count(m),
+                        "note": r["error"]})
+            continue
         verdicts = [r[f"verdict_{p}"] for p in (1, 2, 3)]
         out.append({"method": m.label, "registry": m.name,
                     **{f"verdict_{p}": verdicts[p - 1] for p in (1, 2, 3)},
@@ -66,7 +80,8 @@ def measured_principle_counts(methods, seed: int = 0, store: UnitStore | None = 
         key = f"principles-seed{seed}-src{_source_fingerprint()}-" + \
             hashlib.sha1(tag.encode()).hexdigest()[:10]
         rows = store.get(key, lambda: {"rows": principle_rows(methods, seed)})["rows"]
-    return {r["method"]: float(r["principles"]) for r in rows}, rows
+    return {r["method"]: (None if r["principles"] is None else float(r["principles"]))
+            for r in rows}, rows
 
 
 def correlation_rows(rows: list[dict], experiment: str, metric: str, point_labels) -> list[dict]:
@@ -76,7 +91,7 @@ def correlation_rows(rows: list[dict], experiment: str, metric: str, point_label
     out = []
     for model in dict.fromkeys(r["model"] for r in rows):
         valid = [r for r in rows if r["model"] == model and r[metric] is not None
-                 and math.isfinite(r[metric])]
+                 and math.isfinite(r[metric]) and r["principles"] is not None]
         points = [r for r in valid if r["method"] in point_labels]
         paired = [r for r in valid if r["principles_paper"] is not None]
         out.append({"experiment": experiment, "model": model, "metric": metric,
