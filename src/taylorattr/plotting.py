@@ -17,8 +17,15 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-__all__ = ["MODEL_COLORS", "SIGN_COLORMAPS", "draw_saliency_grid", "plot_trend",
-           "saliency_grid", "signed_map"]
+__all__ = [
+    "MODEL_COLORS",
+    "SIGN_COLORMAPS",
+    "assign_markers",
+    "draw_saliency_grid",
+    "plot_trend",
+    "saliency_grid",
+    "signed_map",
+]
 
 #: Model colours in order of appearance: blue, green, red as in the paper, then more.
 MODEL_COLORS = ("tab:blue", "tab:green", "tab:red", "tab:purple", "tab:orange", "tab:brown",
@@ -54,6 +61,23 @@ def _finite(v) -> bool:
 # =======================================================================================
 # 1. Trend plots (paper Figures 3 and 4)
 # =======================================================================================
+def assign_markers(labels, preferred=None) -> dict[str, str]:
+    """A marker per label: ``preferred[label]`` where given and not taken by an earlier
+    label, else the next free fallback marker. Pass every label of a family of figures so
+    that a label keeps its marker in all of them."""
+    out: dict[str, str] = {}
+    for label in labels:
+        want = (preferred or {}).get(label)
+        if want is not None and want not in out.values():
+            out[label] = want
+    free = [k for k in _FALLBACK_MARKERS if k not in out.values()] or list(_FALLBACK_MARKERS)
+    extra = iter(free * (1 + len(labels)))
+    for label in labels:
+        if label not in out:
+            out[label] = next(extra)
+    return out
+
+
 def plot_trend(rows: Sequence[Mapping], metric: str, path: str | Path, *,
                x: str = "principles", model_key: str = "model", method_key: str = "method",
                title: str | None = None, xlabel: str | None = None, ylabel: str | None = None,
@@ -75,12 +99,7 @@ def plot_trend(rows: Sequence[Mapping], metric: str, path: str | Path, *,
         raise ValueError(f"no row has finite {x!r} and {metric!r} values to plot")
     models = list(dict.fromkeys(r[model_key] for r in pts))
     methods = list(dict.fromkeys(r[method_key] for r in pts))
-    markers = dict(markers or {})
-    free = [k for k in _FALLBACK_MARKERS if k not in markers.values()] or list(_FALLBACK_MARKERS)
-    extra = iter(free * (1 + len(methods)))
-    for m in methods:
-        if m not in markers:
-            markers[m] = next(extra)
+    markers = assign_markers(methods, markers)
     values = [float(r[metric]) for r in pts]
     if logy is None:
         logy = min(values) > 0 and max(values) / min(values) > 100
@@ -117,7 +136,7 @@ def plot_trend(rows: Sequence[Mapping], metric: str, path: str | Path, *,
     fig.legend(handles=model_handles, loc="outside right upper", fontsize=8, title="model",
                title_fontsize=8, frameon=False)
     fig.legend(handles=method_handles, loc="outside right lower", fontsize=8, title="method",
-               title_fontsize=8, frameon=False)
+               title_fontsize=8, frameon=False, ncols=1 + len(method_handles) // 15)
     return _save(fig, path, dpi)
 
 

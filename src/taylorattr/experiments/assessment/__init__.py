@@ -291,14 +291,11 @@ def run_assessment(ws: Workspace, experiments: Sequence[str] = EXPERIMENTS,
 
 
 def _markers(bound) -> dict[str, str]:
-    """Each method's registry marker; a label whose marker another label took first (the
-    variants of one method) is left to the plot's distinct fallback markers."""
-    out, used = {}, set()
-    for m in bound:
-        if m.spec.marker not in used:
-            out[m.label] = m.spec.marker
-            used.add(m.spec.marker)
-    return out
+    """One marker per method label for both figures (registry markers first; variants of
+    one method get distinct fallback markers), so a label keeps its marker in each."""
+    from ...plotting import assign_markers
+
+    return assign_markers([m.label for m in bound], {m.label: m.spec.marker for m in bound})
 
 
 def _plain(value):
