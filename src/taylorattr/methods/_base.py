@@ -107,6 +107,10 @@ class AttributionMethod:
     #: ``"distribution"`` (a reference set or noise: :mod:`taylorattr.baselines`) or
     #: ``"none"`` (an implicit zero reference; ``attribute`` takes no ``baselines``).
     baseline_kind: str = "point"
+    #: Whether ``_attribute`` uses the gradient of ``f`` at the inputs: the base class then
+    #: keeps the graph of its one forward (``x`` requires grad, ``f_x`` has the graph), so
+    #: the method spends one backward pass and no second forward.
+    gradient_at_inputs: bool = False
 
     #: Options whose values hold one entry per sample (leading dimension ``B``): cut to the
     #: sample when a method runs sample by sample (:mod:`taylorattr.inputs`).
@@ -237,21 +241,21 @@ class AttributionMethod:
                                self._to_layer_input if layer is self._layer else False)
         if layer is None and extra is None and isinstance(inputs, torch.Tensor):
             check_layer(self._model, None, to_input)
-            x, t, fx = self._inputs_and_target(inputs, target)
+            x, t, fx = self._inputs_and_target(inputs, target, self.gradient_at_inputs)
             self._layout = Layout.of((x,), False)
             try:
-                attr, refs, delta = self._core(x, self._baselines(baselines, x), t, fx, options,
-                                               show_progress, return_convergence_delta)
+                attr, refs, delta = self._core(x, self._baselines(baselines, x.detach()), t, fx,
+                                               options, show_progress, return_convergence_delta)
             finally:
                 self._layout = None
-            return Explanation(attr, refs, fx, t, delta)
+            return Explanation(attr, refs, fx.detach(), t, delta)
         return self._run_structured(inputs, baselines, target, extra, layer, to_input, options,
                                     show_progress, return_convergence_delta)
 
     def _core(self, x, base, t, fx, options, show_progress, want_delta):
         attr, refs = self._attribute(x, base, t, fx, show_progress=show_progress, **options)
         self._finite(attr)
-        return attr, refs, (self._delta(attr, fx, refs, t) if want_delta else None)
+        return attr, refs, (self._delta(attr, fx.detach(), refs, t) if want_delta else None)
 
     def _run_structured(self, inputs, baselines, target, extra, layer, to_input, options,
                         show_progress, want_delta) -> Explanation:
@@ -366,14 +370,17 @@ class AttributionMethod:
             return broadcast_baselines(baselines, x)
         return baselines
 
-    def _inputs_and_target(self, inputs, target):
+    def _inputs_and_target(self, inputs, target, keep_graph: bool = False):
         """Check ``inputs``, run the model once on them and resolve ``target``.
 
-        Returns ``(x, target_index, f_x)`` with ``x`` detached and ``f_x`` the explained
-        output per sample ``[B]``.
+        Returns ``(x, target_index, f_x)``: ``x`` detached and ``f_x`` the explained output
+        per sample ``[B]``; with ``keep_graph`` ``x`` is a leaf requiring grad and ``f_x``
+        keeps its graph, so a method needing the gradient at the inputs reuses this forward.
         """
         x = check_inputs(inputs).detach()
-        with torch.no_grad():
+        if keep_graph:
+            x = x.clone().requires_grad_(True)
+        with torch.set_grad_enabled(keep_graph):
             out = model_output(self.model, x)
         t = resolve_target(target, out)
         return x, t, select_output(out, t)

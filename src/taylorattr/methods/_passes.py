@@ -14,7 +14,8 @@ from .._validation import check_positive_int, select_output
 from ..batching import chunk_rows, count_blocks, heuristic_rows, planned_blocks
 
 __all__ = ["check_optional_positive_int", "chunk_ranges", "default_chunk_rows",
-           "gradient_pass_cost", "grid_blocks", "per_sample_sum", "target_gradient"]
+           "gradient_pass_cost", "grid_blocks", "input_gradient", "per_sample_sum",
+           "target_gradient"]
 
 
 def default_chunk_rows(inputs: torch.Tensor, backward: bool, model=None) -> int:
@@ -91,6 +92,15 @@ def gradient_pass_cost(rows: int):
     from ..cost import Cost
 
     return Cost(forward_rows=rows, backward_rows=rows)
+
+
+def input_gradient(model, x: torch.Tensor, target, fx: torch.Tensor) -> torch.Tensor:
+    """``d f / d x`` at the inputs: from the graph of the base class's forward when it kept
+    one (``x`` a leaf requiring grad, ``fx`` its output), else by a forward+backward pass."""
+    if x.requires_grad and fx.requires_grad:
+        (grad,) = torch.autograd.grad(fx.sum(), x)
+        return grad
+    return target_gradient(model, x.detach().clone(), target)[0]
 
 
 def per_sample_sum(t: torch.Tensor) -> torch.Tensor:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from ._base import ImplicitBaselineMethod, gradient_pass_cost, target_gradient
+from ._base import ImplicitBaselineMethod
+from ._passes import input_gradient
 
 __all__ = ["GradientInput"]
 
@@ -22,11 +23,16 @@ class GradientInput(ImplicitBaselineMethod):
     """
 
     name = "gradient_input"
+    gradient_at_inputs = True
 
     def _attribute(self, x, baselines, target, fx, *, show_progress=False):
-        grad, _ = target_gradient(self.model, x.clone(), target)
+        grad = input_gradient(self.model, x, target, fx)
+        x = x.detach()
         return x * grad, torch.zeros_like(x).unsqueeze(1)
 
     def _cost(self, x, options):
-        """One forward + backward pass of the batch; one (zero) reference."""
-        return gradient_pass_cost(x.shape[0]), 1
+        """One backward pass through the base class's forward of the batch (kept with its
+        graph); one (zero) reference."""
+        from ..cost import Cost
+
+        return Cost(backward_rows=x.shape[0]), 1

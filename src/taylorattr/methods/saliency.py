@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from .._validation import check_bool
-from ._base import ImplicitBaselineMethod, gradient_pass_cost, target_gradient
+from ._base import ImplicitBaselineMethod
+from ._passes import input_gradient
 
 __all__ = ["Saliency"]
 
@@ -24,15 +25,20 @@ class Saliency(ImplicitBaselineMethod):
     """Saliency: ``|grad f(x)|`` (``abs=False``: the signed gradient); one forward and one
     backward pass. Equals Captum's ``Saliency`` with the same ``abs``."""
 
+    gradient_at_inputs = True
+
     name = "saliency"
 
     def _attribute(self, x, baselines, target, fx, *, abs: bool = True,
                    show_progress: bool = False):
         """Options: ``abs`` (default True) takes the absolute value of the gradient."""
         check_bool(abs, "abs")
-        grad, _ = target_gradient(self.model, x.clone(), target)
-        return (grad.abs() if abs else grad), torch.zeros_like(x).unsqueeze(1)
+        grad = input_gradient(self.model, x, target, fx)
+        return (grad.abs() if abs else grad), torch.zeros_like(x.detach()).unsqueeze(1)
 
     def _cost(self, x, options):
-        """One forward + backward pass of the batch; one (zero) reference."""
-        return gradient_pass_cost(x.shape[0]), 1
+        """One backward pass through the base class's forward of the batch (kept with its
+        graph); one (zero) reference."""
+        from ..cost import Cost
+
+        return Cost(backward_rows=x.shape[0]), 1
