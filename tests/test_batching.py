@@ -17,7 +17,7 @@ from torch import nn
 from taylorattr import batching as Bt
 from taylorattr.allocator import AllocatorInfo
 from taylorattr.methods import IntegratedGradients, Occlusion
-from taylorattr.methods._base import chunk_ranges, default_chunk_rows, grid_blocks
+from taylorattr.methods._passes import chunk_ranges, default_chunk_rows, grid_blocks
 
 D, H = 64, 512  # features per row, hidden units
 

@@ -1,8 +1,8 @@
 """The interactions stage of the report: its split of each order is exact.
 
 Independent facts: a monomial of degree k touches at most k patches, so nothing of orders 1
-and 2 spans three or more patches and nothing of order 1 joins two; and the orders with the
-stage's truncation error add up to the output change measured by plain model calls.
+and 2 spans three or more patches and nothing of order 1 joins two; ``df`` equals plain model
+calls; and each order's total equals ``taylor_terms``' per-order terms of the whole delta.
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 
 from taylorattr.experiments.interactions import format_interactions, run_interactions
 from taylorattr.experiments.workspace import Workspace
+from taylorattr.taylor import taylor_terms
 
 
 def test_orders_split_exactly_and_sum_to_the_output_change(tmp_path):
@@ -30,11 +31,12 @@ def test_orders_split_exactly_and_sum_to_the_output_change(tmp_path):
         df = model(x).gather(1, t[:, None])[:, 0] - model(torch.zeros_like(x)).gather(
             1, t[:, None])[:, 0]
     unit = next((tmp_path / "interactions" / "units").glob("*.pt"))
-    stored = torch.load(unit)
-    torch.testing.assert_close(stored["df"], df)
-    share = sum(rows[k]["total"] for k in (1, 2, 3))
-    expected = float(((stored["total"].sum(1)) / df.abs()).mean())
-    assert share == pytest.approx(expected, rel=1e-12)
+    torch.testing.assert_close(torch.load(unit)["df"], df)
+    # each order's P_k by another route: taylor_terms' single expansion along the whole delta
+    orders = taylor_terms(model, x, 0.0, t, 3).orders  # [B, K]
+    for k in (1, 2, 3):
+        expected = float((orders[:, k - 1] / df.abs()).mean())
+        assert rows[k]["total"] == pytest.approx(expected, rel=1e-9, abs=1e-12)
     saved = json.loads((tmp_path / "interactions" / "interactions.json").read_text())
     assert saved["rows"] == r.rows
     assert "between two patches" in format_interactions(r)

@@ -21,7 +21,7 @@ from taylorattr.experiments.saliency import saliency_maps, saliency_methods
 from taylorattr.experiments.validation import run_validation, validation_methods
 from taylorattr.experiments.workspace import Workspace
 from taylorattr.methods import ImplicitBaselineMethod
-from taylorattr.methods._base import target_gradient
+from taylorattr.methods._passes import target_gradient
 from taylorattr.reformulations import Reformulation
 from taylorattr.taylor import taylor_attribution
 

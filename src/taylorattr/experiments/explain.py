@@ -57,10 +57,11 @@ def explain_methods(patch: int = 16) -> tuple[str, ...]:
     return tuple(explain_columns(patch))
 
 
-def canonical_method(name: str, patch: int = 16) -> str:
+def canonical_method(name: str, patch: int = 16, columns: dict | None = None) -> str:
     """The grid name of ``name``: a name, a label (``"Occ-16x16"``) or a registry name
-    (``"integrated_gradients"``, the method's first column), in any case."""
-    columns = explain_columns(patch)
+    (``"integrated_gradients"``, the method's first column), in any case. ``columns``:
+    :func:`explain_columns` already built (default: built here)."""
+    columns = explain_columns(patch) if columns is None else columns
     slug = _slug(name)
     if slug in columns:
         return slug
@@ -100,7 +101,7 @@ def _classifier(model, weights):
 def _columns(methods, patch: int, ig_steps: int, eg_samples: int, eg_noise) -> dict:
     """Grid name -> bound method of the chosen methods, in grid order."""
     table = explain_columns(patch, ig_steps, eg_samples, eg_noise)
-    chosen = set(table) if not methods else {canonical_method(m, patch) for m in methods}
+    chosen = set(table) if not methods else {canonical_method(m, patch, table) for m in methods}
     return {k: m for k, m in table.items() if k in chosen}
 
 

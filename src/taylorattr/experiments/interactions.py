@@ -24,6 +24,7 @@ from ..pair_interactions import interactions
 from ..taylor import group_expansions
 from . import paper
 from ._units import fingerprint
+from .validation import predicted_drop
 from .workspace import Workspace
 
 __all__ = ["InteractionResult", "format_interactions", "run_interactions"]
@@ -49,10 +50,7 @@ class InteractionResult:
 
 def _split(model, x: torch.Tensor, order: int) -> dict:
     """Per sample and order: P_k, own, pairs (``[B, K]``), the result and ``df``."""
-    with torch.no_grad():
-        target = model(x).argmax(1)
-        df = model(x).gather(1, target[:, None])[:, 0] - model(torch.zeros_like(x)).gather(
-            1, target[:, None])[:, 0]
+    target, df = predicted_drop(model, x)
     whole = torch.zeros(x.shape[1:], dtype=torch.long)
     total = group_expansions(model, x, 0.0, target, order, whole)[:, 0]  # [B, K]
     result = interactions(model, x, 0.0, target, order=order)

@@ -82,14 +82,22 @@ def _layer_label(name: str, module) -> str:
     return f"{type(module).__name__}@{name}"
 
 
+def predicted_drop(model, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(target, df)``: the predicted class and ``f(x) - f(0)`` of its logit (one forward of
+    ``x`` and one of the black image)."""
+    with torch.no_grad():
+        out = model(x)
+        target = out.argmax(1)
+        df = out.gather(1, target[:, None])[:, 0] - model(torch.zeros_like(x)).gather(
+            1, target[:, None])[:, 0]
+    return target, df
+
+
 def _approximation(model, x: torch.Tensor, orders: tuple[int, ...]) -> dict:
     """``|eps_K| / |df|`` per sample at each order (``rel_error{K}``): ``df = f(x) - f(0)``,
     ``eps_K = df - g_K`` with ``g_K`` the sum of the order-K Taylor attribution; and per
     sample the mean squared pre-activation movement of each nonlinear layer (``ms:<layer>``)."""
-    with torch.no_grad():
-        target = model(x).argmax(1)
-        df = model(x).gather(1, target[:, None])[:, 0] - model(torch.zeros_like(x)).gather(
-            1, target[:, None])[:, 0]
+    target, df = predicted_drop(model, x)
     out = {}
     for K in orders:
         g = taylor_attribution(model, x, 0.0, target, K).flatten(1).sum(1)

@@ -49,26 +49,13 @@ from ..inputs import (
     slice_option,
     swap_layer,
 )
-from ._passes import (  # noqa: F401  (re-exported: the methods import them from here)
-    check_optional_positive_int,
+from ._passes import (
     chunk_ranges,
     default_chunk_rows,
-    gradient_pass_cost,
-    grid_blocks,
     per_sample_sum,
-    target_gradient,
 )
 
-__all__ = [
-    "AttributionMethod",
-    "Explanation",
-    "ImplicitBaselineMethod",
-    "chunk_ranges",
-    "default_chunk_rows",
-    "gradient_pass_cost",
-    "grid_blocks",
-    "target_gradient",
-]
+__all__ = ["AttributionMethod", "Explanation", "ImplicitBaselineMethod"]
 
 def _single_input(model) -> bool:
     """True when ``model.forward`` takes exactly one argument without a default."""

@@ -26,7 +26,8 @@ import torch
 
 from .._validation import check_positive_int
 from ..baselines import ReferenceSet
-from ._base import AttributionMethod, check_optional_positive_int, default_chunk_rows, grid_blocks
+from ._base import AttributionMethod
+from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 from .deeplift import DeepLift
 from .expected_gradients import _distribution, _reference_rows, draw
 

@@ -24,8 +24,8 @@ import torch
 from .._validation import broadcast_baselines, check_inputs, check_positive_int
 from .._validation import check_seed as _check_seed
 from ..baselines import Baseline, Noise, ReferenceSet
-from ._base import (
-    AttributionMethod,
+from ._base import AttributionMethod
+from ._passes import (
     check_optional_positive_int,
     default_chunk_rows,
     gradient_pass_cost,

@@ -32,7 +32,8 @@ import torch
 from .. import _validation as V
 from .._validation import check_inputs, check_positive_int
 from .._validation import check_seed as _check_seed
-from ._base import AttributionMethod, check_optional_positive_int, gradient_pass_cost
+from ._base import AttributionMethod
+from ._passes import check_optional_positive_int, gradient_pass_cost
 from .expected_gradients import EGDraws, ExpectedGradients
 from .expected_gradients import draw as eg_draw
 

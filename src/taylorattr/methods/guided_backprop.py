@@ -27,7 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import _fx
-from ._base import ImplicitBaselineMethod, target_gradient
+from ._base import ImplicitBaselineMethod
+from ._passes import target_gradient
 
 __all__ = ["GuidedBackprop", "functional_relus"]
 

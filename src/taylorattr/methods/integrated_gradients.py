@@ -20,8 +20,8 @@ import numpy as np
 import torch
 
 from .._validation import check_positive_int
-from ._base import (
-    AttributionMethod,
+from ._base import AttributionMethod
+from ._passes import (
     check_optional_positive_int,
     default_chunk_rows,
     gradient_pass_cost,

@@ -23,7 +23,8 @@ from __future__ import annotations
 import torch
 
 from .._validation import check_positive_int, check_seed
-from ._base import AttributionMethod, check_optional_positive_int
+from ._base import AttributionMethod
+from ._passes import check_optional_positive_int
 from .shapley_values import coalition_values, player_ids
 
 __all__ = ["END_POINT_WEIGHT", "KernelShap", "draw_coalitions"]

@@ -42,12 +42,8 @@ from .. import _validation as V
 from .._validation import check_positive_int
 from .._validation import check_seed as _check_seed
 from ..baselines import Baseline
-from ._base import (
-    AttributionMethod,
-    check_optional_positive_int,
-    default_chunk_rows,
-    grid_blocks,
-)
+from ._base import AttributionMethod
+from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 from .integrated_gradients import IntegratedGradients
 from .saliency import Saliency
 

@@ -42,12 +42,8 @@ import torch
 
 from .._validation import select_output
 from ..inputs import Layout
-from ._base import (
-    AttributionMethod,
-    check_optional_positive_int,
-    default_chunk_rows,
-    grid_blocks,
-)
+from ._base import AttributionMethod
+from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 
 __all__ = ["Occlusion", "window_ids"]
 

@@ -33,7 +33,8 @@ import torch
 
 from .._validation import check_positive_int, check_seed, select_output
 from ..pair_interactions import resolve_groups
-from ._base import AttributionMethod, check_optional_positive_int, chunk_ranges, default_chunk_rows
+from ._base import AttributionMethod
+from ._passes import check_optional_positive_int, chunk_ranges, default_chunk_rows
 
 __all__ = ["MAX_EXACT_PLAYERS", "ShapleyValues", "coalition_values", "player_ids"]
 

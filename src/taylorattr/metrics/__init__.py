@@ -6,15 +6,9 @@ independence, float32/float64 agreement, errors on mismatched shapes).
 """
 from __future__ import annotations
 
-from .fidelity import (
-    approximation_error,
-    gaussian_perturbation,
-    infidelity,
-    infidelity_cost,
-    percentage_change,
-    square_removal,
-)
+from .fidelity import approximation_error, percentage_change
 from .localisation import bbox_accuracy, boxes_to_mask
+from .perturbation import gaussian_perturbation, infidelity, infidelity_cost, square_removal
 
 METRICS = {
     "percentage_change": percentage_change,

@@ -9,7 +9,6 @@ satisfy ``sum(attribution * I) ~= f(x) - f(x_I)``.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 
 import torch
 
@@ -17,19 +16,7 @@ from .._validation import (
     check_inputs,
 )
 
-__all__ = [
-    "approximation_error",
-    "gaussian_perturbation",
-    "infidelity",
-    "infidelity_cost",
-    "optimal_beta_score",
-    "percentage_change",
-    "square_removal",
-    "square_removed_rows",
-    "square_sums",
-]
-
-Perturbation = Callable[[torch.Tensor, torch.Generator], "tuple[torch.Tensor, torch.Tensor]"]
+__all__ = ["approximation_error", "percentage_change"]
 
 
 def _acc_dtype(device: torch.device) -> torch.dtype:
@@ -131,14 +118,3 @@ def approximation_error(error: torch.Tensor, output_change: torch.Tensor) -> tor
             raise ValueError(f"{name} must be finite; it contains NaN or inf")
     e, df, out_dtype = _paired(error, output_change, "error", "output_change")
     return _ratio_or_nan(e.abs(), df.abs(), "approximation_error", "output_change").to(out_dtype)
-
-
-from .perturbation import (
-    gaussian_perturbation,
-    infidelity,
-    infidelity_cost,
-    optimal_beta_score,
-    square_removal,
-    square_removed_rows,
-    square_sums,
-)

@@ -10,7 +10,7 @@ import math
 import torch
 
 from .. import _validation as V
-from ..methods._base import target_gradient
+from ..methods._passes import target_gradient
 from ..statistics import pearson
 from .probes import _REFERENCES
 

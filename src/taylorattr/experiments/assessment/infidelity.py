@@ -18,7 +18,7 @@ import torch
 from ..._validation import broadcast_baselines, select_output
 from ...baselines import Point
 from ...metrics import square_removal
-from ...metrics.fidelity import optimal_beta_score, square_removed_rows, square_sums
+from ...metrics.perturbation import optimal_beta_score, square_removed_rows, square_sums
 from ...registry import METHODS
 from ...statistics import compare_paired, mean_sem, wilcoxon_signed_rank
 from .. import paper

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from .rules import FAMILIES, Family, Gradient, Rule, RuleSet, _Modified
+from .rules import FAMILIES, Family, Gradient, Rule, RuleSet, _Modified, detached_forward
 
 __all__ = [
     "COMPOSITES",
@@ -98,9 +98,7 @@ class LayerRule(Rule):
         self.stabilizer = float(stabilizer)
 
     def apply(self, fn, y, ref, scale):
-        yd = y.detach()
-        with torch.no_grad():
-            out = fn(yd)
+        yd, out = detached_forward(fn, y)
         return _Modified.apply(y, out, lambda r: self.relevance(fn, yd, r)), None
 
     def relevance(self, layer, y, r):  # pragma: no cover
@@ -199,9 +197,7 @@ class Norm(Rule):
         self.stabilizer = float(stabilizer)
 
     def apply(self, fn, y, ref, scale):
-        yd = y.detach()
-        with torch.no_grad():
-            out = fn(yd)
+        yd, out = detached_forward(fn, y)
 
         def backward(r):
             with torch.enable_grad():

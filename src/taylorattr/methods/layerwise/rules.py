@@ -88,6 +88,13 @@ def stable_sign(v: torch.Tensor) -> torch.Tensor:
     return torch.where(v >= 0, 1.0, -1.0).to(v.dtype)
 
 
+def detached_forward(fn: Callable, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(y detached, fn(y) without a graph)``: the values a rule's modified backward uses."""
+    yd = y.detach()
+    with torch.no_grad():
+        return yd, fn(yd)
+
+
 def _derivative(fn: Callable, y: torch.Tensor) -> torch.Tensor:
     with torch.enable_grad():
         yy = y.detach().requires_grad_(True)
@@ -128,9 +135,7 @@ class Rescale(Rule):
     needs_reference = True
 
     def apply(self, fn, y, ref, scale):
-        yd = y.detach()
-        with torch.no_grad():
-            out = fn(yd)
+        yd, out = detached_forward(fn, y)
         y_ref, out_ref = ref
         dy = yd - y_ref
         m = (out - out_ref) / dy
@@ -151,9 +156,7 @@ class MaxRescale(Rule):
     needs_reference = True
 
     def apply(self, fn, y, ref, scale):
-        yd = y.detach()
-        with torch.no_grad():
-            out = fn(yd)
+        yd, out = detached_forward(fn, y)
         y_ref, out_ref = ref
 
         def backward(g):
@@ -209,9 +212,7 @@ class PassRelevance(Rule):
         self.epsilon = float(epsilon)
 
     def apply(self, fn, y, ref, scale):
-        yd = y.detach()
-        with torch.no_grad():
-            out = fn(yd)
+        yd, out = detached_forward(fn, y)
         m = out / (yd + self.epsilon * stable_sign(yd))
         return scaled(y, out, m), m
 
