@@ -233,3 +233,32 @@ def test_automatic_chunks_give_the_fixed_chunk_result():
         for _ in range(6):  # while timing varies the split, and after
             auto = ig.attribute(x, 0.0, target=1, n_steps=64)
             torch.testing.assert_close(auto, fixed, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("n_outer, n_inner, size", [
+    (50, 32, 455), (392, 1, 227), (49, 8, 227), (7, 5, 12), (5, 1, 4), (1, 33, 10),
+    (3, 40, 7), (20, 3, 7)])
+def test_fixed_sizes_are_evened_out(n_outer, n_inner, size):
+    """A fixed size splits the grid into no more blocks than greedy largest-first chunks
+    (counted by a plain loop), never above ``size`` rows, covering the grid once; all
+    blocks of a split but its last are equal, the last short by less than one unit (an
+    inner run, or a row) per block of the split (greedy: up to the whole size short);
+    count_blocks agrees."""
+    greedy, o, i = 0, 0, 0
+    while o < n_outer:  # the old greedy split, written out
+        greedy += 1
+        if i == 0 and size >= n_inner:
+            o += size // n_inner
+        else:
+            i = min(i + size, n_inner)
+            o, i = (o + 1, 0) if i == n_inner else (o, i)
+    blocks = list(grid_blocks(n_outer, n_inner, size))
+    seen = torch.zeros(n_outer, n_inner, dtype=torch.long)
+    for o0, o1, i0, i1 in blocks:
+        seen[o0:o1, i0:i1] += 1
+    assert torch.equal(seen, torch.ones_like(seen))
+    rows = [(o1 - o0) * (i1 - i0) for o0, o1, i0, i1 in blocks]
+    unit, per_split = (n_inner, len(blocks)) if size >= n_inner else (1, len(blocks) // n_outer)
+    assert max(rows) <= size and max(rows) - min(rows) < max(per_split, 1) * unit
+    assert len(set(rows)) <= 2
+    assert len(blocks) <= greedy and len(blocks) == Bt.count_blocks(n_outer, n_inner, size)

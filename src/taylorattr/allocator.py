@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 import warnings
 from dataclasses import dataclass
@@ -83,8 +84,11 @@ class AllocatorInfo:
         return self.mmap_threshold or DYNAMIC_MMAP_THRESHOLD_MAX
 
 
+@functools.cache
 def _libc():
-    """glibc as a ctypes library with ``mallopt``, or None (another C library)."""
+    """glibc as a ctypes library with ``mallopt``, or None (another C library). Looked up
+    once per process: ``find_library`` runs ``ldconfig`` in a subprocess (about 3 ms,
+    which every chunked call would otherwise pay)."""
     name = ctypes.util.find_library("c")
     try:
         lib = ctypes.CDLL(name) if name else ctypes.CDLL(None)

@@ -57,7 +57,7 @@ from torch import nn
 from ._validation import check_positive_int
 from .allocator import allocator_info
 
-__all__ = ["ChunkPlan", "ChunkRows", "chunk_rows", "clear_cache", "default_memory_budget",
+__all__ = ["ChunkPlan", "ChunkRows", "balanced_size", "chunk_rows", "clear_cache", "default_memory_budget",
            "heuristic_rows", "memory_budget", "parse_memory", "row_memory", "timed_chunks"]
 
 MAX_CHUNK_ROWS = 1 << 16
@@ -351,14 +351,29 @@ def chunk_rows(model, inputs: torch.Tensor, backward: bool, *, max_memory=None,
     return ChunkRows(plan) if _timed else plan.rows
 
 
+def balanced_size(n_outer: int, n_inner: int, size: int) -> int:
+    """The largest-first split evened out: the same number of blocks as ``size`` gives,
+    each as nearly equal as whole inner runs (or equal pieces of one run) allow, so no
+    block is a small remainder and the allocator reuses the previous block's memory.
+
+    ``ceil(n / ceil(n / s))`` of the unit that is split (outer runs, or inner rows)."""
+    size = int(size)
+    if size >= n_inner:
+        per = size // n_inner
+        return n_inner * math.ceil(n_outer / math.ceil(n_outer / per))
+    return math.ceil(n_inner / math.ceil(n_inner / size))
+
+
 def planned_blocks(n_outer: int, n_inner: int, size: int):
     """``(o0, o1, i0, i1)`` blocks of the ``n_outer x n_inner`` grid, at most ``size`` rows
-    each: whole inner runs when the size allows, else pieces of one run. A
-    :class:`ChunkRows` size may change from block to block while its plan is timed."""
+    each: whole inner runs when the size allows, else pieces of one run; a fixed size is
+    evened out first (:func:`balanced_size`). A :class:`ChunkRows` size may change from
+    block to block while its plan is timed."""
     plan = getattr(size, "plan", None)
+    fixed = None if plan is not None else balanced_size(n_outer, n_inner, size)
     o = i = 0
     while o < n_outer:
-        s = plan.next_size() if plan is not None else int(size)
+        s = plan.next_size() if plan is not None else fixed
         if i == 0 and s >= n_inner:
             o1 = min(o + s // n_inner, n_outer)
             block, rows, o = (o, o1, 0, n_inner), (o1 - o) * n_inner, o1
@@ -374,7 +389,7 @@ def planned_blocks(n_outer: int, n_inner: int, size: int):
 
 def count_blocks(n_outer: int, n_inner: int, size: int) -> int:
     """How many blocks :func:`planned_blocks` gives for a fixed ``size``."""
-    size = int(size)
+    size = balanced_size(n_outer, n_inner, size)
     if size >= n_inner:
         return math.ceil(n_outer / (size // n_inner))
     return n_outer * math.ceil(n_inner / size)
