@@ -214,56 +214,90 @@ def _best_of(fn, device, repeats: int = 3) -> float:
     return best
 
 
+def _rows_per_call(model, x: torch.Tensor, run, backward: bool, max_rows: int | None,
+                   probe_seconds: float) -> int:
+    """Rows per probe call: the stage's own chunk (:func:`taylorattr.batching.chunk_rows`,
+    the size its chunked passes use), at most ``max_rows`` (the stage's rows), and few
+    enough that one call takes about ``probe_seconds`` (extrapolated from a 2-row call)."""
+    from .batching import chunk_rows
+
+    chunk = int(chunk_rows(model, x[:1], backward))
+    two = x[:1].expand((2,) + tuple(x.shape[1:])).contiguous()
+    run(two)  # warm-up
+    _sync(x.device)
+    start = time.perf_counter()
+    run(two)
+    _sync(x.device)
+    per_row = max((time.perf_counter() - start) / 2, 1e-9)
+    fit = int(probe_seconds / per_row)
+    return max(2, min(chunk, fit, max_rows or chunk))
+
+
 def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order: int = 0,
-                  probe_rows: int = 16, taylor_directions: int = 4) -> Rates:
-    """Time the model on ``probe_rows`` copies of the first row of ``x`` (forward without
-    gradient; with ``backward`` also forward + reverse sweep) and, with ``taylor_order``,
-    one Taylor-mode pass of ``taylor_directions`` directions. Best of three after a warm-up
-    (:func:`probe_sizes` picks sizes like a stage's own).
+                  probe_rows: int | None = None, taylor_directions: int = 4,
+                  taylor_samples: int = 1, max_rows: int | None = None, probe_seconds: float = 0.5) -> Rates:
+    """Time the model on copies of the first row of ``x``: forward without gradient and,
+    with ``backward``, forward + reverse sweep, each at the rows per call the stage's
+    chunked passes use (the automatic chunk size, at most ``max_rows``, and about
+    ``probe_seconds`` per call; ``probe_rows`` fixes it), since the seconds per row depend
+    on the call size (per-call overheads, and on CPU whether a chunk's blocks take glibc's
+    mmap path); with ``taylor_order``, one Taylor-mode pass of ``taylor_directions``
+    directions for each of ``taylor_samples`` samples. Best of three after a warm-up (:func:`probe_sizes` picks sizes like a
+    stage's own).
     """
     from ._validation import check_inputs, check_positive_int, model_output
 
     x = check_inputs(x).detach()
-    check_positive_int(probe_rows, "probe_rows")
-    rows = x[:1].expand((probe_rows,) + tuple(x.shape[1:])).contiguous()
 
-    def fwd():
+    def fwd(rows):
         with torch.no_grad():
             model_output(model, rows)
 
-    t_f = _best_of(fwd, x.device) / probe_rows
+    def fwd_bwd(rows):
+        r = rows.clone().requires_grad_(True)
+        with torch.enable_grad():
+            out = model_output(model, r)
+            torch.autograd.grad(out.sum(), r)
+
+    def rate(run, is_backward):
+        n = check_positive_int(probe_rows, "probe_rows") if probe_rows is not None else \
+            _rows_per_call(model, x, run, is_backward, max_rows, probe_seconds)
+        rows = x[:1].expand((n,) + tuple(x.shape[1:])).contiguous()
+        return _best_of(lambda: run(rows), x.device) / n, n
+
+    t_f, n_f = rate(fwd, False)
     t_b = 0.0
     if backward:
-        def fwd_bwd():
-            r = rows.clone().requires_grad_(True)
-            with torch.enable_grad():
-                out = model_output(model, r)
-                torch.autograd.grad(out.sum(), r)
-
-        t_b = max(_best_of(fwd_bwd, x.device) / probe_rows - t_f, 0.0)
+        t_fb, _ = rate(fwd_bwd, True)
+        t_b = max(t_fb - t_f, 0.0)
     t_T = None
     if taylor_order:
         from .taylor_mode import propagate, trace
 
         gm = trace(model)
         m = check_positive_int(taylor_directions, "taylor_directions")
-        dirs = torch.randn((1, m) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
+        b = check_positive_int(taylor_samples, "taylor_samples")
+        dirs = torch.randn((b, m) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
+        primal = x[:1].expand((b,) + tuple(x.shape[1:])).contiguous()
 
         def taylor():
             with torch.no_grad():
-                propagate(gm, x[:1], dirs, taylor_order)
+                propagate(gm, primal, dirs, taylor_order)
 
-        t_T = _best_of(taylor, x.device) / m
-    return Rates(t_f, t_b, t_T, taylor_order, str(x.device), probe_rows)
+        t_T = _best_of(taylor, x.device) / (b * m)
+    return Rates(t_f, t_b, t_T, taylor_order, str(x.device), n_f)
 
 
 def probe_sizes(cost: Cost) -> dict:
-    """Probe sizes close to the stage's own: up to 64 rows per call, and the directions per
-    sample of its average Taylor-mode pass (up to 256), so per-call overheads amortise as
-    in the run."""
-    per_pass = cost.taylor_rows // max(cost.taylor_passes, 1) // max(cost.samples, 1)
-    return {"probe_rows": max(2, min(64, cost.forward_rows)),
-            "taylor_directions": max(1, min(256, per_pass))}
+    """Probe sizes close to the stage's own: at most the stage's forward rows per call, and
+    the directions per sample of its average Taylor-mode pass (up to 256) for as many of its
+    samples as a pass holds (up to 4,096 rows), so per-call overheads amortise as in the
+    run."""
+    samples = max(cost.samples, 1)
+    per_pass = cost.taylor_rows // max(cost.taylor_passes, 1) // samples
+    directions = max(1, min(256, per_pass))
+    return {"max_rows": max(2, cost.forward_rows), "taylor_directions": directions,
+            "taylor_samples": max(1, min(samples, 4096 // directions))}
 
 
 def estimate(cost: Cost, model=None, x: torch.Tensor | None = None, *,
