@@ -28,9 +28,15 @@ from taylorattr.cost import (
     stage_estimate,
 )
 from taylorattr.methods import (
+    LRP,
+    DeepLift,
+    DeepLiftShap,
+    EpsilonLRP,
     ExpectedGradients,
+    GradCAM,
     GradientInput,
     GradientShap,
+    GuidedBackprop,
     IntegratedGradients,
     KernelShap,
     Occlusion,
@@ -38,10 +44,12 @@ from taylorattr.methods import (
     Saliency,
     ShapleyValues,
     SmoothGrad,
+    TaylorAttribution,
 )
+from taylorattr.methods.layerwise import engine
 from taylorattr.methods.occlusion import count_windows
 from taylorattr.metrics import infidelity, infidelity_cost
-from taylorattr.registry import variants
+from taylorattr.registry import METHODS, variants
 
 
 def _model():
@@ -80,18 +88,7 @@ CASES = [
                          ids=[f"{c.__name__}-{i}" for i, (c, _, _) in enumerate(CASES)])
 def test_method_rows_equal_counted(cls, options, delta, x):
     counter = RowCounter(_model())
-    method = cls(counter)
-    cost = method.cost(x, return_convergence_delta=delta, **options)
-    assert counter.forward_rows == 0  # counting runs no model
-    # the automatic chunk size's one-off memory probe (the delta's reference forwards use
-    # it) is not counted: warm it up once, then count a second identical call
-    method.attribute(x, return_convergence_delta=delta, **options)  # may probe chunk sizes once
-    counter.reset()
-    out = method.attribute(x, return_convergence_delta=delta, **options)
-    assert torch.isfinite(out[0] if delta else out).all()
-    assert (counter.forward_rows, counter.backward_rows) == \
-        (cost.forward_rows, cost.backward_rows)
-    assert cost.samples == x.shape[0] and cost.taylor_rows == 0
+    _assert_rows_counted(cls(counter), counter, x, delta, options)
 
 
 def test_occlusion_windows_closed_form():
@@ -135,6 +132,10 @@ class _TaylorCount:
         monkeypatch.setattr(T, "propagate", propagate)
         monkeypatch.setattr(PI, "propagate", propagate)
         monkeypatch.setattr(torch.autograd, "grad", grad)
+
+    def reset(self):
+        self.model.reset()
+        self.passes = self.rows = self.sweeps = 0
 
     def check(self, cost: Cost):
         assert (self.model.forward_rows, self.passes, self.rows, self.sweeps) == \
@@ -191,28 +192,19 @@ def test_infidelity_rows(x, kw):
         assert cost.forward_rows == 2 + 2 * sum((6 - s + 1) ** 2 for s in (1, 2, 3))
 
 
-def test_bound_methods_of_the_assessment(x):
+def test_bound_methods_of_the_assessment(monkeypatch, x):
     """Every method of the assessment, with its registry settings, as a unit runs it."""
+    _count_plan_passes(monkeypatch)
     bounds = [spec.bind(v, context={"seed": 0}) for spec, v in variants("assessment")]
     checked = []
     for bound in bounds:
         if isinstance(bound.settings.get("baselines"), ReferenceSet):
             continue  # references sized for the digits, not for these inputs
-        counter = RowCounter(_model())
-        try:
-            cost = bound_cost(bound, counter, x, 0.0)
-        except NotImplementedError:
-            continue  # layer-wise rules
-        bound(counter, x, 0.0, None)  # first call may probe the chunk size once
-        counter.reset()
-        bound(counter, x, 0.0, None)
-        assert (counter.forward_rows, counter.backward_rows) == \
-            (cost.forward_rows, cost.backward_rows), bound.label
+        cost = _assert_bound_counted(bound, x)
         assert cost.label == bound.label
         checked.append(bound.label)
-    # Gradient*Input, Occlusion-1, Occlusion-patch, IG, EG (DeepLift's rules run no model
-    # forward of their own rows and are not counted)
-    assert len(checked) >= 5, checked
+    # every assessment variant but EG (data), the layer-wise rules (DeepLift, LRP) included
+    assert len(checked) == len(bounds) - 1, checked
 
 
 # ------------------------------------------------------------------ estimate and budget
@@ -260,3 +252,121 @@ def test_check_budget_one_line_naming_cheaper_options():
         check_budget(c, -1)
     with pytest.raises(ValueError, match="estimate"):
         check_budget(Cost(forward_rows=1), 10)
+
+
+# ------------------------------------------------------------------ the other methods
+
+def _assert_rows_counted(method, counter, x, delta, options):
+    """``method.cost`` (no model run) equals the rows ``counter`` sees in a second call."""
+    cost = method.cost(x, return_convergence_delta=delta, **options)
+    assert counter.forward_rows == 0  # counting runs no model
+    # the automatic chunk size's one-off memory probe (the delta's reference forwards use
+    # it) is not counted: warm it up once, then count a second identical call
+    method.attribute(x, return_convergence_delta=delta, **options)  # may probe chunk sizes once
+    counter.reset()
+    out = method.attribute(x, return_convergence_delta=delta, **options)
+    assert torch.isfinite(out[0] if delta else out).all()
+    assert (counter.forward_rows, counter.backward_rows) == \
+        (cost.forward_rows, cost.backward_rows)
+    assert cost.samples == x.shape[0] and cost.taylor_rows == 0
+    return cost
+
+
+def _assert_bound_counted(bound, x) -> Cost:
+    """:func:`bound_cost` (no model run) equals the rows a second run of ``bound`` shows."""
+    counter = RowCounter(_model())
+    cost = bound_cost(bound, counter, x, 0.0)
+    bound(counter, x, 0.0, None)  # first call may probe the chunk size once
+    counter.reset()
+    bound(counter, x, 0.0, None)
+    assert (counter.forward_rows, counter.backward_rows) == \
+        (cost.forward_rows, cost.backward_rows), bound.label
+    return cost
+
+
+def _count_plan_passes(monkeypatch):
+    """The layer-wise engine runs the model's traced plan (an fx interpreter calling its
+    submodules), never the model's forward: report each run of the plan (on the inputs or
+    on the baselines) to the RowCounter it runs on, which also hooks the run's output to
+    count the modified backward sweep through it."""
+    real = engine._Pass.run
+
+    def run(self, *args, **kwargs):
+        return self.module.observe(args[0], real(self, *args, **kwargs))
+
+    monkeypatch.setattr(engine._Pass, "run", run)
+
+
+def _relu_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                         nn.Flatten(), nn.Linear(2 * 3 * 3, 3)).double().eval()
+
+
+REFS = ReferenceSet(torch.randn(3, 1, 6, 6, dtype=torch.float64,
+                                generator=torch.Generator().manual_seed(2)))
+
+# (class, constructor arguments, call options, delta, rows per sample besides the target's
+# forward: (forward, backward), counted by hand from the method's passes)
+OTHER_CASES = [
+    (DeepLift, {}, {}, True, (1 + 1 + 1, 1)),        # baseline pass, main pass, delta ref
+    (DeepLift, {}, {}, False, (1 + 1, 1)),
+    (EpsilonLRP, {}, {}, True, (1, 1)),              # no baseline pass, no reference
+    (LRP, {"rule": "epsilon_plus_flat"}, {}, True, (1, 1)),
+    (LRP, {"rule": "gamma"}, {}, False, (1, 1)),
+    (DeepLiftShap, {}, {"baselines": REFS, "internal_batch_size": 4}, True,
+     (3 * 2 + 3, 3)),                                # 3 references: DeepLIFT each, delta each
+    (DeepLiftShap, {}, {"noise_std": 0.5, "n_samples": 2}, False, (2 * 2, 2)),
+    (GuidedBackprop, {}, {}, True, (1 + 1, 1)),
+    (GuidedBackprop, {}, {}, False, (1, 1)),
+    (GradCAM, {}, {"relu_attributions": True, "interpolate_mode": "bilinear"}, True, (1 + 1, 1)),
+    (GradCAM, {}, {}, False, (1, 1)),
+]
+
+
+@pytest.mark.parametrize("make", [_model, _relu_model], ids=["softplus", "relu-maxpool"])
+@pytest.mark.parametrize("cls,init,options,delta,per_sample", OTHER_CASES,
+                         ids=[f"{c[0].__name__}-{i}" for i, c in enumerate(OTHER_CASES)])
+def test_other_method_rows_equal_counted(monkeypatch, x, make, cls, init, options, delta,
+                                         per_sample):
+    """Layer-wise (DeepLift, LRP, DeepLiftShap), Guided Backprop and Grad-CAM: the counted
+    rows equal the rows the model saw (the plan's runs reported by the engine) and the
+    rows counted by hand."""
+    _count_plan_passes(monkeypatch)
+    counter = RowCounter(make())
+    cost = _assert_rows_counted(cls(counter, **init), counter, x, delta, options)
+    batch = x.shape[0]
+    assert (cost.forward_rows, cost.backward_rows) == \
+        (batch * (1 + per_sample[0]), batch * per_sample[1])
+
+
+@pytest.mark.parametrize("order,delta", [(1, True), (2, False), (3, True)])
+def test_taylor_attribution_rows(monkeypatch, x, order, delta):
+    count = _TaylorCount(monkeypatch, 36)
+    method = TaylorAttribution(count.model)
+    kw = {"order": order, "return_convergence_delta": delta}
+    cost = method.cost(x, _baselines(x), **kw)
+    method.attribute(x, _baselines(x), **kw)  # may probe the delta's chunk size once
+    count.reset()
+    method.attribute(x, _baselines(x), **kw)
+    count.check(cost)
+    batch = x.shape[0]
+    assert (count.model.backward_rows, cost.backward_rows, cost.order) == (0, 0, order)
+    # one pass of B rows; the target's forward, the inputs' and baselines', the delta's
+    assert (cost.taylor_passes, cost.taylor_rows) == (1, batch)
+    assert cost.forward_rows == batch * (3 + delta)
+
+
+def test_every_registered_method_counts_its_rows(monkeypatch, x):
+    """Every variant of every registered method has a cost (no NotImplementedError), equal
+    to the rows it runs: a method registered later without ``_cost`` fails here."""
+    _count_plan_passes(monkeypatch)
+    context = {"seed": 0, "n_samples": 3, "nt_samples": 2, "n_steps": 3, "patch": 3}
+    checked = set()
+    for spec in METHODS.values():
+        for v in spec.variants:
+            own = {"baselines": REFS} if isinstance(v.settings.get("baselines"),
+                                                    ReferenceSet) else {}
+            _assert_bound_counted(spec.bind(v, context=context, **own), x)
+            checked.add(spec.name)
+    assert checked == set(METHODS)

@@ -155,7 +155,10 @@ class RowCounter(nn.Module):
     """Wraps a model and counts the rows it sees: every forward call adds its batch size to
     ``forward_rows``; a reverse sweep through an output adds that output's rows to
     ``backward_rows`` (a tensor hook on the output). Traced by torch.fx, it is transparent
-    (a proxy is not counted: Taylor-mode passes run the traced graph, not this forward)."""
+    (a proxy is not counted: Taylor-mode passes run the traced graph, not this forward).
+
+    Code that runs the model's traced graph itself (the layer-wise engine's passes through
+    its plan) reports each such run with :meth:`observe`, counted like a forward call."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
@@ -169,7 +172,11 @@ class RowCounter(nn.Module):
         self.calls = 0
 
     def forward(self, x):
-        out = self.model(x)
+        return self.observe(x, self.model(x))
+
+    def observe(self, x, out):
+        """Count one run of the model on ``x`` that returned ``out`` (its rows forward, and
+        a hook on ``out`` for its reverse sweeps); returns ``out``. Proxies are not counted."""
         if isinstance(x, torch.fx.Proxy):
             return out
         self.forward_rows += int(x.shape[0])

@@ -45,6 +45,11 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
         prop = self._propagate(x, b, t, records=False)
         return (x - b) * prop.gradient, b.unsqueeze(1)
 
+    def _cost(self, x, options):
+        """One pass through the plan (:meth:`_propagate_cost`): ``B`` baseline rows forward,
+        ``B`` input rows forward and swept back; the baseline is the one reference."""
+        return self._propagate_cost(x.shape[0]), 1
+
     def layer_records(self, inputs: torch.Tensor, baselines=0.0, target=None
                       ) -> list[LayerRecord]:
         """One :class:`~taylorattr.methods.layerwise.LayerRecord` per Linear/Conv layer

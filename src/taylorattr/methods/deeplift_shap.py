@@ -90,3 +90,12 @@ class DeepLiftShap(AttributionMethod):
             attr, _ = self._deeplift._attribute(rows, ref.reshape((-1,) + feat), tr, None)
             total[s0:s1] += attr.view(ref.shape).sum(1)
         return total / n, refs.expand((batch, n) + feat)
+
+    def _cost(self, x, options):
+        """DeepLIFT's pass (:meth:`DeepLift._cost`) on the ``B * N`` (sample, reference)
+        rows: ``N`` the reference set's rows, or ``n_samples`` drawn from a Noise; the
+        ``N`` references per sample are the delta's."""
+        dist = _distribution(options.get("baselines"), options.get("noise_std"))
+        n = dist.samples.shape[0] if isinstance(dist, ReferenceSet) else \
+            check_positive_int(options.get("n_samples", 50), "n_samples")
+        return self._deeplift._propagate_cost(x.shape[0] * n), n

@@ -31,6 +31,7 @@ from torch import nn
 
 from .._validation import check_bool, select_output
 from ._base import ImplicitBaselineMethod
+from ._passes import gradient_pass_cost
 from .layerwise import UnsupportedModelError
 
 __all__ = ["GradCAM", "find_layer"]
@@ -117,3 +118,8 @@ class GradCAM(ImplicitBaselineMethod):
             cam = F.relu(cam)
         cam = F.interpolate(cam, tuple(x.shape[2:]), mode=interpolate_mode)
         return cam.expand_as(x).contiguous(), torch.zeros_like(x).unsqueeze(1)
+
+    def _cost(self, x, options):
+        """One forward of the batch with its graph, swept back from the explained output to
+        the layer (a backward row each); the zero input is the one reference."""
+        return gradient_pass_cost(x.shape[0]), 1

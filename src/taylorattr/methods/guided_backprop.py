@@ -28,7 +28,7 @@ from torch import nn
 
 from .. import _fx
 from ._base import ImplicitBaselineMethod
-from ._passes import target_gradient
+from ._passes import gradient_pass_cost, target_gradient
 
 __all__ = ["GuidedBackprop", "functional_relus"]
 
@@ -94,6 +94,11 @@ class GuidedBackprop(ImplicitBaselineMethod):
             for h in hooks:
                 h.remove()
         return grad, torch.zeros_like(x).unsqueeze(1)
+
+    def _cost(self, x, options):
+        """One forward and one (gated) backward row per sample; the zero input is the one
+        reference."""
+        return gradient_pass_cost(x.shape[0]), 1
 
 
 def _gate(module, args, output):

@@ -63,6 +63,11 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
         prop = propagate(self.model, self._get_plan(), self._rules, x, None, t, False)
         return x * prop.gradient, None
 
+    def _cost(self, x, options):
+        """One pass through the plan (:meth:`_propagate_cost`): ``B`` rows forward and swept
+        back (no baseline pass); no references (the delta needs no extra forward)."""
+        return self._propagate_cost(x.shape[0]), 0
+
     def layer_records(self, inputs: torch.Tensor, target=None) -> list[LayerRecord]:
         """One :class:`~taylorattr.methods.layerwise.LayerRecord` per Linear/Conv layer
         with the zero baseline of the paper's supplement (``x~^(l) = 0``, ``y~ = b``);

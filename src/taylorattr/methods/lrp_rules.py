@@ -75,6 +75,11 @@ class LRP(LayerwiseMethod, ImplicitBaselineMethod):
         scale = prop.output.to(x.dtype).view((-1,) + (1,) * (x.dim() - 1))
         return prop.gradient * scale, None
 
+    def _cost(self, x, options):
+        """One pass through the plan (:meth:`_propagate_cost`): ``B`` rows forward and swept
+        back (no rule needs a baseline pass); no references (the delta needs no forward)."""
+        return self._propagate_cost(x.shape[0]), 0
+
 
 @cache
 def rule_class(rule: str) -> type[LRP]:

@@ -12,6 +12,7 @@ truncation error of the expansion.
 from __future__ import annotations
 
 from .._validation import check_positive_int
+from ..cost import Cost
 from ..taylor import taylor_attribution
 from ._base import AttributionMethod
 
@@ -27,3 +28,13 @@ class TaylorAttribution(AttributionMethod):
         """Options: ``order`` K >= 1 of the expansion."""
         check_positive_int(order, "order")
         return taylor_attribution(self.model, x, base, t, order), base.unsqueeze(1)
+
+    def _cost(self, x, options):
+        """What :func:`~taylorattr.taylor.taylor_attribution` runs: two forwards of the batch
+        (the inputs, resolving the target, and the baselines), one order-K Taylor-mode pass
+        along ``-delta`` (``B`` rows) swept backward once (K = 1) or twice (K >= 2: the
+        gradient and the IG shares); the baseline is the one reference."""
+        order = check_positive_int(options.get("order", 2), "order")
+        batch = x.shape[0]
+        return Cost(forward_rows=2 * batch, taylor_passes=1, taylor_rows=batch,
+                    taylor_backward_rows=batch * (2 if order > 1 else 1), order=order), 1

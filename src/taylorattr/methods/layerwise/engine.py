@@ -178,9 +178,22 @@ def _record(model, plan: Plan, rules: RuleSet, run: _Pass, ref_pass: _Pass | Non
 
 
 class LayerwiseMethod:
-    """Mixin for DeepLift and EpsilonLRP: ``self._rules`` and the traced plan."""
+    """Mixin for DeepLift, EpsilonLRP and LRP: ``self._rules``, the traced plan and the
+    rows one :func:`propagate` call runs through it."""
 
     _rules: RuleSet
 
     def _get_plan(self) -> Plan:
         return get_plan(self.model, self._rules)
+
+    def _propagate_cost(self, rows: int):
+        """The :class:`~taylorattr.cost.Cost` of :func:`propagate` on ``rows`` rows (without
+        records): a row is one sample run through the plan. When a rule compares with the
+        baseline (DeepLIFT's Rescale), the baselines' rows are run forward first (no
+        gradient); then the inputs' rows run forward and are swept back once by the
+        modified gradient (a rule's own evaluations of a layer inside that sweep, as LRP's
+        z-plus, gamma or flat make, belong to the row's backward). Runs no model."""
+        from ...cost import Cost
+
+        forward = rows * (2 if self._rules.needs_reference else 1)
+        return Cost(forward_rows=forward, backward_rows=rows)
