@@ -134,6 +134,27 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _budget(text: str) -> float:
+    """Seconds > 0, or ``none`` (no budget, also on a terminal: infinity)."""
+    if text.strip().lower() == "none":
+        return float("inf")
+    return _positive_float(text)
+
+
+def _cost_flags(p) -> None:
+    """``--estimate`` and ``--budget`` of every long command (:mod:`.estimates`)."""
+    p.add_argument("--budget", type=_budget, default=None, metavar="SECONDS",
+                   help="refuse, with one line and exit status 2 before any work (no "
+                        "training, no files), a run estimated above SECONDS; the estimate "
+                        "counts every stage's rows from the methods' plans and times a probe "
+                        "batch (default: 4 h when stdin and stderr are terminals, none in "
+                        "batch mode; 'none' lifts it)")
+    p.add_argument("--estimate", action="store_true",
+                   help="print the estimated cost of every stage on stderr, then run (always "
+                        "on a terminal; to see the estimates without running, give a tiny "
+                        "--budget)")
+
+
 def _method(text: str) -> str:
     try:
         return canonical_method(text)

@@ -57,7 +57,8 @@ def _reproduce(args) -> str:
 def _explain(args) -> str:
     from ..experiments.explain import explain
 
-    result = explain(args.image, model=args.model, weights=args.weights, methods=args.methods,
+    network = getattr(args, "network", None)  # built by the estimate, when it ran
+    result = explain(args.image, model=args.model if network is None else network, weights=args.weights, methods=args.methods,
                      target=args.target, out_dir=args.out, sign=args.sign, overlay=args.overlay,
                      save_maps=args.save_maps, beta=None if args.beta == 0 else args.beta,
                      interactions=args.interactions)
@@ -129,7 +130,7 @@ def _evaluate(args) -> str:
     from ..experiments.evaluate import evaluate
     from ..experiments.evaluation.lock import LockHeld
 
-    model, dataset = _dataset_job(args)
+    model, dataset = getattr(args, "job", None) or _dataset_job(args)
     try:
         report = evaluate(model, dataset, args.methods, args.metrics, out=args.out,
                           batch_size=args.batch_size, seed=args.seed,
@@ -154,7 +155,7 @@ def _attribute(args) -> str:
     from ..experiments.evaluate import attribute_dataset
     from ..experiments.evaluation.lock import LockHeld
 
-    model, dataset = _dataset_job(args)
+    model, dataset = getattr(args, "job", None) or _dataset_job(args)
     try:
         report = attribute_dataset(model, dataset, args.method, out=args.out,
                                    batch_size=args.batch_size, seed=args.seed,

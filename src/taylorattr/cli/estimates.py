@@ -1,92 +1,473 @@
-"""What a stage will cost, said before it starts: ``assess`` counts the rows of every unit
-from the methods' own plans (:mod:`taylorattr.cost`), times a probe batch on the stage's
-model, prints one estimate per stage and refuses a run estimated above ``--budget``.
+"""What a run will cost, said before it starts (issue 20).
 
-Methods that do not count their rows (the layer-wise rules) are left out of the estimate
-and named; the probe models are untrained copies of the stage's architectures, which run
-at the trained models' speed.
+Every long command (``validate``, ``assess``, ``reproduce``, ``explain``, ``evaluate``,
+``attribute``) counts the rows of each of its stages from the plans of the methods,
+reformulations and metrics it will run (:mod:`taylorattr.cost`: ``bound_cost``,
+``taylor_terms_cost``, ``group_expansions_cost``, ``interactions_cost``,
+``infidelity_cost``), times a probe batch on the stage's model architecture (untrained
+copies run at the trained models' speed; nothing is trained to estimate), prints one
+line per stage on stderr (``--estimate``, or always on a terminal) and refuses, with one
+line and exit status 2 before any work, a run estimated above ``--budget`` (default:
+:data:`TERMINAL_BUDGET` on a terminal, none in batch mode).
+
+Not counted, and said so in the lines: methods that do not count their rows yet (their
+``_cost`` raises NotImplementedError; named), the training of models not yet cached
+(``validate``, ``assess``, ``reproduce``), the chunk-size memory probes, plotting and
+file writes, and the principles audit of ``reproduce`` (probe networks, no row plan).
 """
 from __future__ import annotations
 
+import math
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 
 from .arguments import CliError
 
-__all__ = ["assess_estimates", "check_assess_budget"]
+__all__ = ["TERMINAL_BUDGET", "Stage", "check_estimates", "command_stages"]
+
+#: The budget of a run started from a terminal (stdin and stderr both terminals) without
+#: ``--budget``: generous, so that only runs meant for a GPU or a batch job are refused.
+TERMINAL_BUDGET = 4 * 3600.0
 
 _INPUTS = {"infidelity": (1, 28, 28), "taylor_order": (1, 28, 28), "bbox": (1, 64, 64)}
+_TRAINING = "training of models not cached under --out not counted"
+#: What makes each command cheaper, named when a run is refused.
+_CHEAPER = {
+    "validate": "fewer --samples, --order, --models, --preset or --seeds",
+    "assess": "fewer --samples or --experiment, --quick instead of --full",
+    "reproduce": "--quick instead of --full, fewer --preset or --seeds",
+    "explain": "fewer --methods, no --interactions",
+    "evaluate": "fewer --samples, --methods or --metrics, a smaller --max-side, "
+                "--device cuda, several processes (torchrun)",
+    "attribute": "fewer --samples, a cheaper --method, --device cuda, several processes "
+                 "(torchrun)",
+}
+#: Probe batches are capped at this many rows (and Taylor-mode directions) and about this
+#: many input elements, so that estimating takes seconds: the per-row times of a 32-row
+#: probe are within a few percent of a 64-row one's on the small models, and an
+#: ImageNet-sized probe is a few rows.
+_PROBE_ROWS = 32
+_PROBE_ELEMENTS = 2 ** 20
 
 
-def _stage(label: str, model, x: torch.Tensor, methods, removals: bool):
-    from ..cost import bound_cost, stage_estimate
-    from ..metrics import infidelity_cost
+@dataclass(frozen=True)
+class Stage:
+    """One stage's estimate: ``cost`` (timed; None when nothing of it is counted), the
+    methods left out of the count and what else is not counted."""
+
+    label: str
+    cost: object = None  # taylorattr.cost.Cost
+    skipped: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        text = self.cost.describe() if self.cost is not None else f"{self.label}: not counted"
+        if self.skipped:
+            text += f" (not counted: {', '.join(dict.fromkeys(self.skipped))})"
+        return text + "".join(f"; {n}" for n in self.notes)
+
+
+# ----------------------------------------------------------------------- counting helpers
+
+class _Probe:
+    """Measured rates per (model, row shape, dtype, Taylor order), so that a stage with
+    many units probes each model once."""
+
+    def __init__(self):
+        self.rates = {}
+
+    def estimate(self, costs, model, x: torch.Tensor):
+        """The summed, timed cost of ``costs`` run on ``model`` with rows like ``x``."""
+        from ..cost import measure_rates, stage_estimate
+
+        total = costs[0]
+        for c in costs[1:]:
+            total = total + c
+        order = total.order if total.taylor_rows or total.taylor_backward_rows else 0
+        key = (id(model), tuple(x.shape[1:]), x.dtype, str(x.device), order)
+        if key not in self.rates:
+            # directions per sample of the average Taylor-mode pass, over the units (each
+            # unit's own samples: a stage's summed samples would make it look like one)
+            per_pass = sum(c.taylor_rows for c in costs) // max(1, sum(
+                c.taylor_passes * max(c.samples, 1) for c in costs))
+            cap = max(2, min(_PROBE_ROWS, _PROBE_ELEMENTS // max(1, x[0].numel())))
+            self.rates[key] = measure_rates(
+                model, x[:1], backward=True, taylor_order=order,
+                probe_rows=max(2, min(total.forward_rows, cap)),
+                taylor_directions=max(1, min(per_pass, cap // 4)))
+        return stage_estimate("", total, model, x[:1], rates=self.rates[key])
+
+
+def _stage(label: str, parts, samples: int, skipped=(), notes=()) -> Stage:
+    """A stage from ``parts``: ``(costs, model, x)`` per model, each timed on its model
+    (parts with no costs are left out)."""
+    probe = _Probe()
+    total = None
+    for costs, model, x in parts:
+        if costs:
+            est = probe.estimate(list(costs), model, x)
+            total = est if total is None else total + est
+    if total is not None:
+        total = replace(total, label=label, samples=samples)
+    return Stage(label, total, tuple(skipped), tuple(notes))
+
+
+def _method_costs(methods, model, x: torch.Tensor, baseline=0.0):
+    """``(costs, skipped labels)`` of bound methods on ``x`` (methods that do not count
+    their rows yet are skipped)."""
+    from ..cost import bound_cost
 
     costs, skipped = [], []
     for method in methods:
         try:
-            costs.append(bound_cost(method, model, x))
+            costs.append(bound_cost(method, model, x, baseline))
         except NotImplementedError:
             skipped.append(method.label)
-    if removals:
-        costs.append(infidelity_cost(x))
-    if not costs:
-        return None, skipped
-    est = stage_estimate(label, costs, model, x[:1])
-    return replace(est, label=label, samples=x.shape[0]), skipped
+        except (TypeError, ValueError):  # cannot run on this model: the run records why
+            skipped.append(method.label)
+    return costs, skipped
 
 
-def assess_estimates(args) -> list:
-    """One estimated :class:`~taylorattr.cost.Cost` per (experiment, model) of ``assess``."""
+def _forwards(rows: int):
+    from ..cost import Cost
+
+    return Cost(forward_rows=rows)
+
+
+def taylor_attribution_cost(x: torch.Tensor, order: int):
+    """The rows of :func:`taylorattr.taylor_attribution` at ``order`` on ``x``: those of
+    ``taylor_terms`` without its per-feature expansions (two forwards, one Taylor-mode pass
+    along ``-delta``, swept back once at order 1 and twice above)."""
+    from ..taylor import taylor_terms_cost
+
+    c = taylor_terms_cost(x, 0.0, 1)
+    return replace(c, label="", order=order,
+                   taylor_backward_rows=c.taylor_backward_rows * (2 if order > 1 else 1))
+
+
+def reformulation_cost(method, x: torch.Tensor, orders):
+    """The rows of ``method``'s Taylor reformulation at ``orders`` as the validation runs
+    it (baseline 0), or None where it is not counted (the layer-wise reformulations)."""
+    from .. import reformulations as R
+    from ..registry import METHODS
+    from ..taylor import group_expansions_cost
+
+    reform = method.spec.reformulation
+    own = reform.own_options(method.settings)
+    per_order = {id(R.GRADIENT_INPUT): lambda K: taylor_attribution_cost(x, 1),
+                 id(R.INTEGRATED_GRADIENTS): lambda K: taylor_attribution_cost(x, K)}
+    if id(reform) in per_order:
+        return sum((per_order[id(reform)](K) for K in orders[1:]), per_order[id(reform)](orders[0]))
+    if reform is R.OCCLUSION_1 or reform is R.OCCLUSION_PATCH:
+        patch = own.get("patch", 1 if reform is R.OCCLUSION_1 else 2)
+        groups = R.occlusion_groups(tuple(x.shape[1:]), patch)
+        return group_expansions_cost(x, 0.0, max(orders), groups, own.get("chunk_size"))
+    smooth_ig = METHODS.get("smoothgrad_ig")
+    if smooth_ig is not None and reform is smooth_ig.reformulation:
+        rows = x.repeat_interleave(int(method.settings.get("nt_samples", 5)), 0)
+        return sum((taylor_attribution_cost(rows, K) for K in orders), _forwards(x.shape[0]))
+    return None
+
+
+# ----------------------------------------------------------------------- the commands
+
+def _mnist_digits(mnist_dir, n: int) -> torch.Tensor:
+    from .. import data
+
+    return data.mnist_split(*data.load_mnist(mnist_dir), seed=0).held_images[:n]
+
+
+def validation_costs(methods, model, x: torch.Tensor, orders):
+    """``(costs, skipped)`` of one batch of the validation on ``model``: every method
+    against its reformulation (a target forward, the method, the reformulation) and the
+    approximation unit (``f(x) - f(0)``, the Taylor attribution per order, the
+    pre-activation movement)."""
+    from ..cost import bound_cost
+    from ..experiments.diagnostics import nonlinear_layers
+
+    B = x.shape[0]
+    costs, skipped = [], []
+    for m in methods:
+        reform = reformulation_cost(m, x, orders)
+        try:
+            original = [] if m.spec.reformulation.layerwise else [bound_cost(m, model, x)]
+        except NotImplementedError:
+            reform = None
+        if reform is None:
+            skipped.append(m.label)
+            continue
+        costs += [_forwards(B), *original, reform]
+    costs += [_forwards(2 * B), *(taylor_attribution_cost(x, K) for K in orders)]
+    if nonlinear_layers(model):
+        costs.append(_forwards(2 * B))
+    return costs, skipped
+
+
+def _validation_parts(mnist_dir, models, orders, n_samples: int, seed: int, runs: int = 1,
+                      batch_size: int = 25):
+    """Per model: ``(costs, model, x)`` of ``runs`` trainings' validation units."""
     from .. import models as M
-    from ..experiments.assessment import (
-        DEFAULT_MODELS,
-        FULL_SAMPLES,
-        QUICK_SAMPLES,
-        assessment_methods,
-    )
+    from ..experiments.validation import validation_methods
+
+    held = _mnist_digits(mnist_dir, n_samples).double()
+    methods = validation_methods()
+    out, skipped = {}, []
+    for name in models:
+        model = M._build(name, seed).double().eval()
+        costs = []
+        for i in range(0, held.shape[0], batch_size):
+            c, s = validation_costs(methods, model, held[i:i + batch_size], tuple(orders))
+            costs += c
+            skipped += s
+        out[name] = (costs * runs, model, held)
+    return out, skipped, int(held.shape[0])
+
+
+def _validate(args) -> list[Stage]:
     from ..experiments.paper import model_label
+
+    runs = len(dict.fromkeys(args.preset)) * (args.seeds or 1)
+    parts, skipped, n = _validation_parts(args.mnist_dir, args.models, args.order, args.samples,
+                                          args.seed, runs)
+    scope = f" ({runs} trainings)" if runs > 1 else ""
+    return [_stage(f"validation on {model_label(name)}{scope}", [part], n, skipped, (_TRAINING,))
+            for name, part in parts.items()]
+
+
+def _assessment(experiments, samples: dict, seed: int, labels=None, imagenet=None) -> list:
+    """One stage per (experiment, model) of the assessment (``imagenet``: ``{name: weights
+    path}`` of the ImageNet route)."""
+    from .. import models as M
+    from ..experiments.assessment import DEFAULT_MODELS, assessment_methods
+    from ..experiments.paper import model_label
+    from ..metrics import infidelity_cost
     from ..registry import METHODS
 
-    samples = dict(FULL_SAMPLES if args.full else QUICK_SAMPLES)
     out = []
-    for exp in args.experiment:
-        n = args.samples or samples[exp]
-        x = torch.zeros((n,) + _INPUTS[exp])
+    for exp in experiments:
+        x = torch.zeros((samples[exp],) + _INPUTS[exp])
         methods = ([METHODS["taylor"].bind(order=k) for k in (1, 2)] if exp == "taylor_order"
-                   else assessment_methods(args.seed))
+                   else assessment_methods(seed, labels))
         for name in DEFAULT_MODELS[exp]:
-            est, skipped = _stage(f"{exp} on {model_label(name)}", M._build(name, args.seed).eval(),
-                                  x, methods, removals=exp != "bbox")
-            if est is not None:
-                out.append((est, skipped))
-    if args.imagenet_dir is not None:
-        x = torch.zeros((args.samples or samples["bbox"], 3, 224, 224))
-        for name, path in dict(args.weights).items():
-            model = M.torchvision_model(name, path).eval()
-            est, skipped = _stage(f"bbox on {name}", model, x, assessment_methods(args.seed),
-                                  removals=False)
-            out.append((est, skipped))
+            model = M._build(name, seed).eval()
+            costs, skipped = _method_costs(methods, model, x)
+            if exp != "bbox":
+                costs.append(infidelity_cost(x))
+            out.append(_stage(f"{exp} on {model_label(name)}", [(costs, model, x)], x.shape[0],
+                              skipped))
+    for name, path in (imagenet or {}).items():
+        x = torch.zeros((samples["bbox"], 3, 224, 224))
+        model = M.torchvision_model(name, path).eval()
+        costs, skipped = _method_costs(assessment_methods(seed, labels), model, x)
+        out.append(_stage(f"bbox on {name}", [(costs, model, x)], x.shape[0], skipped))
     return out
 
 
-def check_assess_budget(args, show: bool) -> None:
-    """Print the estimates to stderr (``show``); fail (one line, before any work) above
-    ``--budget``."""
-    from ..cost import CostError, check_budget
+def _assess(args) -> list[Stage]:
+    from ..experiments.assessment import FULL_SAMPLES, QUICK_SAMPLES
 
-    estimates = assess_estimates(args)
+    samples = dict(FULL_SAMPLES if args.full else QUICK_SAMPLES)
+    if args.samples:
+        samples = {k: args.samples for k in samples}
+    return _assessment(args.experiment, samples, args.seed,
+                       imagenet=None if args.imagenet_dir is None else dict(args.weights))
+
+
+def _merged(label: str, stages, notes=()) -> Stage:
+    """One line for several stages (the assessment's (experiment, model) pairs)."""
+    costs = [s.cost for s in stages if s.cost is not None]
     total = None
-    for est, skipped in estimates:
-        note = f" (not counted: {', '.join(skipped)})" if skipped else ""
-        if show:
-            print(f"taylorattr assess: estimate: {est.describe()}{note}", file=sys.stderr)
-        total = est if total is None else total + est
-    if total is None or args.budget is None:
-        return
+    for c in costs:
+        total = c if total is None else total + c
+    if total is not None:
+        total = replace(total, label=label, samples=sum(c.samples for c in costs))
+    return Stage(label, total, tuple(x for s in stages for x in s.skipped), tuple(notes))
+
+
+def _saliency(cfg, seed: int) -> Stage:
+    from .. import data
+    from .. import models as M
+    from ..experiments.saliency import saliency_methods
+
+    n_digits = cfg.digits if cfg.digits is not None else (3 if cfg.quick else 6)
+    photos = cfg.photos if cfg.photos is not None else (
+        ("camera", "chelsea") if cfg.quick else ("camera", "chelsea", "astronaut", "coffee"))
+    digits = torch.zeros(1, 1, 28, 28)
+    c_sp = M._build("c_sp", seed).eval()
+    costs, skipped = _method_costs(saliency_methods(4, 50, 50, seed), c_sp, digits)
+    parts = [([_forwards(1), *costs] * n_digits, c_sp, digits)]
+    if photos:
+        net = M.efficientnet_lite0()
+        x = net.preprocess(dict(data.sample_photos())[photos[0]])
+        methods = saliency_methods(patch=32 if cfg.quick else 16, steps=16 if cfg.quick else 50,
+                                   samples=16 if cfg.quick else 50, seed=seed)
+        costs, more = _method_costs(methods, net, x)
+        parts.append(([_forwards(1), *costs] * len(photos), net, x))
+        skipped += more
+    return _stage("saliency on C-sp and EfficientNet-Lite0", parts, n_digits + len(photos),
+                  skipped)
+
+
+def interaction_costs(x: torch.Tensor, order: int):
+    """The rows of one interactions unit (:mod:`taylorattr.experiments.interactions`):
+    ``f(x) - f(0)``, the whole-input expansion and the exact pair interactions."""
+    from ..pair_interactions import interactions_cost
+    from ..taylor import group_expansions_cost
+
+    whole = torch.zeros(x.shape[1:], dtype=torch.long)
+    return [_forwards(2 * x.shape[0]), group_expansions_cost(x, 0.0, order, whole),
+            interactions_cost(x, None, order)]
+
+
+def _reproduce(args) -> list[Stage]:
+    from .. import models as M
+    from ..experiments.assessment import FULL_SAMPLES, QUICK_SAMPLES
+    from ..experiments.reproduce import FULL, QUICK
+
+    cfg = FULL if args.full else QUICK
+    cfg = replace(cfg, presets=tuple(dict.fromkeys(args.preset)), seeds=args.seeds or cfg.seeds)
+    models = ("poly", "m_sg", "c_sg")
+    single, skipped, n = _validation_parts(args.mnist_dir, models, cfg.validation_orders,
+                                           cfg.validation_samples, args.seed)
+    study, more, _ = _validation_parts(args.mnist_dir, models, cfg.study_orders,
+                                       cfg.study_samples or cfg.validation_samples, args.seed,
+                                       len(cfg.presets) * cfg.seeds)
+    parts = [(single[m][0] + study[m][0], single[m][1], single[m][2]) for m in models]
+    stages = [_stage("validation", parts, n * len(models), skipped + more, (_TRAINING,)),
+              Stage("principles", notes=("probe networks with no row plan (minutes on a CPU)",))]
+    samples = dict(FULL_SAMPLES if cfg.quick is False else QUICK_SAMPLES)
+    if cfg.assessment_samples is not None:
+        samples = {k: cfg.assessment_samples for k in samples}
+    labels = None if cfg.assessment_methods is None else list(cfg.assessment_methods)
+    stages.append(_merged("assessment", _assessment(("infidelity", "taylor_order", "bbox"),
+                                                    samples, args.seed, labels), (_TRAINING,)))
+    stages.append(_saliency(cfg, args.seed))
+    k = cfg.interaction_samples or (16 if cfg.quick else 100)
+    x = _mnist_digits(args.mnist_dir, k).double()
+    stages.append(_stage("interactions", [
+        (interaction_costs(x, 3), M._build(name, args.seed).double().eval(), x)
+        for name in ("m_sg", "c_sg")], 2 * int(x.shape[0])))
+    return stages
+
+
+def explain_network(args):
+    """The network ``explain`` runs (built once: the estimate probes it, the command then
+    explains with it)."""
+    from .. import models as M
+
+    if getattr(args, "network", None) is None:
+        args.network = (M.efficientnet_lite0() if args.model == "efficientnet-lite0"
+                        else M.torchvision_model(args.model, args.weights))
+    return args.network
+
+
+def _explain(args) -> list[Stage]:
+    from .. import data
+    from ..experiments.explain import _columns
+    from ..pair_interactions import interactions_cost
+
+    net = explain_network(args)
+    x = net.preprocess(data.load_image(args.image))
+    methods = list(_columns(args.methods, 16, 32, 32, None).values())
+    costs, skipped = _method_costs(methods, net, x)
+    stages = [_stage(f"saliency maps on {args.model}", [([_forwards(1), *costs], net, x)], 1,
+                     skipped)]
+    if args.interactions:
+        stages.append(_stage(f"pair interactions on {args.model}",
+                             [([interactions_cost(x, None, 2)], net, x)], 1))
+    return stages
+
+
+def dataset_job(args):
+    """``(model, dataset)`` of ``evaluate``/``attribute``, built once (the estimate
+    probes the model, the command then runs it)."""
+    from .commands import _dataset_job
+
+    if getattr(args, "job", None) is None:
+        args.job = _dataset_job(args)
+    return args.job
+
+
+def _dataset(args, what: str) -> list[Stage]:
+    from ..experiments.evaluate import resolve_methods
+    from ..experiments.evaluation.items import reference_shape
+    from ..metrics import infidelity_cost
+
+    model, dataset = dataset_job(args)
+    n = len(dataset)
+    shape = reference_shape(dataset, n)
+    device = torch.device(args.device) if args.device else torch.device(
+        "cuda" if torch.cuda.is_available() else "cpu")
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     try:
-        check_budget(replace(total, label="assess, all stages"), args.budget)
-    except CostError as exc:
-        raise CliError("--budget", str(exc)) from None
+        methods = resolve_methods(args.methods if what == "evaluate" else [args.method])
+    except ValueError as exc:
+        raise CliError("--methods" if what == "evaluate" else "--method",
+                       str(exc).removeprefix("methods: ")) from None
+    metrics = getattr(args, "metrics", ())
+    costs, skipped = [], []
+    full, rest = divmod(n, args.batch_size)
+    for b, units in ((args.batch_size, full), (rest, 1 if rest else 0)):
+        if not units:
+            continue
+        x = torch.zeros((b,) + tuple(shape), dtype=dtype)
+        c, skipped = _method_costs(methods, model, x)
+        if "infidelity" in metrics:
+            c += [infidelity_cost(x, max_side=args.max_side)] * (len(methods) - len(skipped))
+        costs += c * units
+    model = model.to(device)
+    x = torch.zeros((1,) + tuple(shape), dtype=dtype, device=device)
+    return [_stage(f"{what} on {args.model}", [(costs, model, x)], n, skipped)]
+
+
+_STAGES = {"validate": _validate, "assess": _assess, "reproduce": _reproduce,
+           "explain": _explain, "evaluate": lambda a: _dataset(a, "evaluate"),
+           "attribute": lambda a: _dataset(a, "attribute")}
+
+
+def command_stages(args) -> list[Stage]:
+    """One :class:`Stage` per stage of ``args.command`` (counted and timed, nothing run)."""
+    return _STAGES[args.command](args)
+
+
+# ----------------------------------------------------------------------- print and refuse
+
+def _terminal() -> bool:
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def check_estimates(args) -> None:
+    """Print the stages' estimates to stderr (``--estimate``, or on a terminal) and fail,
+    with one line naming ``--budget`` and the cheaper options, before any work, when the
+    run is estimated above the budget (``--budget``; on a terminal
+    :data:`TERMINAL_BUDGET` by default; ``--budget none`` lifts it)."""
+    from ..cost import CostError, check_budget, format_seconds
+
+    if args.command not in _STAGES:
+        return
+    budget = args.budget if args.budget is not None else (
+        TERMINAL_BUDGET if _terminal() else None)
+    show = args.estimate or _terminal()
+    if budget == math.inf:
+        budget = None
+    if budget is None and not show:
+        return
+    total = None
+    for stage in command_stages(args):
+        if show:
+            print(f"taylorattr {args.command}: estimate: {stage.line()}", file=sys.stderr)
+        if stage.cost is not None:
+            total = stage.cost if total is None else total + stage.cost
+    if total is None or budget is None:
+        return
+    total = replace(total, label=f"{args.command}, all stages", notes=())
+    try:
+        check_budget(total, budget)
+    except CostError:
+        given = "" if args.budget is not None else " (the default on a terminal)"
+        raise CliError("--budget", f"{total.describe()} exceeds the budget of "
+                                   f"{format_seconds(budget)}{given}; cheaper: "
+                                   f"{_CHEAPER[args.command]}; or raise --budget "
+                                   "(--budget none lifts it)") from None

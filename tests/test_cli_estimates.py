@@ -1,0 +1,211 @@
+"""Know the cost before paying it (issue 20), for every long command: ``--budget`` below the
+estimate is one line and exit status 2 before any work (nothing under ``--out``);
+``--estimate`` prints one line per stage whose counts equal the rows the stage's units
+run (counted independently: a RowCounter-wrapped model, or the methods' own costs); a
+large ``--budget`` runs. Tiny settings throughout; the command is stubbed where a real run
+would take minutes (the estimate is what is tested)."""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import replace
+
+import pytest
+import torch
+from test_cli import png
+
+import taylorattr.taylor as T
+from taylorattr import cli
+from taylorattr import models as M
+from taylorattr.cost import RowCounter
+
+
+def counts(line: str) -> dict:
+    """The rows a printed estimate names."""
+    def num(pattern):
+        m = re.search(pattern, line)
+        return int(m.group(1).replace(",", "")) if m else 0
+    return {"forward": num(r"([\d,]+) forwards"), "backward": num(r"([\d,]+) backwards"),
+            "taylor": num(r"([\d,]+) order-\d Taylor rows"),
+            "passes": num(r"Taylor rows in ([\d,]+) passes")}
+
+
+def estimate_lines(err: str, command: str) -> list[str]:
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert all(line.startswith(f"taylorattr {command}: estimate: ") for line in lines), lines
+    return lines
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """An image, and weights of an untrained Poly and ResNet-18."""
+    import torchvision
+
+    root = tmp_path_factory.mktemp("inputs")
+    torch.save(M._build("poly", 0).state_dict(), root / "poly.pt")
+    torch.manual_seed(0)
+    torch.save(torchvision.models.resnet18(weights=None).state_dict(), root / "r18.pt")
+    return {"img": str(png(root / "i.png")), "poly": str(root / "poly.pt"),
+            "r18": str(root / "r18.pt")}
+
+
+@pytest.fixture
+def tiny_reproduce(monkeypatch):
+    """A reproduce run of one digit per stage and one method (the estimate reads QUICK)."""
+    from taylorattr.experiments import reproduce as R
+
+    tiny = replace(R.QUICK, validation_samples=2, validation_orders=(2,), study_samples=2,
+                   seeds=1, presets=("default",), assessment_samples=1,
+                   assessment_methods=("GI",), digits=1, photos=(), interaction_samples=2)
+    monkeypatch.setattr(R, "QUICK", tiny)
+    return tiny
+
+
+def argv_of(command: str, files, out) -> list[str]:
+    return {
+        "validate": ["validate", "--models", "poly", "--samples", "2"],
+        "assess": ["assess", "--experiment", "infidelity", "--samples", "2"],
+        "reproduce": ["reproduce", "--preset", "default", "--seeds", "1"],
+        "explain": ["explain", files.get("img"), "--model", "resnet18", "--weights",
+                    files.get("r18"), "--methods", "gi"],
+        "evaluate": ["evaluate", "--data", "mnist", "--model", "poly", "--weights",
+                     files.get("poly"), "--samples", "3", "--batch-size", "2", "--methods", "GI",
+                     "Occ-4x4", "--max-side", "2"],
+        "attribute": ["attribute", "--data", "mnist", "--model", "poly", "--weights",
+                      files.get("poly"), "--samples", "3", "--batch-size", "2", "--method", "IG"],
+    }[command] + ["--out", str(out)]
+
+
+COMMANDS = ["validate", "assess", "reproduce", "explain", "evaluate", "attribute"]
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_tiny_budget_is_one_line_before_any_work(command, files, tmp_path, capsys,
+                                                 monkeypatch, tiny_reproduce):
+    def refuse(args):
+        raise AssertionError("the work started")
+    monkeypatch.setitem(cli.COMMANDS, command, refuse)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv_of(command, files, out) + ["--budget", "1e-6"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"taylorattr {command}: error: --budget: ")
+    assert "exceeds the budget" in lines[0] and "cheaper: " in lines[0]
+    assert not out.exists()
+
+
+def test_validate_estimate_counts_the_units_rows(files, tmp_path, capsys, monkeypatch):
+    """The printed rows equal those the validation's units run on a counting model."""
+    from taylorattr import data
+    from taylorattr.experiments import validation as V
+
+    ran = []
+    monkeypatch.setitem(cli.COMMANDS, "validate", lambda args: ran.append(args) or "ok")
+    assert cli.main(argv_of("validate", files, tmp_path / "o") + ["--estimate"]) == 0 and ran
+    (line,) = estimate_lines(capsys.readouterr().err, "validate")
+    assert "validation on Poly, 2 images" in line and "not counted: DL" in line
+    assert "training of models not cached under --out not counted" in line
+
+    x = data.mnist_split(*data.load_mnist(None), seed=0).held_images[:2].double()
+    counter = RowCounter(M._build("poly", 0).double().eval())
+    taylor = {"rows": 0, "passes": 0}
+    real = T.propagate
+
+    def propagate(gm, inputs, directions, order):
+        taylor["passes"] += 1
+        taylor["rows"] += directions.shape[0] * directions.shape[1]
+        return real(gm, inputs, directions, order)
+
+    units = [functools.partial(V._percentages, m, counter, x, (2,))
+             for m in V.validation_methods() if m.label != "DL"]
+    units.append(functools.partial(V._approximation, counter, x, (2,)))
+    for unit in units:  # first calls may probe chunk sizes once (not counted)
+        unit()
+    counter.reset()
+    monkeypatch.setattr(T, "propagate", propagate)
+    for unit in units:
+        unit()
+    assert counts(line) == {"forward": counter.forward_rows, "backward": counter.backward_rows,
+                            "taylor": taylor["rows"], "passes": taylor["passes"]}
+
+
+def test_reproduce_estimate_one_line_per_stage(tmp_path, capsys, monkeypatch, tiny_reproduce):
+    from taylorattr import data
+    from taylorattr.pair_interactions import interactions_cost
+    from taylorattr.taylor import group_expansions_cost
+
+    ran = []
+    monkeypatch.setitem(cli.COMMANDS, "reproduce", lambda args: ran.append(args) or "ok")
+    argv = argv_of("reproduce", {}, tmp_path / "o")
+    assert cli.main(argv + ["--estimate", "--budget", "1e9"]) == 0 and ran
+    lines = estimate_lines(capsys.readouterr().err, "reproduce")
+    stages = [line.split(": estimate: ")[1].split(",")[0].split(":")[0] for line in lines]
+    assert stages == ["validation", "principles", "assessment",
+                      "saliency on C-sp and EfficientNet-Lite0"[:len(stages[3])], "interactions"]
+    assert "principles: not counted" in lines[1]
+    x = data.mnist_split(*data.load_mnist(None), seed=0).held_images[:2].double()
+    whole = torch.zeros(x.shape[1:], dtype=torch.long)
+    per_model = (group_expansions_cost(x, 0.0, 3, whole) + interactions_cost(x, None, 3))
+    assert counts(lines[4]) == {"forward": 2 * (per_model.forward_rows + 2 * x.shape[0]),
+                                "backward": 0, "taylor": 2 * per_model.taylor_rows,
+                                "passes": 2 * per_model.taylor_passes}
+    assert not (tmp_path / "o").exists()
+
+
+def test_explain_estimate_and_run(files, tmp_path, capsys, monkeypatch):
+    from taylorattr import data
+    from taylorattr.methods import GradientInput
+    from taylorattr.pair_interactions import interactions_cost
+
+    out = tmp_path / "o"
+    assert cli.main(argv_of("explain", files, out) + ["--budget", "1e9"]) == 0  # runs
+    assert (out / "i-saliency.png").is_file()
+    capsys.readouterr()
+    ran = []  # the interactions of a 224x224 photo take a minute: the command is stubbed
+    monkeypatch.setitem(cli.COMMANDS, "explain", lambda args: ran.append(args) or "ok")
+    assert cli.main(argv_of("explain", files, out) + ["--estimate", "--interactions"]) == 0
+    maps, pairs = estimate_lines(capsys.readouterr().err, "explain")
+    net = M.torchvision_model("resnet18", files["r18"])
+    x = net.preprocess(data.load_image(files["img"]))
+    gi = GradientInput(net).cost(x)
+    assert counts(maps) == {"forward": 1 + gi.forward_rows, "backward": gi.backward_rows,
+                            "taylor": 0, "passes": 0}
+    c = interactions_cost(x, None, 2)
+    assert counts(pairs) == {"forward": c.forward_rows, "backward": 0,
+                             "taylor": c.taylor_rows, "passes": c.taylor_passes}
+    assert ran and ran[0].network is not None  # the estimate's network is the one explained
+
+
+@pytest.mark.parametrize("command", ["evaluate", "attribute"])
+def test_dataset_estimate_equals_the_rows_the_job_runs(command, files, tmp_path, capsys,
+                                                      monkeypatch):
+    """The printed rows equal those the model sees in the run of the job that follows (run
+    twice: the first run may probe chunk sizes once, which the estimate does not count)."""
+    real_job, real_command = cli.commands._dataset_job, cli.COMMANDS[command]
+
+    def counting_job(args):
+        model, dataset = real_job(args)
+        return RowCounter(model), dataset
+    monkeypatch.setattr(cli.commands, "_dataset_job", counting_job)
+    seen = {}
+
+    def run_twice(args):
+        counter = args.job[0]  # the model the estimate probed, which the command now runs
+        real_command(args)
+        counter.reset()
+        args.out = args.out / "again"
+        text = real_command(args)
+        seen.update(forward=counter.forward_rows, backward=counter.backward_rows)
+        return text
+    monkeypatch.setitem(cli.COMMANDS, command, run_twice)
+    argv = argv_of(command, files, tmp_path / "o") + ["--estimate", "--budget", "1e9",
+                                                     "--device", "cpu"]
+    assert cli.main(argv) == 0
+    (line,) = estimate_lines(capsys.readouterr().err, command)
+    assert f"{command} on poly, 3 images" in line
+    assert counts(line) == {**seen, "taylor": 0, "passes": 0}, (line, seen)
+    assert (tmp_path / "o" / "again" / "summary.json").is_file()
