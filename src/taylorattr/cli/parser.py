@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="state dicts for the ImageNet route, NAME one of "
                         f"{', '.join(IMAGENET_MODELS)}, e.g. vgg16=vgg16.pth "
                         "(no weights are downloaded)")
+    p.add_argument("--imagenet-patch-scale", type=_positive_int, default=None, metavar="N",
+                   help="multiply every occlusion window and Shapley-type player of the "
+                        "ImageNet route by N (1 = the paper's pixel level, 50,177 forwards "
+                        "per image for Occ-1; default: 1 on CUDA, 8 on a CPU)")
     p.add_argument("--budget", type=_positive_float, default=None, metavar="SECONDS",
                    help="refuse, before any work, a run estimated above SECONDS (the estimate "
                         "counts every unit's rows and times a probe batch)")
