@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import scipy.stats
 import torch
+from _imagenet import write_folder
 from _slow import slow_square_infidelity
 from torch import nn
 
@@ -286,25 +287,12 @@ def test_arguments_are_checked(tmp_path):
 
 
 # ------------------------------------------------------------------ the ImageNet route
-_XML = ("<annotation><size><width>{w}</width><height>{h}</height><depth>3</depth></size>"
-        "<object><name>{wnid}</name><bndbox><xmin>{x0}</xmin><ymin>{y0}</ymin><xmax>{x1}</xmax>"
-        "<ymax>{y1}</ymax></bndbox></object></annotation>")
-
-
 def test_imagenet_route_end_to_end(tmp_path):
-    from PIL import Image
-
-    folder = tmp_path / "val"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    samples = [("a", "n01440764", (5, 6, 20, 18)),     # small box: kept
-               ("b", "n01443537", (1, 1, 48, 40)),     # whole image: excluded
-               ("c", "n01440764", (30, 20, 44, 36))]   # small box: kept
-    for stem, wnid, (x0, y0, x1, y1) in samples:
-        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(
-            folder / f"{stem}.JPEG", quality=95)
-        (folder / f"{stem}.xml").write_text(
-            _XML.format(w=48, h=40, wnid=wnid, x0=x0, y0=y0, x1=x1, y1=y1))
+    folder = write_folder(tmp_path / "val", [
+        ("a", "n01440764", (5, 6, 20, 18)),     # small box: kept
+        ("b", "n01443537", (1, 1, 48, 40)),     # whole image: excluded
+        ("c", "n01440764", (30, 20, 44, 36))],  # small box: kept
+        width=48, height=40)
     import torchvision
 
     torch.manual_seed(0)

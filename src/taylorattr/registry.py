@@ -38,7 +38,7 @@ from . import reformulations as R
 from .baselines import Baseline, Point, as_baseline
 from .methods import AttributionMethod, Explanation
 
-__all__ = ["EXPERIMENTS", "METHODS", "BoundMethod", "MethodSpec", "PaperFacts",
+__all__ = ["EXPERIMENTS", "LAYOUT_OPTIONS", "METHODS", "BoundMethod", "MethodSpec", "PaperFacts",
            "Variant", "reformulate", "reformulate_orders", "register", "unregister", "variants"]
 
 #: Where a method can take part: the principle audit, the validation table (needs a
@@ -215,16 +215,37 @@ class BoundMethod:
         return ",".join(f"{k}={_describe(self.settings[k])}" for k in sorted(self.settings)) \
             or "default"
 
-    def explain(self, model, inputs, baseline=0.0, target=None) -> Explanation:
-        """Attributions with the references they explain the change against."""
+    def explain(self, model, inputs, baseline=0.0, target=None, *, show_progress: bool = False,
+                desc: str = "") -> Explanation:
+        """Attributions with the references they explain the change against.
+
+        ``show_progress``: a tqdm bar (``leave=False``) that moves once per model call, i.e.
+        per chunk, by the rows of that chunk, totalled by the rows the method plans (its
+        :meth:`~taylorattr.methods.AttributionMethod.cost`) where they can be counted;
+        described by ``desc`` (e.g. the experiment's unit) and the method's label. The bar
+        only observes: the attributions are bitwise those without it.
+        """
+        V.check_bool(show_progress, "show_progress")
+        if not isinstance(desc, str):
+            raise TypeError(f"desc must be a str, got {type(desc).__name__}")
         init = {k: v for k, v in self.settings.items() if k in self.spec.init_args}
         opts = {k: v for k, v in self.settings.items()
                 if k not in self.spec.init_args and k != "baselines"}
         method = self.spec.build(model, **init)
-        return method._run(inputs, self._baselines(baseline), target, opts, False, False)
+        baselines = self._baselines(baseline)
+        if not show_progress:
+            return method._run(inputs, baselines, target, opts, False, False)
+        from ._progress import model_rows_bar
 
-    def __call__(self, model, inputs, baseline=0.0, target=None) -> torch.Tensor:
-        return self.explain(model, inputs, baseline, target).attributions
+        label = f"{desc}: {self.label}" if desc else self.label
+        with model_rows_bar(model, label, _planned_rows(method, inputs, baselines, opts)) as bar:
+            # no hook on this model: the method's own per-chunk bar instead
+            return method._run(inputs, baselines, target, opts, bar is None, False)
+
+    def __call__(self, model, inputs, baseline=0.0, target=None, *, show_progress: bool = False,
+                 desc: str = "") -> torch.Tensor:
+        return self.explain(model, inputs, baseline, target, show_progress=show_progress,
+                            desc=desc).attributions
 
     def _baselines(self, baseline):
         kind = self.spec.baseline_kind
@@ -242,6 +263,15 @@ class BoundMethod:
             raise TypeError(f"baseline: {self.spec.name} takes a point baseline, got a "
                             f"{type(point).__name__}")
         return point.value
+
+
+def _planned_rows(method, inputs, baselines, opts) -> int | None:
+    """The forward rows a call plans (what a forward hook on the model sees), None where
+    the method cannot count them (tuple inputs, a method without a cost model)."""
+    try:
+        return method.cost(inputs, baselines, **opts).forward_rows or None
+    except (TypeError, ValueError, NotImplementedError):
+        return None
 
 
 def _describe(value) -> str:
@@ -308,9 +338,10 @@ def _reformulation(method, baselines, kwargs):
     return spec.reformulation, baselines
 
 
-#: Reformulations whose groups follow each input's own layout (windows, pixels): on tuple
-#: inputs they would need per-input groups, so they are refused there.
-_LAYOUT_OPTIONS = frozenset({"patch", "stride"})
+#: Settings measured in pixels of each input's layout (window and player sizes, strides).
+#: Reformulations that take them group features by that layout: on tuple inputs they would
+#: need per-input groups, so they are refused there.
+LAYOUT_OPTIONS = frozenset({"patch", "stride"})
 
 
 def _sweep(method, reform, model, inputs, baselines, target, orders, kwargs) -> dict:
@@ -320,7 +351,7 @@ def _sweep(method, reform, model, inputs, baselines, target, orders, kwargs) -> 
         return reform.orders(model, inputs, baselines, target, orders, **kwargs)
     from .inputs import whole_batch_view
 
-    if reform.options & _LAYOUT_OPTIONS:
+    if reform.options & LAYOUT_OPTIONS:
         raise ValueError(f"inputs: reformulate('{method}') groups features by each input's "
                          "layout and takes one tensor; for tuple inputs use "
                          "taylorattr.group_expansions(..., feature_mask=...)")

@@ -54,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = f"taylorattr {args.command}"
     if args.command == "assess" and (args.imagenet_dir is None) != (args.weights is None):
         parser.error("--imagenet-dir and --weights go together (no weights are downloaded)")
+    if args.command == "assess" and args.imagenet_patch_scale is not None \
+            and args.imagenet_dir is None:
+        parser.error("--imagenet-patch-scale is for the ImageNet route; give --imagenet-dir")
     if args.command == "explain" and args.weights is not None and args.model == "efficientnet-lite0":
         parser.error("--weights is for vgg16/vgg19/resnet18; EfficientNet-Lite0 ships its own")
     if args.command == "explain" and args.weights is None and args.model != "efficientnet-lite0":

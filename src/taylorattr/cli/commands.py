@@ -39,8 +39,8 @@ def _assess(args) -> str:
 
     ws = Workspace(args.out, seed=args.seed, quick=not args.full, mnist_dir=args.mnist_dir,
                    training=args.preset)
-    route = None if args.imagenet_dir is None else ImagenetRoute(args.imagenet_dir,
-                                                                 dict(args.weights))
+    route = None if args.imagenet_dir is None else ImagenetRoute(
+        args.imagenet_dir, dict(args.weights), patch_scale=args.imagenet_patch_scale)
     result = run_assessment(ws, experiments=tuple(args.experiment), n_samples=args.samples,
                             imagenet=route, method_kwargs=ws.method_kwargs("assessment") or None)
     return format_assessment(result) + f"\n\nTables and figures written to {args.out / 'assessment'}"

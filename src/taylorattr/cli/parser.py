@@ -68,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{', '.join(IMAGENET_MODELS)}, e.g. vgg16=vgg16.pth "
                         "(no weights are downloaded)")
     _cost_flags(p)
+    p.add_argument("--imagenet-patch-scale", type=_positive_int, default=None, metavar="N",
+                   help="multiply every occlusion window and Shapley-type player of the "
+                        "ImageNet route by N (1 = the paper's pixel level, 50,177 forwards "
+                        "per image for Occ-1; default: 1 on CUDA, 8 on a CPU)")
 
     p = sub.add_parser("reproduce", help="every table and figure, with report.md and report.html")
     p.add_argument("--out", type=_output_dir, default=Path("results"), help="results folder")

@@ -105,17 +105,18 @@ def _columns(methods, patch: int, ig_steps: int, eg_samples: int, eg_noise) -> d
     return {k: m for k, m in table.items() if k in chosen}
 
 
-def _maps(net, x, target: int, columns: dict, taylor_model) -> tuple[dict, list[str]]:
+def _maps(net, x, target: int, columns: dict, taylor_model, show_progress: bool = False
+          ) -> tuple[dict, list[str]]:
     """The maps of every column; Taylor expansions (methods with an ``order``) run on
     ``taylor_model(net)`` when given (a smoothed copy, say), the others on ``net``."""
     from .saliency import saliency_maps
 
     others = [m for m in columns.values() if "order" not in m.settings]
     taylor = [m for m in columns.values() if "order" in m.settings]
-    maps, notes = saliency_maps(net, x, target, others)
+    maps, notes = saliency_maps(net, x, target, others, show_progress)
     if taylor:
         expanded, note = (net, "") if taylor_model is None else taylor_model(net)
-        t_maps, t_notes = saliency_maps(expanded, x, target, taylor)
+        t_maps, t_notes = saliency_maps(expanded, x, target, taylor, show_progress)
         suffix = f" ({note})" if note else ""
         maps.update({label + suffix: v for label, v in t_maps.items()})
         notes += t_notes
@@ -173,14 +174,16 @@ def _smoothed(x, target: int, beta: float):
     return hook
 
 
-def _interaction_figure(net, x, target: int, taylor_model, out: Path, stem: str, image) -> Path:
+def _interaction_figure(net, x, target: int, taylor_model, out: Path, stem: str, image,
+                        show_progress: bool = False) -> Path:
     import torch
 
     from ..interaction_plot import interaction_map
     from ..pair_interactions import interactions
 
     expanded, note = (net, "") if taylor_model is None else taylor_model(net)
-    result = interactions(expanded, x, 0.0, torch.tensor([target]), order=2)
+    result = interactions(expanded, x, 0.0, torch.tensor([target]), order=2,
+                          show_progress=show_progress)
     path = out / f"{stem}-interactions.png"
     title = f"pair interactions J_2 of {result.pairs.shape[-1]} patches" + (
         f" ({note})" if note else "")
@@ -192,7 +195,7 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
             out_dir="explain", patch: int = 16, ig_steps: int = 32, eg_samples: int = 32,
             eg_noise: float | None = None, *, sign: str = "all", overlay: bool = False,
             save_maps: bool = False, beta: float | None = 10.0, taylor_model=None,
-            interactions: bool = False) -> Explanation:
+            interactions: bool = False, show_progress: bool = False) -> Explanation:
     """Explain ``image`` (a path) with ``methods`` (:func:`explain_methods`, labels or
     registry names; default all) for class ``target`` (default: the top class).
 
@@ -207,6 +210,7 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
     with ``beta=None`` (then a piecewise-linear network shows no second-order terms).
     ``interactions``: also draw the exact pair interactions of the image's patches
     (``ta.interactions`` at order 2 on the same network) as ``<stem>-interactions.png``.
+    ``show_progress``: a per-chunk bar (``leave=False``) for each method and the pairs.
     """
     import torch
 
@@ -228,9 +232,10 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
         raise ValueError(f"target must lie in [0, {probs.shape[0]}), got {target}")
     if taylor_model is None and beta is not None:
         taylor_model = _smoothed(x, target, beta)
-    maps, notes = _maps(net, x, target, columns, taylor_model)
+    maps, notes = _maps(net, x, target, columns, taylor_model, show_progress)
     pairs_figure = None if not interactions else _interaction_figure(
-        net, x, target, taylor_model, Path(out_dir), Path(image).stem, net.unnormalize(x[0]))
+        net, x, target, taylor_model, Path(out_dir), Path(image).stem, net.unnormalize(x[0]),
+        show_progress)
     _difference_panel(maps, notes)
     left_out = {k: v.removeprefix("not supported: ").rstrip(": ") for k, v in maps.items()
                 if isinstance(v, str)}

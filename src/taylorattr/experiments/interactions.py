@@ -48,12 +48,13 @@ class InteractionResult:
                 "n_samples": self.n_samples, "order": self.order, "figures": self.figures}
 
 
-def _split(model, x: torch.Tensor, order: int) -> dict:
+def _split(model, x: torch.Tensor, order: int, progress: bool = False) -> dict:
     """Per sample and order: P_k, own, pairs (``[B, K]``), the result and ``df``."""
     target, df = predicted_drop(model, x)
     whole = torch.zeros(x.shape[1:], dtype=torch.long)
-    total = group_expansions(model, x, 0.0, target, order, whole)[:, 0]  # [B, K]
-    result = interactions(model, x, 0.0, target, order=order)
+    total = group_expansions(model, x, 0.0, target, order, whole,
+                             show_progress=progress)[:, 0]  # [B, K]
+    result = interactions(model, x, 0.0, target, order=order, show_progress=progress)
     pairs = result.pairs.triu(1).sum((-1, -2))  # [B, K]
     return {"total": total, "own": result.own.sum(-1), "pairs": pairs, "df": df,
             "pairs0": result.pairs[:1], "own0": result.own[:1], "groups": result.groups}
@@ -68,7 +69,7 @@ def run_interactions(ws: Workspace, models=("m_sg", "c_sg"), n_samples: int = 8,
     for name in models:
         model, _ = ws.trained(name, torch.float64)
         key = f"{name}-{ws.fingerprint(model)}-order{order}-x{fingerprint([('x', x)])}"
-        unit = store.get(key, lambda model=model: _split(model, x, order))
+        unit = store.get(key, lambda model=model: _split(model, x, order, ws.progress))
         scale = unit["df"].abs()[:, None]
         own, pairs, total = unit["own"] / scale, unit["pairs"] / scale, unit["total"] / scale
         label = paper.model_label(name)

@@ -39,16 +39,19 @@ def saliency_methods(patch: int, steps: int, samples: int, seed: int = 0) -> lis
     return [spec.bind(v, context=context) for spec, v in variants("saliency")]
 
 
-def saliency_maps(model, x: torch.Tensor, target: int, methods) -> tuple[dict, list[str]]:
+def saliency_maps(model, x: torch.Tensor, target: int, methods, show_progress: bool = False
+                  ) -> tuple[dict, list[str]]:
     """Channel-summed maps ``[H, W]`` of every bound method for one input ``x`` ``[1, C, H, W]``
-    (against the black image); a method that cannot run gets the reason instead."""
+    (against the black image); a method that cannot run gets the reason instead.
+    ``show_progress``: each method's per-chunk bar."""
     maps, notes = {}, []
     t = torch.tensor([target])
     for method in methods:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                a = method(model, x, Point(0.0), t)
+                a = method(model, x, Point(0.0), t, show_progress=show_progress,
+                           desc="saliency")
                 maps[method.label] = a[0].sum(0).detach().float()
             except (TypeError, ValueError) as exc:
                 maps[method.label] = f"not supported: {str(exc).splitlines()[0]}"
@@ -57,10 +60,11 @@ def saliency_maps(model, x: torch.Tensor, target: int, methods) -> tuple[dict, l
     return maps, notes
 
 
-def _stored_maps(store: UnitStore, key: str, model, x, target: int, methods) -> tuple[dict, list]:
+def _stored_maps(store: UnitStore, key: str, model, x, target: int, methods,
+                 progress: bool = False) -> tuple[dict, list]:
     """The maps of one image from the store, computed (and stored) when missing."""
     def compute():
-        maps, notes = saliency_maps(model, x, target, methods)
+        maps, notes = saliency_maps(model, x, target, methods, progress)
         return {"maps": {k: v for k, v in maps.items() if isinstance(v, torch.Tensor)},
                 "missing": {k: v for k, v in maps.items() if isinstance(v, str)}, "notes": notes}
 
@@ -77,12 +81,12 @@ def _digit_panels(ws: Workspace, store: UnitStore, methods, n_digits: int):
         x = held[i:i + 1]
         target = int(model(x).argmax())
         key = f"digit-{fingerprint([('x', x)])}-{ws.fingerprint(model)}-quick{ws.quick}"
-        maps, notes = _stored_maps(store, key, model, x, target, methods)
+        maps, notes = _stored_maps(store, key, model, x, target, methods, ws.progress)
         panels.append(SaliencyPanel(f"digit {i}", x[0, 0], f"C-sp predicts {target}", maps, notes))
     return panels
 
 
-def _photo_panels(store: UnitStore, quick: bool, methods, photo_names):
+def _photo_panels(store: UnitStore, quick: bool, methods, photo_names, progress: bool = False):
     from .. import data, models
 
     model = models.efficientnet_lite0()
@@ -92,7 +96,8 @@ def _photo_panels(store: UnitStore, quick: bool, methods, photo_names):
         x = model.preprocess(photos[name])
         with torch.no_grad():
             target = int(model(x).argmax())
-        maps, notes = _stored_maps(store, f"photo-{name}-quick{quick}", model, x, target, methods)
+        maps, notes = _stored_maps(store, f"photo-{name}-quick{quick}", model, x, target, methods,
+                                   progress)
         panels.append(SaliencyPanel(name, model.unnormalize(x[0]),
                                     f"EfficientNet-Lite0: {model.class_name(target)}", maps, notes))
     return panels
@@ -118,5 +123,5 @@ def run_saliency(ws: Workspace, n_digits: int | None = None,
                                      samples=16 if ws.quick else 50, seed=ws.seed)
     panels = _digit_panels(ws, store, digit_methods, n_digits)
     if photos:
-        panels += _photo_panels(store, ws.quick, photo_methods, photos)
+        panels += _photo_panels(store, ws.quick, photo_methods, photos, ws.progress)
     return panels

@@ -68,13 +68,19 @@ class ValidationResult:
                 "correlation": self.correlation, "models": self.models, "n_samples": self.n_samples}
 
 
-def _percentages(method, model, x: torch.Tensor, orders: tuple[int, ...]) -> dict:
-    """Per-sample percentage change of one method at each order (``pct{K}``)."""
+def _percentages(method, model, x: torch.Tensor, orders: tuple[int, ...],
+                 progress: bool = False) -> dict:
+    """Per-sample percentage change of one method at each order (``pct{K}``); with
+    ``progress`` per-chunk bars of the method and of reformulations that show one."""
     with torch.no_grad():
         target = model(x).argmax(1)
     reform = method.spec.reformulation
-    reforms = reform.orders(model, x, 0.0, target, orders, **reform.own_options(method.settings))
-    original = functools.cache(lambda: method(model, x, Point(0.0), target))
+    options = reform.own_options(method.settings)
+    if progress and "show_progress" in reform.options:
+        options["show_progress"] = True
+    reforms = reform.orders(model, x, 0.0, target, orders, **options)
+    original = functools.cache(lambda: method(model, x, Point(0.0), target,
+                                              show_progress=progress, desc="validation"))
     return {f"pct{K}": reform.percentage_change(original, r) for K, r in reforms.items()}
 
 
@@ -144,7 +150,8 @@ def run_validation(ws: Workspace, models=("poly", "m_sg", "c_sg"), orders=(2,),
         if k < len(methods):  # a method against its reformulation
             method = methods[k]
             key = f"{m}-{weights[m]}-{method.name}-{method.tag()}-orders{order_tag}-x{inputs[i]}"
-            compute = functools.partial(_percentages, method, trained[m], x, orders)
+            compute = functools.partial(_percentages, method, trained[m], x, orders,
+                                        ws.progress)
         else:  # the approximation error of the expansion itself
             key = f"{m}-{weights[m]}-approximation-movement-orders{order_tag}-x{inputs[i]}"
             compute = functools.partial(_approximation, trained[m], x, orders)

@@ -57,9 +57,21 @@ forwards per digit and model, shared by the methods) and 200 canvases per locali
 model (Occlusion-1 alone costs 4,096 forwards per 64x64 canvas); about three hours on
 2 CPU cores. ``n_samples`` overrides both.
 
-Cost on the ImageNet route: Occlusion-1 needs 50,176 forwards per 224x224 image; on a
-CPU leave it out with ``methods=[...]`` (the labels you keep; its row is then missing
-from the table and the correlation).
+Cost on the ImageNet route. The registry's windows and players were chosen for 28x28
+digits; :class:`ImagenetRoute` multiplies every window/player setting (``patch``,
+``stride``) by its ``patch_scale``: by default 1 where the models run on CUDA and
+``crop / 28`` = 8 on a CPU (the assessment runs its models on the CPU), so each window
+covers the share of the image it covers on MNIST. Forwards per 224x224 image, scale 8
+(scale 1, the paper's pixel level, in brackets): Occ-1 785 (50,177), Occ-2x2 197 (12,545),
+Shapley-4x4 1,227 (78,402), KernelSHAP-4x4 201 (201), PredDiff-4x4 393 (25,089); IG, EG,
+GS and the SmoothGrad family 51 forwards and 50 backwards, GI and Saliency one of each. A
+ResNet-18 row takes about 0.25 s on two CPU cores, so the defaults cost about 15 minutes
+per image, the pixel level about 11 hours. Labels stay the registry's; the scale, the
+windows and the rows per image are in ``settings["imagenet"]`` and a note line of the
+table, and a method above :data:`taylorattr.cost.GPU_SCALE_ROWS` rows per image on a CPU
+(:attr:`taylorattr.cost.Cost.gpu_scale`) is flagged in its row's note. With the
+workspace's ``progress`` every unit shows a per-chunk bar (rows, totalled by the method's
+planned rows), also inside one long attribution.
 
 Modules: :mod:`.infidelity` (experiments 1 and 2), :mod:`.localisation` (experiment 3),
 :mod:`.ranking` (principle counts and rank correlations), :mod:`.formatting` (Markdown).

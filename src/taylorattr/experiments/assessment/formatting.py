@@ -53,6 +53,21 @@ def _correlation_table(result, experiment: str) -> list[str]:
     return lines
 
 
+def _imagenet_note(info: dict) -> str:
+    """One line: the ImageNet route's patch scale, its rows per image, the GPU-scale ones."""
+    scale, crop = info["patch_scale"], info.get("crop", "?")
+    text = (f"ImageNet route: patch scale {scale} ({info['patch_scale_source']}): every "
+            f"window/player setting x{scale}"
+            + (" (the paper's pixel level)" if scale == 1 else
+               f", so each covers the share of the {crop}x{crop} image it covers on 28x28 MNIST")
+            + "; rows per image: "
+            + ", ".join(f"{k} {v:,}" for k, v in info["rows_per_image"].items()) + ".")
+    if info["gpu_scale"]:
+        text += (f" GPU-scale on {info['device']}: {', '.join(info['gpu_scale'])} (use a "
+                 "coarser --imagenet-patch-scale or a GPU).")
+    return text
+
+
 def format_assessment(result) -> str:
     """Markdown: each experiment's table beside the paper's claims."""
     s = result.settings
@@ -106,6 +121,8 @@ def format_assessment(result) -> str:
                   + ", ".join(f"{m} {k}" for m, k in excl.items()) + f"); target: "
                   f"{s.get('bbox_target', 'predicted')} class. Higher is better.", ""]
         lines += _trend_table(result.bbox, "bbox_accuracy", "bbox_accuracy_sem")
+        if s.get("imagenet"):
+            lines += ["", _imagenet_note(s["imagenet"])]
         notes = {}
         for r in result.bbox:
             if r.get("note"):

@@ -15,7 +15,7 @@ import itertools
 
 import torch
 
-from ..._validation import broadcast_baselines, select_output
+from ..._validation import broadcast_baselines, check_bool, select_output
 from ...baselines import Point
 from ...metrics import square_removal
 from ...metrics.perturbation import optimal_beta_score, square_removed_rows, square_sums
@@ -30,27 +30,35 @@ __all__ = ["infidelity_from_changes", "run_infidelity", "run_taylor_order",
 
 
 def square_output_changes(model, inputs: torch.Tensor, target: torch.Tensor, baselines=0.0,
-                          max_side: int = 10, batch_size: int = 1024) -> torch.Tensor:
+                          max_side: int = 10, batch_size: int = 1024, *,
+                          show_progress: bool = False, desc: str = "square removals"
+                          ) -> torch.Tensor:
     """``f(x) - f(x with square k set to the baseline)`` for every square of
     :func:`taylorattr.metrics.square_removal`, ``[B, N]`` float64.
 
     ``f`` is the logit of ``target`` (``[B]``). These are the true changes of
     :func:`taylorattr.metrics.infidelity`'s square removal; they do not depend on the
-    attribution, so one set serves every method.
+    attribution, so one set serves every method. ``show_progress``: a tqdm bar
+    (``leave=False``, described by ``desc``) over the removed rows, one update per chunk.
     """
+    from tqdm.auto import tqdm
+
+    check_bool(show_progress, "show_progress")
     x = inputs.detach()
     b, _, h, w = x.shape
     t = target.to(torch.long)
     base = broadcast_baselines(baselines, x)
+    squares = square_removal(h, w, max_side)
     changes = []
-    with torch.no_grad():
+    with torch.no_grad(), tqdm(total=b * squares.shape[0], desc=desc, unit="row", leave=False,
+                               disable=not show_progress) as bar:
         fx = select_output(model(x), t).to(torch.float64)
-        for rows in square_removed_rows(x, base, square_removal(h, w, max_side),
-                                        max(1, batch_size // b)):
+        for rows in square_removed_rows(x, base, squares, max(1, batch_size // b)):
             m = rows.shape[1]
             f = select_output(model(rows.reshape((b * m,) + tuple(x.shape[1:]))),
                               t.repeat_interleave(m))
             changes.append(fx[:, None] - f.to(torch.float64).view(b, m))
+            bar.update(b * m)
     return torch.cat(changes, 1)
 
 
@@ -68,14 +76,15 @@ def infidelity_from_changes(predictions: torch.Tensor, changes: torch.Tensor,
     return optimal_beta_score(predictions.to(torch.float64), changes.to(torch.float64), normalize)
 
 
-def _changes(model, x):
+def _changes(model, x, show_progress: bool = False, desc: str = "square removals"):
     with torch.no_grad():
         target = model(x).argmax(1)
-    return {"target": target, "changes": square_output_changes(model, x, target, 0.0)}
+    return {"target": target, "changes": square_output_changes(
+        model, x, target, 0.0, show_progress=show_progress, desc=desc)}
 
 
-def _score(stage: Stage, method, model, xb, ch) -> dict:
-    attr = stage.attribute(method, model, xb, ch["target"], Point(0.0))
+def _score(stage: Stage, method, model, xb, ch, desc: str) -> dict:
+    attr = stage.attribute(method, model, xb, ch["target"], Point(0.0), stage.ws.progress, desc)
     if isinstance(attr, str):
         return {"error": attr}
     return {"infidelity": infidelity_from_changes(square_predictions(attr), ch["changes"])}
@@ -91,8 +100,10 @@ def _units(stage: Stage, models, x: torch.Tensor, methods, desc: str) -> dict:
         for i0, i1 in stage.spans(x):
             xb = x[i0:i1].to(stage.dtype)
             cells.append((m, model, mfp, i0, xb, fingerprint([("x", xb)])))
+    progress = stage.ws.progress
     changes = stage.ws.run_units(stage.store, [
-        (f"changes-{m}-{mfp}-{xfp}", lambda model=model, xb=xb: timed(lambda: _changes(model, xb)))
+        (f"changes-{m}-{mfp}-{xfp}", lambda model=model, xb=xb, m=m: timed(
+            lambda: _changes(model, xb, progress, f"{desc} {m}: square removals")))
         for m, model, mfp, _, xb, xfp in cells], f"{desc} (removals)")
     keys, items = [], []
     for (m, model, mfp, i0, xb, xfp), ch in zip(cells, changes):
@@ -100,8 +111,8 @@ def _units(stage: Stage, models, x: torch.Tensor, methods, desc: str) -> dict:
             keys.append((m, method.label, i0))
             items.append((
                 f"infidelity-{m}-{method.name}-{method.tag()}-seed{stage.ws.seed}-{mfp}-{xfp}",
-                lambda method=method, model=model, xb=xb, ch=ch: timed(
-                    lambda: _score(stage, method, model, xb, ch))))
+                lambda method=method, model=model, xb=xb, ch=ch, m=m: timed(
+                    lambda: _score(stage, method, model, xb, ch, f"{desc} {m}"))))
     out = dict(zip(keys, stage.ws.run_units(stage.store, items, desc)))
     out.update({(m, "changes", i0): ch for (m, _, _, i0, _, _), ch in zip(cells, changes)})
     return out

@@ -50,8 +50,10 @@ class Stage:
         return self._models[name]
 
     @staticmethod
-    def attribute(method, model, x, target, baseline):
-        """The attributions of a bound method, or the reason it cannot run on ``model``."""
+    def attribute(method, model, x, target, baseline, progress: bool = False, desc: str = ""):
+        """The attributions of a bound method, or the reason it cannot run on ``model``;
+        with ``progress`` (the workspace's) a per-chunk bar described by ``desc`` (the
+        unit) and the method's label."""
         from ...baselines import ReferenceSet
         from ...methods import UnsupportedModelError
 
@@ -60,7 +62,8 @@ class Stage:
             return (f"its reference set holds samples of shape {tuple(refs.samples.shape[1:])}, "
                     f"these inputs are {tuple(x.shape[1:])}: not run")
         try:
-            return method(model, x, baseline, target).detach()
+            return method(model, x, baseline, target, show_progress=progress,
+                          desc=desc).detach()
         except UnsupportedModelError as exc:
             return f"{type(exc).__name__}: {exc}"
 

@@ -1,0 +1,46 @@
+"""A per-chunk progress bar for any call that runs rows through a model.
+
+:func:`model_rows_bar` counts the rows the model sees (a forward hook on the model: one
+update per model call, i.e. per chunk of a chunked pass) on a tqdm bar that does not stay
+on screen (``leave=False``), labelled by the caller and totalled by the planned rows when
+they are known (:mod:`taylorattr.cost`). The hook only reads the input's batch size, so
+the results are bitwise those of an unobserved run.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+__all__ = ["model_rows_bar"]
+
+
+def _rows(args) -> int:
+    first = args[0] if args else None
+    return int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() else 0
+
+
+@contextlib.contextmanager
+def model_rows_bar(model, desc: str, total: int | None = None):
+    """Within the block, a tqdm bar (``leave=False``, unit ``row``) moves by each call's
+    rows. Yields the bar, or None when ``model`` takes no forward hooks (then nothing is
+    shown and the caller may fall back to its own bar)."""
+    if not isinstance(model, nn.Module) or isinstance(model, torch.jit.ScriptModule):
+        yield None
+        return
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, desc=desc, unit="row", leave=False, dynamic_ncols=True)
+
+    def on_forward(module, args, output):
+        rows = _rows(args)
+        if rows:  # the memory probe's few rows are not planned: never run past the total
+            bar.update(rows if bar.total is None else max(0, min(rows, bar.total - bar.n)))
+
+    handle = model.register_forward_hook(on_forward)
+    try:
+        yield bar
+    finally:
+        handle.remove()
+        bar.close()
