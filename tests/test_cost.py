@@ -370,3 +370,33 @@ def test_every_registered_method_counts_its_rows(monkeypatch, x):
             _assert_bound_counted(spec.bind(v, context=context, **own), x)
             checked.add(spec.name)
     assert checked == set(METHODS)
+
+
+# ------------------------------------------------------------------ taylor_terms with groups (issue 16)
+
+@pytest.mark.parametrize("order,chunk", [(1, None), (2, 2), (3, None)])
+def test_taylor_terms_rows_with_groups(monkeypatch, x, order, chunk):
+    groups = (torch.arange(36).view(1, 6, 6) // 4)  # 9 groups of 4 pixels
+    cost = T.taylor_terms_cost(x, _baselines(x), order, chunk, groups=groups)
+    count = _TaylorCount(monkeypatch, 36)
+    terms = T.taylor_terms(count.model, x, _baselines(x), order=order, chunk_size=chunk,
+                           groups=groups)
+    count.check(cost)
+    assert terms.independent.shape == (2, 9)
+    if order >= 2:
+        # sample 0 moves groups {0, 1}, sample 1 moves {6, 7, 8}: B x 3 expansion rows
+        assert cost.taylor_rows == 2 + 2 * 3
+        assert cost.taylor_passes == 1 + (math.ceil(3 / chunk) if chunk else 1)
+
+
+def test_taylor_terms_cost_with_patch_groups_is_linear_in_the_groups():
+    """A 3x224x224 image in 196 patches of 16x16: B x 196 expansion rows, not B x 150,528."""
+    x = torch.rand(2, 3, 224, 224)
+    r = torch.arange(224) // 16
+    patches = (r[:, None] * 14 + r[None, :]).expand(3, 224, 224)
+    grouped = T.taylor_terms_cost(x, 0.0, 2, groups=patches)
+    assert grouped.taylor_rows == 2 + 2 * 196
+    assert grouped.taylor_backward_rows == 2 * 2 and grouped.forward_rows == 2 * 2
+    # each group's direction spans the whole image: at most 2^25 direction entries per pass
+    assert grouped.taylor_passes == 1 + math.ceil(196 / (2**25 // (2 * 150_528))) == 3
+    assert T.taylor_terms_cost(x, 0.0, 2).taylor_rows == 2 + 2 * 3 * 224 * 224

@@ -19,6 +19,8 @@ The IG share of order ``k`` equals ``delta_i d/dx_i c_{k-1}(x) / k`` with ``delt
 fixed, so one backward pass through that same pass gives every share at once. The
 independent terms are ``n`` univariate expansions along ``-delta_i e_i``, propagated
 ``chunk_size`` directions at a time (the primal is shared, so memory stays bounded).
+Their cost grows with the square of the input size; with ``groups=`` the terms are
+group-level (``[B, G]``) and need one expansion per group along ``-delta`` restricted to it.
 """
 from __future__ import annotations
 
@@ -40,9 +42,10 @@ __all__ = ["TaylorTerms", "group_expansions", "group_expansions_cost", "taylor_a
 class TaylorTerms:
     """Taylor decomposition of ``f(x) - f(x~)`` up to order ``order``.
 
-    Per-feature fields are shaped like the inputs (a tuple of tensors for tuple inputs; the
-    layer's output with ``layer=``), per-sample fields are ``[B]``; ``orders[:, k-1]`` is
-    ``P_k``.
+    Per-feature fields (``first``, ``independent``, ``interactive_ig``) are shaped like the
+    inputs (a tuple of tensors for tuple inputs; the layer's output with ``layer=``), or
+    ``[B, G]`` group-level fields when :func:`taylor_terms` was given ``groups``;
+    per-sample fields are ``[B]``; ``orders[:, k-1]`` is ``P_k``.
     """
 
     order: int
@@ -77,19 +80,26 @@ def _select(out: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
     return out.gather(-1, index).squeeze(-1)
 
 
-def _default_chunk(order: int, batch: int, n_features: int) -> int:
-    """Directions per pass: about 8192 series rows, and at most 2^25 direction entries."""
-    return max(1, min(n_features, 8192 // (order * batch), 2**25 // (batch * n_features)))
+def _default_chunk(order: int, batch: int, n_features: int, entries: int | None = None) -> int:
+    """Directions per pass: about 8192 series rows, and at most 2^25 direction entries.
+
+    ``n_features``: the directions to expand (features or groups); ``entries``: the
+    features one direction spans (default ``n_features``; a group's direction spans the
+    whole input, which bounds the chunk's input-sized tensors)."""
+    return max(1, min(n_features, 8192 // (order * batch),
+                      2**25 // (batch * (entries or n_features))))
 
 
-def _group_orders(gm, inputs, delta, target, groups, order, chunk_size, show_progress) -> torch.Tensor:
+def _group_orders(gm, inputs, delta, target, groups, order, chunk_size, show_progress,
+                  what: str = "group") -> torch.Tensor:
     """``P_k`` of the expansion along ``-delta`` restricted to each group: ``[B, G, K]``.
 
     ``groups`` holds a group id in ``0..G-1`` for every feature (shape ``inputs.shape[1:]``);
     the expansion of group ``g`` moves only its features, as occluding the group does.
     A group whose features all equal the baseline does not move: its terms are exactly 0
     and it is not propagated (on digits most pixels are background), so each sample
-    expands only its moved groups, ``chunk_size`` of them per pass.
+    expands only its moved groups, ``chunk_size`` of them per pass. ``what`` ("feature" or
+    "group") names the expanded units in the progress bar, whose total is the passes.
     """
     B = inputs.shape[0]
     ids = groups.reshape(-1).to(inputs.device)
@@ -103,7 +113,9 @@ def _group_orders(gm, inputs, delta, target, groups, order, chunk_size, show_pro
     table = torch.where(table == n_groups, -1, table)[:, :max(int(moved.sum(1).max()), 1)]
     result = torch.zeros(B, n_groups, order, dtype=inputs.dtype, device=inputs.device)
     starts = range(0, table.shape[1], chunk_size)
-    for start in tqdm(starts, desc="group expansions", disable=not show_progress, leave=False):
+    desc = f"order-{order} expansions of {table.shape[1]} {what}s, {chunk_size} per pass"
+    for start in tqdm(starts, desc=desc, total=len(starts), unit="pass",
+                      disable=not show_progress, leave=False):
         chunk = table[:, start:start + chunk_size]  # [B, m] group ids, -1 = none
         member = ids[None, None, :] == chunk[:, :, None]  # [B, m, n]
         directions = -flat_delta[:, None, :] * member
@@ -198,6 +210,40 @@ def taylor_attribution(model, inputs, baselines=0.0, target=None, order: int = 2
     return _split(layout, _ig_shares(gm, inputs, delta, target, order)[2])
 
 
+def _resolve_groups(groups, feature_mask, delta, layout):
+    """``groups`` or Captum's ``feature_mask`` -> ids ``0..G-1`` shaped like one sample of
+    ``delta`` (the flat concatenation for tuple inputs), or None when neither is given."""
+    if feature_mask is not None:
+        if groups is not None:
+            raise ValueError("give either groups (ids 0..G-1 shaped like one sample) or "
+                             "feature_mask (Captum's form), not both")
+        from .inputs import Layout
+        from .methods.occlusion import _group_ids
+
+        ids = _group_ids(feature_mask, layout or Layout.of((delta,), False), 1, delta.device)
+        return torch.unique(ids, return_inverse=True)[1].view(delta.shape[1:])
+    if groups is None:
+        return None
+    if layout is not None and layout.flat:
+        per = layout.per_input(groups, "groups", lambda v: isinstance(v, torch.Tensor))
+        for i, (g, shape) in enumerate(zip(per, layout.shapes)):
+            if not isinstance(g, torch.Tensor) or tuple(g.shape) != shape:
+                raise ValueError(f"groups[{i}] must be an integer tensor of the shape of one "
+                                 f"sample of inputs[{i}] {shape}, got "
+                                 f"{tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__}")
+        groups = torch.cat([g.reshape(-1) for g in per])
+    if not isinstance(groups, torch.Tensor):
+        raise TypeError(f"groups must be an integer tensor, got {type(groups).__name__}")
+    if groups.dtype.is_floating_point or groups.is_complex() or groups.dtype == torch.bool:
+        raise TypeError(f"groups must be an integer tensor, got dtype {groups.dtype}")
+    if groups.shape != delta.shape[1:]:
+        raise ValueError(f"groups must have the shape of one sample {tuple(delta.shape[1:])}, got "
+                         f"{tuple(groups.shape)}")
+    if (groups < 0).any():
+        raise ValueError(f"groups must hold ids 0..G-1, got the negative id {int(groups.min())}")
+    return groups
+
+
 def group_expansions(model, inputs, baselines=0.0, target=None, order: int = 2,
                      groups=None, chunk_size: int | None = None,
                      show_progress: bool = False, *, feature_mask=None,
@@ -217,44 +263,28 @@ def group_expansions(model, inputs, baselines=0.0, target=None, order: int = 2,
     gm, inputs, delta, target, _, layout = _prepare_inputs(
         model, inputs, baselines, target, order, chunk_size,
         _structure(additional_forward_args, layer, attribute_to_layer_input))
-    if feature_mask is not None:
-        if groups is not None:
-            raise ValueError("give either groups (ids 0..G-1 shaped like one sample) or "
-                             "feature_mask (Captum's form), not both")
-        from .inputs import Layout
-        from .methods.occlusion import _group_ids
-
-        ids = _group_ids(feature_mask, layout or Layout.of((inputs,), False), 1, inputs.device)
-        groups = torch.unique(ids, return_inverse=True)[1].view(delta.shape[1:])
-    elif layout is not None and layout.flat and groups is not None:
-        per = layout.per_input(groups, "groups", lambda v: isinstance(v, torch.Tensor))
-        for i, (g, shape) in enumerate(zip(per, layout.shapes)):
-            if not isinstance(g, torch.Tensor) or tuple(g.shape) != shape:
-                raise ValueError(f"groups[{i}] must be an integer tensor of the shape of one "
-                                 f"sample of inputs[{i}] {shape}, got "
-                                 f"{tuple(g.shape) if isinstance(g, torch.Tensor) else type(g).__name__}")
-        groups = torch.cat([g.reshape(-1) for g in per])
+    groups = _resolve_groups(groups, feature_mask, delta, layout)
     if groups is None:
         groups = torch.arange(delta[0].numel()).view(delta.shape[1:])
-    if not isinstance(groups, torch.Tensor):
-        raise TypeError(f"groups must be an integer tensor, got {type(groups).__name__}")
-    if groups.dtype.is_floating_point or groups.is_complex() or groups.dtype == torch.bool:
-        raise TypeError(f"groups must be an integer tensor, got dtype {groups.dtype}")
-    if groups.shape != delta.shape[1:]:
-        raise ValueError(f"groups must have the shape of one sample {tuple(delta.shape[1:])}, got "
-                         f"{tuple(groups.shape)}")
-    if (groups < 0).any():
-        raise ValueError(f"groups must hold ids 0..G-1, got the negative id {int(groups.min())}")
-    cs = chunk_size or _default_chunk(order, inputs.shape[0], int(groups.max()) + 1)
+    cs = chunk_size or _default_chunk(order, inputs.shape[0], int(groups.max()) + 1, groups.numel())
     with torch.no_grad():
         return _group_orders(gm, inputs, delta, target, groups, order, cs, show_progress)
 
 
 def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
                  chunk_size: int | None = None, show_progress: bool = False, *,
-                 additional_forward_args=None, layer=None,
+                 groups=None, feature_mask=None, additional_forward_args=None, layer=None,
                  attribute_to_layer_input: bool = False) -> TaylorTerms:
     """Exact order-``order`` Taylor terms of ``f(inputs) - f(baselines)``.
+
+    What each field costs: ``first``, ``attribution()``, ``total``, ``orders``,
+    ``output_change`` and ``error`` come from one Taylor-mode pass along ``-delta`` and its
+    backward sweep, at any order and input size. ``independent``, ``interactive_ig`` and
+    ``interactive`` (for ``order >= 2``) also need one univariate expansion per moved
+    feature, ``B x n`` Taylor-mode rows, so their cost grows with the square of the input
+    size (150,528 expansions of a 3x224x224 image). For large inputs pass ``groups=``
+    (e.g. 16x16-pixel patches): one expansion per moved group instead, and group-level
+    fields.
 
     Args:
         model: an ``nn.Module`` mapping ``[B, ...]`` to ``[B, C]`` or ``[B]``, traceable by
@@ -263,10 +293,24 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
         baselines: scalar, tensor broadcastable to ``inputs``, or one baseline per sample.
         target: ``None`` (argmax class), an int, or a ``[B]`` tensor; ``None`` for ``[B]`` outputs.
         order: K >= 1.
-        chunk_size: feature directions propagated together for the independent terms
-            (default: about 8192 / (K * B), fewer for very large inputs); smaller uses
+        chunk_size: feature (or group) directions propagated together for the independent
+            terms (default: about 8192 / (K * B), fewer for very large inputs); smaller uses
             less memory. Features equal to the baseline are not expanded (their terms are 0).
-        show_progress: tqdm bar over the chunks.
+        show_progress: tqdm bar over the expansion passes (its total is the number of
+            passes; it names the features or groups it expands).
+        groups: integer ids ``0..G-1`` shaped like one sample (one tensor per input for tuple
+            inputs; ids shared across inputs form one group), as for :func:`group_expansions`.
+            Then ``first``, ``independent`` and ``interactive_ig`` are **group-level, shaped
+            ``[B, G]``** (one tensor, also for tuple inputs or ``layer=``): ``first`` and the
+            IG share summed within each group, ``independent[:, g] = sum_{k>=2} P_k(delta
+            restricted to group g)`` (the group's own expansion, with every interaction
+            *inside* the group), and ``interactive = total - sum_g (first_g +
+            independent_g)`` holds only the interactions *between* groups. ``first +
+            independent + interactive_ig`` still sums to ``total`` over ``G``. An id that
+            no feature carries gives a zero column. Cost: one expansion per moved group.
+        feature_mask: Captum's form of ``groups`` (any integer ids shaped like the inputs
+            with a first dimension of 1, one per input for tuples); group ``g`` is the
+            ``g``-th smallest id. Give ``groups`` or ``feature_mask``, not both.
         additional_forward_args, layer, attribute_to_layer_input: as for the methods
             (:mod:`taylorattr.inputs`); ``inputs`` may also be a tuple of tensors, with
             ``baselines`` a scalar or one entry per input. The expansion direction is then
@@ -276,14 +320,20 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
     gm, inputs, delta, target, f_base, layout = _prepare_inputs(
         model, inputs, baselines, target, order, chunk_size,
         _structure(additional_forward_args, layer, attribute_to_layer_input))
+    groups = _resolve_groups(groups, feature_mask, delta, layout)
     f_x, first, attribution, orders = _ig_shares(gm, inputs, delta, target, order)
     total = orders.sum(1)
-    if order >= 2:
+    if groups is not None:  # group-level fields: one [B, G] tensor whatever the layout
+        first, attribution, independent = _grouped_fields(
+            gm, inputs, delta, target, groups, order, chunk_size, show_progress, first, attribution)
+        layout = None
+    elif order >= 2:
         n = delta[0].numel()
         singletons = torch.arange(n).view(delta.shape[1:])
         cs = chunk_size or _default_chunk(order, inputs.shape[0], n)
         with torch.no_grad():
-            per_feature = _group_orders(gm, inputs, delta, target, singletons, order, cs, show_progress)
+            per_feature = _group_orders(gm, inputs, delta, target, singletons, order, cs,
+                                        show_progress, "feature")
         independent = per_feature[..., 1:].sum(-1).view_as(delta)
     else:
         independent = torch.zeros_like(first)
@@ -300,6 +350,27 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
         error=output_change - total,
         orders=orders,
     )
+
+
+def _grouped_fields(gm, inputs, delta, target, groups, order, chunk_size, show_progress,
+                    first, attribution):
+    """``first`` and the IG share summed within each group, and each group's independent
+    term ``sum_{k>=2} P_k(delta restricted to the group)``: three ``[B, G]`` tensors."""
+    B = inputs.shape[0]
+    ids = groups.reshape(-1).to(inputs.device)
+    n_groups = int(ids.max()) + 1
+
+    def per_group(t):
+        return t.new_zeros(B, n_groups).index_add_(1, ids, t.reshape(B, -1))
+
+    first_g, attribution_g = per_group(first), per_group(attribution)
+    if order < 2:
+        return first_g, attribution_g, torch.zeros_like(first_g)
+    cs = chunk_size or _default_chunk(order, B, n_groups, ids.numel())
+    with torch.no_grad():
+        expansions = _group_orders(gm, inputs, delta, target, groups, order, cs, show_progress,
+                                   "group")
+    return first_g, attribution_g, expansions[..., 1:].sum(-1)
 
 
 # ----------------------------------------------------------------------------- cost
@@ -337,18 +408,19 @@ def group_expansions_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, g
                          f"{tuple(delta.shape[1:])}")
     B = inputs.shape[0]
     cs = V.check_positive_int(chunk_size, "chunk_size") if chunk_size is not None else \
-        _default_chunk(order, B, int(groups.max()) + 1)
+        _default_chunk(order, B, int(groups.max()) + 1, groups.numel())
     return Cost(label="group expansions", samples=B, forward_rows=2 * B) + \
         _expansions_cost(B, _moved_width(delta, groups), order, cs)
 
 
 def taylor_terms_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2,
-                      chunk_size: int | None = None):
+                      chunk_size: int | None = None, groups=None):
     """The rows :func:`taylor_terms` runs on one-tensor inputs: two forwards of the batch,
     one Taylor-mode pass along ``-delta`` (``B`` rows) swept backward once (order 1) or
     twice, and for ``order >= 2`` one univariate expansion per moved feature and sample
-    (``B x`` the widest sample's moved features), ``chunk_size`` directions per pass.
-    Runs no model."""
+    (``B x`` the widest sample's moved features), or with ``groups`` (ids ``0..G-1`` shaped
+    like one sample) one per moved group (``B x`` the widest sample's moved groups),
+    ``chunk_size`` directions per pass. Runs no model."""
     from .cost import Cost
 
     V.check_positive_int(order, "order")
@@ -358,9 +430,11 @@ def taylor_terms_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2,
     cost = Cost(label="taylor terms", samples=B, forward_rows=2 * B, taylor_passes=1,
                 taylor_rows=B, taylor_backward_rows=B * (2 if order > 1 else 1), order=order)
     if order >= 2:
-        n = delta[0].numel()
+        if groups is None:
+            groups = torch.arange(delta[0].numel()).view(delta.shape[1:])
+        else:
+            groups = _resolve_groups(groups, None, delta, None)
         cs = V.check_positive_int(chunk_size, "chunk_size") if chunk_size is not None else \
-            _default_chunk(order, B, n)
-        cost = cost + _expansions_cost(B, _moved_width(delta, torch.arange(n).view(
-            delta.shape[1:])), order, cs)
+            _default_chunk(order, B, int(groups.max()) + 1, groups.numel())
+        cost = cost + _expansions_cost(B, _moved_width(delta, groups), order, cs)
     return cost
