@@ -44,14 +44,6 @@ _CHEAPER = {
     "attribute": "fewer --samples, a cheaper --method, --device cuda, several processes "
                  "(torchrun)",
 }
-#: Probe batches are capped at this many rows (and Taylor-mode directions) and about this
-#: many input elements, so that estimating takes seconds: the per-row times of a 32-row
-#: probe are within a few percent of a 64-row one's on the small models, and an
-#: ImageNet-sized probe is a few rows.
-_PROBE_ROWS = 32
-_PROBE_ELEMENTS = 2 ** 20
-
-
 @dataclass(frozen=True)
 class Stage:
     """One stage's estimate: ``cost`` (timed; None when nothing of it is counted), the
@@ -79,7 +71,10 @@ class _Probe:
         self.rates = {}
 
     def estimate(self, costs, model, x: torch.Tensor):
-        """The summed, timed cost of ``costs`` run on ``model`` with rows like ``x``."""
+        """The summed, timed cost of ``costs`` run on ``model`` with rows like ``x``: the
+        probe runs at the stage's own call sizes (:func:`taylorattr.cost.measure_rates`:
+        its automatic chunk, capped by its rows and by about 0.1 s per call; Taylor-mode
+        passes of the stage's average rows per pass, at most 1,024)."""
         from ..cost import measure_rates, stage_estimate
 
         total = costs[0]
@@ -88,15 +83,11 @@ class _Probe:
         order = total.order if total.taylor_rows or total.taylor_backward_rows else 0
         key = (id(model), tuple(x.shape[1:]), x.dtype, str(x.device), order)
         if key not in self.rates:
-            # directions per sample of the average Taylor-mode pass, over the units (each
-            # unit's own samples: a stage's summed samples would make it look like one)
-            per_pass = sum(c.taylor_rows for c in costs) // max(1, sum(
-                c.taylor_passes * max(c.samples, 1) for c in costs))
-            cap = max(2, min(_PROBE_ROWS, _PROBE_ELEMENTS // max(1, x[0].numel())))
+            per_pass = total.taylor_rows // max(1, total.taylor_passes)
             self.rates[key] = measure_rates(
-                model, x[:1], backward=True, taylor_order=order,
-                probe_rows=max(2, min(total.forward_rows, cap)),
-                taylor_directions=max(1, min(per_pass, cap // 4)))
+                model, x[:1], backward=total.backward_rows > 0, taylor_order=order,
+                max_rows=max(2, total.forward_rows), probe_seconds=0.1,
+                taylor_directions=max(1, min(per_pass, 1024)))
         return stage_estimate("", total, model, x[:1], rates=self.rates[key])
 
 
