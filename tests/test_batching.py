@@ -262,3 +262,43 @@ def test_fixed_sizes_are_evened_out(n_outer, n_inner, size):
     assert max(rows) <= size and max(rows) - min(rows) < max(per_split, 1) * unit
     assert len(set(rows)) <= 2
     assert len(blocks) <= greedy and len(blocks) == Bt.count_blocks(n_outer, n_inner, size)
+
+
+def test_taylor_mode_passes_stay_under_the_mmap_threshold_by_default(monkeypatch):
+    """Default glibc: an order-K pass stacks K coefficient blocks of its rows, so its rows
+    are capped at half the 32 MiB threshold over K times the widest activation of a row
+    (a [h] float64 hidden layer here: closed form); taylor_terms runs passes of that many
+    rows, and taylor_terms_cost(model=) counts those passes (counted by wrapping
+    propagate). After tune_allocator, and on models that cannot run on probe rows, no cap."""
+    import taylorattr.taylor as T
+
+    wide, order = 1 << 15, 2  # one row's hidden layer: 256 KiB in float64
+    model = Recorder(d=16, h=wide)
+    x = torch.rand(3, 16, dtype=torch.float64)
+    monkeypatch.setattr(Bt, "allocator_info", lambda: _info(False))
+    cap = Bt.series_rows(model, x, order)
+    assert cap == 16 * 2**20 // (order * 8 * wide) == 32
+    seen = []
+    real = T.propagate
+
+    def counting(gm, inputs, directions, k):
+        seen.append(directions.shape[0] * directions.shape[1])
+        return real(gm, inputs, directions, k)
+
+    monkeypatch.setattr(T, "propagate", counting)
+    T.taylor_terms(model, x, 0.0, target=0, order=order)
+    expansions = seen[1:]  # after the one pass along -delta
+    assert max(expansions) <= cap and sum(expansions) == 3 * 16
+    assert len(expansions) == -(-16 // (cap // 3)) == 2  # 10 + 6 directions of 3 samples
+    cost = T.taylor_terms_cost(x, 0.0, order, model=model)
+    assert cost.taylor_passes == len(seen)
+    Bt.clear_cache()
+    monkeypatch.setattr(Bt, "allocator_info", lambda: _info(True))
+    assert Bt.series_rows(model, x, order) is None
+
+    class BatchTied(nn.Module):
+        def forward(self, z):
+            return z * torch.ones(3, 16, dtype=z.dtype)  # only a batch of 3 broadcasts
+
+    monkeypatch.setattr(Bt, "allocator_info", lambda: _info(False))
+    assert Bt.series_rows(BatchTied(), x, order) is None

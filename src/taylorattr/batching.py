@@ -58,7 +58,8 @@ from ._validation import check_positive_int
 from .allocator import allocator_info
 
 __all__ = ["ChunkPlan", "ChunkRows", "balanced_size", "chunk_rows", "clear_cache", "default_memory_budget",
-           "heuristic_rows", "memory_budget", "parse_memory", "row_memory", "timed_chunks"]
+           "heuristic_rows", "memory_budget", "parse_memory", "row_memory", "series_rows",
+           "timed_chunks"]
 
 MAX_CHUNK_ROWS = 1 << 16
 _PROBE_ROWS = (2, 4)
@@ -240,6 +241,7 @@ class ChunkPlan:
     bytes_per_row: float
     fixed_bytes: float
     candidates: tuple[int, ...]
+    largest_per_row: float = 0.0   # growth of the largest single tensor per row (a_row)
     times: dict = field(default_factory=dict)  # size -> list of seconds per row
     warm: bool = False
     settled: bool = False
@@ -300,7 +302,7 @@ def _plan(model, row: torch.Tensor, backward: bool, budget: int) -> ChunkPlan:
     cands = sorted({max(1, c) for c in (min(budget_rows, 2 * guess), guess, guess // 2,
                                         guess // 4)}, reverse=True)
     return ChunkPlan(rows=guess, budget_rows=budget_rows, bytes_per_row=per_row,
-                     fixed_bytes=m0, candidates=tuple(cands))
+                     fixed_bytes=m0, candidates=tuple(cands), largest_per_row=a_row)
 
 
 def heuristic_rows(inputs: torch.Tensor, backward: bool) -> int:
@@ -339,16 +341,25 @@ def chunk_rows(model, inputs: torch.Tensor, backward: bool, *, max_memory=None,
                          "chunks from")
     budget = (parse_memory(max_memory) if max_memory is not None
               else default_memory_budget(inputs.device))
+    plan = _measured_plan(model, inputs, backward, budget)
+    if plan is None:  # a probe would move batch-norm statistics: no measurement
+        return heuristic_rows(inputs, backward)
+    return ChunkRows(plan) if _timed else plan.rows
+
+
+def _measured_plan(model, inputs: torch.Tensor, backward: bool, budget: int) -> ChunkPlan | None:
+    """The cached plan of (model, row shape, dtype, device, threads, pass, budget,
+    allocator), measured on first use; None for a model with batch statistics in train
+    mode (a probe would change them)."""
     info = allocator_info()
     key = (tuple(inputs.shape[1:]), inputs.dtype, str(inputs.device), torch.get_num_threads(),
            bool(backward), budget, info.mmap_threshold, info.trim_threshold)
     table = _table(model)
-    plan = table.get(key)
-    if plan is None:
-        if _stateful(model):  # a probe would move batch-norm statistics: no measurement
-            return heuristic_rows(inputs, backward)
-        plan = table[key] = _plan(model, inputs[:1].detach(), backward, budget)
-    return ChunkRows(plan) if _timed else plan.rows
+    if key not in table:
+        if _stateful(model):
+            return None
+        table[key] = _plan(model, inputs[:1].detach(), backward, budget)
+    return table[key]
 
 
 def balanced_size(n_outer: int, n_inner: int, size: int) -> int:
@@ -362,6 +373,29 @@ def balanced_size(n_outer: int, n_inner: int, size: int) -> int:
         per = size // n_inner
         return n_inner * math.ceil(n_outer / math.ceil(n_outer / per))
     return math.ceil(n_inner / math.ceil(n_inner / size))
+
+
+def series_rows(model, inputs: torch.Tensor, order: int) -> int | None:
+    """Series rows (sample x direction) per Taylor-mode pass of ``order`` whose largest
+    block stays on glibc's heap: ``order * rows * a_row <= heap / 2``, with ``a_row`` the
+    growth per row of the largest tensor of a forward pass (measured as for
+    :func:`chunk_rows`, and cached with it). A pass's coefficients are stacked as
+    ``[K, B, m, ...]``, so its largest block is about ``K`` times a forward's; above the
+    mmap threshold every pass faults its blocks in anew (3x the time measured on the
+    C-sg CNN). None where there is no such limit: CUDA, a raised threshold
+    (:func:`taylorattr.allocator.tune_allocator`), not glibc, a model in train mode
+    with batch statistics (not probed), or one that cannot run on copies of one row (its
+    forward tied to the batch, e.g. per-sample attention masks)."""
+    heap = allocator_info().largest_heap_allocation
+    if inputs.device.type != "cpu" or heap is None or heap >= 2**30:
+        return None
+    try:
+        plan = _measured_plan(model, inputs, False, default_memory_budget(inputs.device))
+    except Exception:  # noqa: BLE001 - a model tied to its batch (e.g. per-sample masks)
+        return None    # cannot run on probe rows: no cap, the pass sizes stay as they were
+    if plan is None or plan.largest_per_row <= 0:
+        return None
+    return max(1, int(heap // 2 // (order * plan.largest_per_row)))
 
 
 def planned_blocks(n_outer: int, n_inner: int, size: int):

@@ -80,14 +80,30 @@ def _select(out: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
     return out.gather(-1, index).squeeze(-1)
 
 
-def _default_chunk(order: int, batch: int, n_features: int, entries: int | None = None) -> int:
-    """Directions per pass: about 8192 series rows, and at most 2^25 direction entries.
+def _default_chunk(order: int, batch: int, n_features: int, entries: int | None = None,
+                   max_rows: int | None = None) -> int:
+    """Directions per pass: about 8192 series rows, at most 2^25 direction entries, and at
+    most ``max_rows`` series rows (:func:`taylorattr.batching.series_rows`: the rows whose
+    largest block stays off glibc's mmap path, measured on the model).
 
     ``n_features``: the directions to expand (features or groups); ``entries``: the
     features one direction spans (default ``n_features``; a group's direction spans the
     whole input, which bounds the chunk's input-sized tensors)."""
     return max(1, min(n_features, 8192 // (order * batch),
-                      2**25 // (batch * (entries or n_features))))
+                      2**25 // (batch * (entries or n_features)),
+                      (max_rows or 2**62) // batch))
+
+
+def _expansion_chunk(model, inputs: torch.Tensor, order: int, groups: torch.Tensor,
+                     chunk_size: int | None) -> int:
+    """``chunk_size``, else the default directions per pass for expanding ``groups``
+    (measured on ``model`` when one is given)."""
+    if chunk_size is not None:
+        return V.check_positive_int(chunk_size, "chunk_size")
+    from .batching import series_rows
+
+    cap = None if model is None else series_rows(model, inputs, order)
+    return _default_chunk(order, inputs.shape[0], int(groups.max()) + 1, groups.numel(), cap)
 
 
 def _group_orders(gm, inputs, delta, target, groups, order, chunk_size, show_progress,
@@ -266,7 +282,7 @@ def group_expansions(model, inputs, baselines=0.0, target=None, order: int = 2,
     groups = _resolve_groups(groups, feature_mask, delta, layout)
     if groups is None:
         groups = torch.arange(delta[0].numel()).view(delta.shape[1:])
-    cs = chunk_size or _default_chunk(order, inputs.shape[0], int(groups.max()) + 1, groups.numel())
+    cs = _expansion_chunk(gm, inputs, order, groups, chunk_size)
     with torch.no_grad():
         return _group_orders(gm, inputs, delta, target, groups, order, cs, show_progress)
 
@@ -328,9 +344,8 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
             gm, inputs, delta, target, groups, order, chunk_size, show_progress, first, attribution)
         layout = None
     elif order >= 2:
-        n = delta[0].numel()
-        singletons = torch.arange(n).view(delta.shape[1:])
-        cs = chunk_size or _default_chunk(order, inputs.shape[0], n)
+        singletons = torch.arange(delta[0].numel()).view(delta.shape[1:])
+        cs = _expansion_chunk(gm, inputs, order, singletons, chunk_size)
         with torch.no_grad():
             per_feature = _group_orders(gm, inputs, delta, target, singletons, order, cs,
                                         show_progress, "feature")
@@ -366,7 +381,7 @@ def _grouped_fields(gm, inputs, delta, target, groups, order, chunk_size, show_p
     first_g, attribution_g = per_group(first), per_group(attribution)
     if order < 2:
         return first_g, attribution_g, torch.zeros_like(first_g)
-    cs = chunk_size or _default_chunk(order, B, n_groups, ids.numel())
+    cs = _expansion_chunk(gm, inputs, order, groups, chunk_size)
     with torch.no_grad():
         expansions = _group_orders(gm, inputs, delta, target, groups, order, cs, show_progress,
                                    "group")
@@ -391,11 +406,13 @@ def _expansions_cost(B: int, width: int, order: int, chunk: int):
 
 
 def group_expansions_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, groups=None,
-                          chunk_size: int | None = None):
+                          chunk_size: int | None = None, model=None):
     """The rows :func:`group_expansions` runs on one-tensor inputs (a
     :class:`~taylorattr.cost.Cost`): two forwards of the batch (inputs and baselines) and,
     per sample, one order-``order`` Taylor-mode row per moved group, ``chunk_size``
-    directions per pass (the widest sample sets the passes). Runs no model."""
+    directions per pass (the widest sample sets the passes). Runs no model; without
+    ``chunk_size`` the passes are those the run makes on ``model`` when it is given (its
+    memory per row caps the default chunk), else the fewest the run can make."""
     from .cost import Cost
 
     V.check_positive_int(order, "order")
@@ -407,20 +424,20 @@ def group_expansions_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, g
         raise ValueError(f"groups must be an integer tensor of the shape of one sample "
                          f"{tuple(delta.shape[1:])}")
     B = inputs.shape[0]
-    cs = V.check_positive_int(chunk_size, "chunk_size") if chunk_size is not None else \
-        _default_chunk(order, B, int(groups.max()) + 1, groups.numel())
+    cs = _expansion_chunk(model, inputs, order, groups, chunk_size)
     return Cost(label="group expansions", samples=B, forward_rows=2 * B) + \
         _expansions_cost(B, _moved_width(delta, groups), order, cs)
 
 
 def taylor_terms_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2,
-                      chunk_size: int | None = None, groups=None):
+                      chunk_size: int | None = None, groups=None, model=None):
     """The rows :func:`taylor_terms` runs on one-tensor inputs: two forwards of the batch,
     one Taylor-mode pass along ``-delta`` (``B`` rows) swept backward once (order 1) or
     twice, and for ``order >= 2`` one univariate expansion per moved feature and sample
     (``B x`` the widest sample's moved features), or with ``groups`` (ids ``0..G-1`` shaped
     like one sample) one per moved group (``B x`` the widest sample's moved groups),
-    ``chunk_size`` directions per pass. Runs no model."""
+    ``chunk_size`` directions per pass. Runs no model (``model``: as for
+    :func:`group_expansions_cost`)."""
     from .cost import Cost
 
     V.check_positive_int(order, "order")
@@ -434,7 +451,6 @@ def taylor_terms_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2,
             groups = torch.arange(delta[0].numel()).view(delta.shape[1:])
         else:
             groups = _resolve_groups(groups, None, delta, None)
-        cs = V.check_positive_int(chunk_size, "chunk_size") if chunk_size is not None else \
-            _default_chunk(order, B, int(groups.max()) + 1, groups.numel())
+        cs = _expansion_chunk(model, inputs, order, groups, chunk_size)
         cost = cost + _expansions_cost(B, _moved_width(delta, groups), order, cs)
     return cost
