@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 from test_cli import png
+from test_cost import _count_plan_passes
 
 import taylorattr.taylor as T
 from taylorattr import cli
@@ -107,8 +108,10 @@ def test_validate_estimate_counts_the_units_rows(files, tmp_path, capsys, monkey
     monkeypatch.setitem(cli.COMMANDS, "validate", lambda args: ran.append(args) or "ok")
     assert cli.main(argv_of("validate", files, tmp_path / "o") + ["--estimate"]) == 0 and ran
     (line,) = estimate_lines(capsys.readouterr().err, "validate")
-    assert "validation on Poly, 2 images" in line and "not counted: DL" in line
+    assert "validation on Poly, 2 images" in line and "not counted: DL" not in line
+    assert "per-layer expansions of the activations (no model rows) not counted" in line
     assert "training of models not cached under --out not counted" in line
+    _count_plan_passes(monkeypatch)  # DL's layer records run the model's plan
 
     x = data.mnist_split(*data.load_mnist(None), seed=0).held_images[:2].double()
     counter = RowCounter(M._build("poly", 0).double().eval())
@@ -121,7 +124,7 @@ def test_validate_estimate_counts_the_units_rows(files, tmp_path, capsys, monkey
         return real(gm, inputs, directions, order)
 
     units = [functools.partial(V._percentages, m, counter, x, (2,))
-             for m in V.validation_methods() if m.label != "DL"]
+             for m in V.validation_methods()]
     units.append(functools.partial(V._approximation, counter, x, (2,)))
     for unit in units:  # first calls may probe chunk sizes once (not counted)
         unit()
@@ -209,3 +212,35 @@ def test_dataset_estimate_equals_the_rows_the_job_runs(command, files, tmp_path,
     assert f"{command} on poly, 3 images" in line
     assert counts(line) == {**seen, "taylor": 0, "passes": 0}, (line, seen)
     assert (tmp_path / "o" / "again" / "summary.json").is_file()
+
+
+def test_imagenet_estimate_counts_the_scaled_patches(files, tmp_path, capsys, monkeypatch):
+    """The ImageNet route's estimate runs the methods at the route's patch scale
+    (``--imagenet-patch-scale``; automatic: 8 at 224x224 on a CPU), as the route does: its
+    forwards equal the sum of the scaled methods' own costs."""
+    from taylorattr.cost import bound_cost
+    from taylorattr.experiments.assessment import assessment_methods
+    from taylorattr.experiments.assessment.localisation import scale_patches
+
+    monkeypatch.setitem(cli.COMMANDS, "assess", lambda args: "ok")
+    net = M.torchvision_model("resnet18", files["r18"]).eval()
+    x = torch.zeros(1, 3, 224, 224)
+    forwards = {}
+    for scale in (1, 8, None):
+        argv = ["assess", "--experiment", "bbox", "--samples", "1", "--imagenet-dir",
+                str(tmp_path), "--weights", f"resnet18={files['r18']}", "--estimate",
+                "--budget", "1e9", "--out", str(tmp_path / "o")]
+        assert cli.main(argv + ([] if scale is None else ["--imagenet-patch-scale", str(scale)])) == 0
+        (line,) = [x for x in estimate_lines(capsys.readouterr().err, "assess")
+                   if ": bbox on resnet18" in x]
+        direct, skipped = 0, []
+        for m in scale_patches(assessment_methods(0), scale or 8):
+            try:
+                direct += bound_cost(m, net, x).forward_rows
+            except (TypeError, ValueError):  # cannot run on this model
+                skipped.append(m.label)
+        assert counts(line)["forward"] == direct, line
+        assert all(label in line.split("not counted: ")[1] for label in skipped), line
+        forwards[scale] = direct
+    assert forwards[None] == forwards[8] < forwards[1]
+    assert not (tmp_path / "o").exists()

@@ -400,3 +400,74 @@ def test_taylor_terms_cost_with_patch_groups_is_linear_in_the_groups():
     # each group's direction spans the whole image: at most 2^25 direction entries per pass
     assert grouped.taylor_passes == 1 + math.ceil(196 / (2**25 // (2 * 150_528))) == 3
     assert T.taylor_terms_cost(x, 0.0, 2).taylor_rows == 2 + 2 * 3 * 224 * 224
+
+
+# ------------------------------------------------------------------ reformulations count their own rows
+
+import taylorattr.shapley_rule as SR
+from taylorattr.cli.estimates import reformulation_cost
+
+#: Registered methods whose reformulation does not count its rows (``cost`` None), and why.
+#: Empty: every reformulation counts; a new one without a count must be named here.
+REFORMULATIONS_NOT_COUNTED: dict[str, str] = {}
+_REFORM_CONTEXT = {"seed": 0, "n_samples": 3, "nt_samples": 2, "n_steps": 3, "patch": 3}
+
+
+def _reformulated():
+    """``(spec, bound variant, baselines)`` of every variant of every registered method with
+    a reformulation; a distribution method gets its variant's references (``REFS`` for
+    training digits), the others the validation's baseline 0."""
+    out = []
+    for spec in METHODS.values():
+        if spec.reformulation is None:
+            continue
+        for v in spec.variants:
+            own = {"baselines": REFS} if isinstance(v.settings.get("baselines"),
+                                                    ReferenceSet) else {}
+            bound = spec.bind(v, context=_REFORM_CONTEXT, **own)
+            base = bound._baselines(0.0) if spec.baseline_kind == "distribution" else 0.0
+            out.append((spec, bound, base))
+    return out
+
+
+@pytest.mark.parametrize("spec,bound,base", _reformulated(),
+                         ids=[b.label for _, b, _ in _reformulated()])
+def test_reformulation_rows_equal_counted(monkeypatch, x, spec, bound, base):
+    """``Reformulation.cost_of`` (no model run) equals the rows one run of the
+    reformulation shows, as the validation runs it (the method's own options, orders 1-3):
+    forwards and reverse sweeps of the model (the layer-wise plan's runs included),
+    Taylor-mode passes and rows, and the sweeps back through them."""
+    _count_plan_passes(monkeypatch)
+    count = _TaylorCount(monkeypatch, 36)
+    monkeypatch.setattr(SR, "propagate", T.propagate)  # the counting wrapper
+    reform, orders = spec.reformulation, (1, 2, 3)
+    cost = reform.cost_of(x, base, orders, bound.settings)
+    assert cost is not None and cost.samples == x.shape[0], bound.label
+    with torch.no_grad():
+        target = count.model(x).argmax(1)
+    count.reset()
+    reform.orders(count.model, x, base, target, orders, **reform.own_options(bound.settings))
+    assert (count.model.forward_rows, count.model.backward_rows, count.passes, count.rows,
+            count.sweeps) == (cost.forward_rows, cost.backward_rows, cost.taylor_passes,
+                              cost.taylor_rows, cost.taylor_backward_rows + cost.backward_rows), \
+        bound.label
+    if spec.name in ("shapley", "integrated_gradients"):
+        assert cost.taylor_passes > 0 and cost.order == 3
+    if base == 0.0:  # the validation's estimate is this hook
+        assert reformulation_cost(bound, x, orders) == cost
+
+
+def test_every_reformulation_counts_or_is_declared_not_counted(x):
+    """A reformulation registered later without a ``cost`` fails here unless it is named
+    in :data:`REFORMULATIONS_NOT_COUNTED` (and the estimates then name it as not counted)."""
+    with_reform = {name for name, spec in METHODS.items() if spec.reformulation is not None}
+    assert {"gradient_input", "occlusion_1", "occlusion_patch", "deeplift", "epsilon_lrp",
+            "integrated_gradients", "expected_gradients", "gradient_shap", "smoothgrad_ig",
+            "shapley"} <= with_reform
+    not_counted = {n for n in with_reform if METHODS[n].reformulation.cost is None}
+    assert not_counted == set(REFORMULATIONS_NOT_COUNTED), not_counted
+    counted = {spec.name for spec, bound, base in _reformulated()
+               if spec.reformulation.cost_of(x, base, (2,), bound.settings) is not None}
+    assert counted == with_reform - not_counted
+    # the layer-wise counts say what they leave out
+    assert "not counted" in " ".join(METHODS["deeplift"].reformulation.cost_of(x, 0.0, (2,)).notes)

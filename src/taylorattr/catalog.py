@@ -8,6 +8,7 @@ has them, its Taylor reformulation and its plot marker. Adding a method is its f
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from types import MappingProxyType
 
 from . import reformulations as R
@@ -111,7 +112,8 @@ register(MethodSpec("deeplift_shap", DeepLiftShap, variants=(
 register(MethodSpec("gradient_shap", GradientShap, variants=(
     Variant("GS", {"noise_std": EG_NOISE_STD, "n_samples": 50, "stdevs": 0.1},
             experiments=_NO_VALIDATION),),
-    reformulation=_gradient_shap.reformulation(), marker="d"))
+    reformulation=replace(_gradient_shap.reformulation(),
+                          cost=R.drawn_rows_cost(_gradient_shap.draw)), marker="d"))
 register(MethodSpec("smoothgrad", SmoothGrad, variants=(
     Variant("SG", {**_SG, "nt_type": "smoothgrad"}, experiments=_NO_VALIDATION),), marker="<"))
 register(MethodSpec("smoothgrad_sq", SmoothGrad, variants=(
@@ -123,7 +125,8 @@ register(MethodSpec("vargrad", SmoothGrad, variants=(
 register(MethodSpec("smoothgrad_ig", SmoothIntegratedGradients, variants=(
     Variant("SG-IG", {"nt_samples": 10, "stdevs": SMOOTHGRAD_STD, "n_steps": 16},
             experiments=frozenset({"audit", "validation", "saliency"})),),
-    reformulation=_smoothed(R.INTEGRATED_GRADIENTS), marker="1"))
+    reformulation=replace(_smoothed(R.INTEGRATED_GRADIENTS),
+                          cost=R.noisy_copies_cost(R.INTEGRATED_GRADIENTS)), marker="1"))
 # ---- the follow-up's methods, part 2: Shapley-type methods and Prediction Difference ----
 _AUDIT = frozenset({"audit"})
 # exact enumeration on the audit's 6-feature probes, permutation sampling (n_samples =

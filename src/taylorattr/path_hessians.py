@@ -36,7 +36,9 @@ from __future__ import annotations
 from fractions import Fraction
 
 import torch
+from tqdm.auto import tqdm
 
+from . import _validation as V
 from .pair_interactions import autograd_chunk, resolve_groups
 from .taylor import _prepare, _select
 from .taylor_mode import propagate
@@ -57,7 +59,8 @@ def path_weights(order: int) -> tuple[dict[int, float], dict[int, float]]:
 
 
 def integrated_hessians(model, inputs: torch.Tensor, baselines=0.0, target=None, order: int = 2,
-                        groups=None, *, chunk_size: int | None = None) -> torch.Tensor:
+                        groups=None, *, chunk_size: int | None = None,
+                        show_progress: bool = False) -> torch.Tensor:
     """Integrated Hessians of the order-K Taylor polynomial at ``inputs``, in closed form.
 
     Args:
@@ -66,9 +69,12 @@ def integrated_hessians(model, inputs: torch.Tensor, baselines=0.0, target=None,
         groups: integer ids ``0..G-1`` broadcastable to one sample: returns ``[B, G, G]`` with
             ``Gamma_AB`` summed over the features of A and B. Default: ``[B, n, n]``.
         chunk_size: copies of the direction per Taylor-mode pass (default: automatic).
+        show_progress: a tqdm bar (``leave=False``) over the Taylor-mode passes
+            (``ceil(G / chunk_size)``; one at order 1).
 
     Returns ``Gamma`` with ``Gamma.sum(-1)`` equal to the order-K IG reformulation (grouped).
     """
+    V.check_bool(show_progress, "show_progress")
     gm, inputs, delta, target, _ = _prepare(model, inputs, baselines, target, order, chunk_size)
     shape = tuple(inputs.shape[1:])
     B = inputs.shape[0]
@@ -82,21 +88,25 @@ def integrated_hessians(model, inputs: torch.Tensor, baselines=0.0, target=None,
     chunk = chunk_size or autograd_chunk(order, B, n)
     gamma = torch.zeros(B, G, G, dtype=inputs.dtype, device=inputs.device)
     grad_psi_j = None
-    for s in range(0, G, chunk):
-        masks = member[s:s + chunk]  # [m, n]
-        v = (-flat_delta)[:, None, :].expand(B, masks.shape[0], n).clone().requires_grad_(True)
-        with torch.enable_grad():
-            c = _select(propagate(gm, inputs, v.view(B, -1, *shape), order).series, target)
-            if grad_psi_j is None:
-                psi_j = sum(w * c[k - 1] for k, w in grad_w.items())
-                (g,) = torch.autograd.grad(psi_j.sum(), v, retain_graph=order > 1)
-                grad_psi_j = g[:, 0].detach()  # every copy is u
-            if order == 1:
-                break
-            psi_i = sum(w * c[k - 1] for k, w in hess_w.items())
-            (g,) = torch.autograd.grad(psi_i.sum(), v, create_graph=True)
-            (hvp,) = torch.autograd.grad((g * flat_delta[:, None, :] * masks).sum(), v)
-        # Gamma[A, B_r] = sum_{i in A} delta_i (Hess psi_I delta_{B_r})_i
-        gamma[:, :, s:s + chunk] = ((flat_delta[:, None, :] * hvp) @ member.T).transpose(1, 2)
+    starts = range(0, G, chunk) if order > 1 else range(1)  # order 1: the gradient alone
+    with tqdm(total=len(starts), desc=f"order-{order} Integrated Hessians", unit="pass",
+              disable=not show_progress, leave=False) as bar:
+        for s in starts:
+            masks = member[s:s + chunk]  # [m, n]
+            v = (-flat_delta)[:, None, :].expand(B, masks.shape[0], n).clone().requires_grad_(True)
+            with torch.enable_grad():
+                c = _select(propagate(gm, inputs, v.view(B, -1, *shape), order).series, target)
+                if grad_psi_j is None:
+                    psi_j = sum(w * c[k - 1] for k, w in grad_w.items())
+                    (g,) = torch.autograd.grad(psi_j.sum(), v, retain_graph=order > 1)
+                    grad_psi_j = g[:, 0].detach()  # every copy is u
+                if order > 1:
+                    psi_i = sum(w * c[k - 1] for k, w in hess_w.items())
+                    (g,) = torch.autograd.grad(psi_i.sum(), v, create_graph=True)
+                    (hvp,) = torch.autograd.grad((g * flat_delta[:, None, :] * masks).sum(), v)
+                    # Gamma[A, B_r] = sum_{i in A} delta_i (Hess psi_I delta_{B_r})_i
+                    gamma[:, :, s:s + chunk] = ((flat_delta[:, None, :] * hvp.detach())
+                                                @ member.T).transpose(1, 2)
+            bar.update(1)
     diagonal = (flat_delta * grad_psi_j) @ member.T  # [B, G]
     return gamma + torch.diag_embed(diagonal)

@@ -13,7 +13,12 @@ DEEPLIFT                 Thm 4, per layer: ``(z_ji - z~_ji)/(y_j - y~_j) * g_K(s
 EPSILON_LRP              supplement, per layer: ``z_ji/(y_j + eps s) * g_K(sigma; y_j -> b_j)``
 INTEGRATED_GRADIENTS     Thm 5: ``T^a_i + T^gd_i + a^gt_i`` (each order's IG share)
 averaged_over_draws(d)   the Theorem 5 reformulation averaged over the drawn references
+SHAPLEY_RULE             each monomial shared equally by its support (K <= 4)
 =======================  ============================================================
+
+Each reformulation also counts its own rows (``cost``, :meth:`Reformulation.cost_of`):
+the rows the model sees when it runs (:mod:`taylorattr.cost`), so that a run's estimate
+needs no list of methods; a reformulation registered without one is named as not counted.
 
 The layer-wise originals replace the neuron's change ``x_j^(l+1) - x~_j^(l+1)`` in the
 ratio by its order-K Taylor expansion in ``y``, so per layer the original and the
@@ -30,12 +35,17 @@ from torch import nn
 
 from . import _validation as V
 from .metrics import percentage_change
-from .taylor import group_expansions, taylor_attribution
+from .taylor import (
+    group_expansions,
+    group_expansions_cost,
+    taylor_attribution,
+    taylor_attribution_cost,
+)
 from .taylor_mode import propagate, trace
 
 __all__ = ["DEEPLIFT", "EPSILON_LRP", "GRADIENT_INPUT", "INTEGRATED_GRADIENTS", "OCCLUSION_1",
            "OCCLUSION_PATCH", "SHAPLEY_RULE", "LayerReformulation", "Reformulation", "averaged_over_draws",
-           "occlusion_groups"]
+           "drawn_rows_cost", "noisy_copies_cost", "occlusion_groups"]
 
 
 @dataclass(frozen=True)
@@ -48,12 +58,32 @@ class Reformulation:
     names the keyword arguments it takes (anything else is refused); a method's settings
     outside them (``n_steps``, say) do not change the reformulation. ``exact`` says what
     the reformulation claims (``docs/design.md``): the theorem it implements.
+
+    ``cost(inputs, baselines, orders, **options)`` counts, without running the model, the
+    rows ``compute`` runs on one-tensor inputs (a :class:`taylorattr.cost.Cost`, whatever
+    the target); None means the reformulation does not count its rows (an estimate names
+    it as not counted).
     """
 
     compute: Callable
     options: frozenset = frozenset()
     layerwise: bool = False
     claim: str = ""
+    cost: Callable | None = None
+
+    def cost_of(self, inputs: torch.Tensor, baselines, orders, settings: Mapping | None = None):
+        """The rows of ``orders(model, inputs, baselines, target, orders, **options)`` with
+        ``options`` the entries of a method's ``settings`` this reformulation takes
+        (:meth:`own_options`): a :class:`taylorattr.cost.Cost` labelled ``"reformulation"``,
+        or None when it does not count them (``cost`` is None). Runs no model."""
+        if self.cost is None:
+            return None
+        orders = tuple(orders)
+        if not orders:
+            raise ValueError("orders must hold at least one order, got an empty sequence")
+        inputs = V.check_inputs(inputs)
+        cost = self.cost(inputs, baselines, orders, **self.own_options(settings or {}))
+        return cost.labelled("reformulation", int(inputs.shape[0]))
 
     def check_options(self, method: str, options: Mapping) -> None:
         unknown = sorted(set(options) - self.options)
@@ -93,6 +123,28 @@ def _per_order(single: Callable) -> Callable:
     return compute
 
 
+def _summed(costs):
+    """The sum of an iterable of :class:`taylorattr.cost.Cost` (at least one)."""
+    total = None
+    for c in costs:
+        total = c if total is None else total + c
+    return total
+
+
+def _per_order_cost(single: Callable) -> Callable:
+    """The cost of a :func:`_per_order` sweep from the cost of one order,
+    ``single(inputs, baselines, order, **options)``."""
+    def cost(inputs, baselines, orders, **kw):
+        return _summed(single(inputs, baselines, K, **kw) for K in orders)
+    return cost
+
+
+def _forwards(rows: int):
+    from .cost import Cost
+
+    return Cost(forward_rows=rows)
+
+
 @dataclass(frozen=True)
 class LayerReformulation:
     """Local relevances ``a_ij^(l)`` of one layer, original and reformulated.
@@ -118,27 +170,42 @@ def occlusion_groups(sample_shape: tuple[int, ...], patch) -> torch.Tensor:
     return window_ids(tuple(sample_shape), patch)
 
 
+def _occlusion_windows(inputs, patch, stride) -> torch.Tensor:
+    """The tiling windows of the occlusion reformulation (stride = patch) as group ids."""
+    if stride is not None and stride != patch:
+        raise ValueError(f"stride must equal patch for the Taylor reformulation of occlusion "
+                         f"(tiling windows), got stride={stride!r}, patch={patch!r}")
+    V.check_inputs(inputs)
+    return occlusion_groups(tuple(inputs.shape[1:]), patch)
+
+
 def _occlusion_orders(model, inputs, baselines, target, orders, patch=2, stride=None, **kw):
     """``{K: occlusion reformulation at order K}`` from one expansion at ``max(orders)``.
 
     ``P_k`` of a group does not depend on where the series is cut, so the order-K
     reformulation is the partial sum ``sum_{k<=K} P_k`` of the order-``max(orders)`` terms.
     """
-    if stride is not None and stride != patch:
-        raise ValueError(f"stride must equal patch for the Taylor reformulation of occlusion "
-                         f"(tiling windows), got stride={stride!r}, patch={patch!r}")
-    V.check_inputs(inputs)
-    groups = occlusion_groups(tuple(inputs.shape[1:]), patch)
+    groups = _occlusion_windows(inputs, patch, stride)
     partial = group_expansions(model, inputs, baselines, target, max(orders), groups,
                                **kw).cumsum(-1)
     features = groups.reshape(-1)
     return {K: partial[:, features, K - 1].view_as(inputs) for K in orders}
 
 
-def _occlusion_1_orders(*args, patch=1, **kw):
-    if patch != 1:
-        raise ValueError(f"occlusion_1 fixes patch=1, got patch={patch!r} (use occlusion_patch)")
-    return _occlusion_orders(*args, patch=1, **kw)
+def _occlusion_cost(inputs, baselines, orders, patch=2, stride=None, chunk_size=None,
+                    show_progress=False):
+    """One :func:`~taylorattr.taylor.group_expansions` at ``max(orders)`` over the windows."""
+    groups = _occlusion_windows(inputs, patch, stride)
+    return group_expansions_cost(inputs, baselines, max(orders), groups, chunk_size)
+
+
+def _fixed_patch(run: Callable) -> Callable:
+    """``run`` with ``patch=1`` (Occlusion-1), refusing any other patch."""
+    def single_pixel(*args, patch=1, **kw):
+        if patch != 1:
+            raise ValueError(f"occlusion_1 fixes patch=1, got patch={patch!r} (use occlusion_patch)")
+        return run(*args, patch=1, **kw)
+    return single_pixel
 
 
 def _expansion_slope(activation: Callable | None, pre: torch.Tensor, change: torch.Tensor,
@@ -192,6 +259,24 @@ def _layerwise(rule: str):
     return run
 
 
+#: What the layer-wise reformulations' counts leave out.
+_LAYERWISE_NOTE = "per-layer expansions of the activations (no model rows) not counted"
+
+
+def _layerwise_cost(rule: str) -> Callable:
+    """Per order, the layer records' one pass through the model's plan: ``B`` rows forward
+    and swept back, and for DeepLIFT ``B`` baseline rows forward. The per-layer Taylor-mode
+    passes through each activation alone run no model rows (noted, not counted)."""
+    def single(inputs, baselines, order, **kw):
+        from .cost import Cost
+
+        V.check_positive_int(order, "order")
+        B = inputs.shape[0]
+        return Cost(forward_rows=(2 if rule == "deeplift" else 1) * B, backward_rows=B,
+                    notes=(_LAYERWISE_NOTE,))
+    return _per_order_cost(single)
+
+
 def averaged_over_draws(draw: Callable, claim: str = "") -> Reformulation:
     """The Theorem 5 reformulation averaged over the references a sampling method draws.
 
@@ -213,40 +298,95 @@ def averaged_over_draws(draw: Callable, claim: str = "") -> Reformulation:
         for k in range(refs.shape[1]):
             total += taylor_attribution(model, inputs, refs[:, k], target, order)
         return total / refs.shape[1]
+
+    def single_cost(inputs, baselines, order, **kw):
+        # the target's forward, then the Theorem 5 reformulation once per drawn reference
+        n = draw(inputs, baselines, **kw).baselines.shape[1]
+        return _summed([_forwards(inputs.shape[0]),
+                        *[taylor_attribution_cost(inputs, 0.0, order)] * n])
     return Reformulation(_per_order(single), options,
-                         claim=claim or "the IG reformulation averaged over the same draws")
+                         claim=claim or "the IG reformulation averaged over the same draws",
+                         cost=_per_order_cost(single_cost))
+
+
+def drawn_rows_cost(draw: Callable) -> Callable:
+    """The ``cost`` of a reformulation that resolves the target on the inputs (``B``
+    forwards) and runs, per order, the Theorem 5 reformulation once on the ``B x n`` rows
+    of its ``n`` draws per sample (GradientShap's: ``draw(inputs, baselines, **options)``
+    returns draws with ``.baselines`` ``[B, n, ...]``)."""
+    def cost(inputs, baselines, orders, **kw):
+        n = draw(inputs, baselines, **kw).baselines.shape[1]
+        rows = inputs[:1].expand((inputs.shape[0] * n,) + tuple(inputs.shape[1:]))
+        return _summed([_forwards(inputs.shape[0]),
+                        *(taylor_attribution_cost(rows, 0.0, K) for K in orders)])
+    return cost
+
+
+def noisy_copies_cost(inner: Reformulation) -> Callable:
+    """The ``cost`` of :func:`taylorattr.methods.noise_tunnel.smoothed` around ``inner``:
+    the target's forward on the inputs (``B`` rows), then ``inner``'s rows on the
+    ``B x nt_samples`` noisy copies (drawn here as the reformulation draws them, so an
+    inner count that depends on which features move is exact)."""
+    if inner.cost is None:
+        raise ValueError("inner must count its rows (its cost is None)")
+
+    def cost(inputs, baselines, orders, nt_type="smoothgrad", nt_samples=5, stdevs=1.0, seed=0,
+             **kw):
+        from .baselines import Baseline
+        from .methods.noise_tunnel import draw_noise
+
+        noise = draw_noise(inputs, nt_samples, stdevs, seed)
+        rows = (inputs.unsqueeze(1) + noise).reshape((-1,) + tuple(inputs.shape[1:]))
+        if not isinstance(baselines, Baseline) and baselines is not None:
+            baselines = V.broadcast_baselines(baselines, inputs).repeat_interleave(nt_samples, 0)
+        return _forwards(inputs.shape[0]) + inner.cost(rows, baselines, orders, **kw)
+    return cost
 
 
 _OCCLUSION_OPTIONS = frozenset({"patch", "stride", "chunk_size", "show_progress"})
 
-GRADIENT_INPUT = Reformulation(
-    _per_order(lambda model, inputs, baselines, target, order:
-               taylor_attribution(model, inputs, 0.0, target, 1)),
-    claim="Thm 1: the first-order term with the zero baseline, whatever K")
-OCCLUSION_1 = Reformulation(_occlusion_1_orders, _OCCLUSION_OPTIONS,
-                            claim="Thm 2: g_K of moving feature (pixel) i alone")
-OCCLUSION_PATCH = Reformulation(_occlusion_orders, _OCCLUSION_OPTIONS,
-                                claim="Thm 3 (corrected): g_K of moving the patch alone")
-DEEPLIFT = Reformulation(_per_order(_layerwise("deeplift")), layerwise=True,
-                         claim="Thm 4, per layer")
-EPSILON_LRP = Reformulation(_per_order(_layerwise("epsilon_lrp")), frozenset({"epsilon"}),
-                            layerwise=True, claim="supplement, per layer")
-INTEGRATED_GRADIENTS = Reformulation(
-    _per_order(lambda model, inputs, baselines, target, order:
-               taylor_attribution(model, inputs, baselines, target, order)),
-    claim="Thm 5: first + independent + each order's IG share of the interactions")
-
-
-def _shapley_rule(model, inputs, baselines, target, orders, feature_mask=None, chunk_size=None):
+def _shapley_rule(model, inputs, baselines, target, orders, feature_mask=None, chunk_size=None,
+                  show_progress=False):
     from .shapley_rule import shapley_attribution
 
     return {K: shapley_attribution(model, inputs, baselines, target, K, groups=feature_mask,
-                                   chunk_size=chunk_size) for K in orders}
+                                   chunk_size=chunk_size, show_progress=show_progress)
+            for K in orders}
 
+
+def _shapley_rule_cost(inputs, baselines, order, feature_mask=None, chunk_size=None,
+                       show_progress=False):
+    from .shapley_rule import shapley_attribution_cost
+
+    return shapley_attribution_cost(inputs, baselines, order, feature_mask, chunk_size=chunk_size)
+
+
+GRADIENT_INPUT = Reformulation(
+    _per_order(lambda model, inputs, baselines, target, order:
+               taylor_attribution(model, inputs, 0.0, target, 1)),
+    claim="Thm 1: the first-order term with the zero baseline, whatever K",
+    cost=_per_order_cost(lambda inputs, baselines, order: taylor_attribution_cost(inputs, 0.0, 1)))
+OCCLUSION_1 = Reformulation(_fixed_patch(_occlusion_orders), _OCCLUSION_OPTIONS,
+                            claim="Thm 2: g_K of moving feature (pixel) i alone",
+                            cost=_fixed_patch(_occlusion_cost))
+OCCLUSION_PATCH = Reformulation(_occlusion_orders, _OCCLUSION_OPTIONS,
+                                claim="Thm 3 (corrected): g_K of moving the patch alone",
+                                cost=_occlusion_cost)
+DEEPLIFT = Reformulation(_per_order(_layerwise("deeplift")), layerwise=True,
+                         claim="Thm 4, per layer", cost=_layerwise_cost("deeplift"))
+EPSILON_LRP = Reformulation(_per_order(_layerwise("epsilon_lrp")), frozenset({"epsilon"}),
+                            layerwise=True, claim="supplement, per layer",
+                            cost=_layerwise_cost("epsilon_lrp"))
+INTEGRATED_GRADIENTS = Reformulation(
+    _per_order(lambda model, inputs, baselines, target, order:
+               taylor_attribution(model, inputs, baselines, target, order)),
+    claim="Thm 5: first + independent + each order's IG share of the interactions",
+    cost=_per_order_cost(taylor_attribution_cost))
 
 #: The Shapley value's reformulation: each monomial shared equally by its support
 #: (exact for K <= 4; the players are ``feature_mask``'s groups when given).
 SHAPLEY_RULE = Reformulation(
-    _shapley_rule, frozenset({"feature_mask", "chunk_size"}),
+    _shapley_rule, frozenset({"feature_mask", "chunk_size", "show_progress"}),
     claim="Shapley rule: each monomial phi(kappa) shared equally, 1/|S|, by its support S "
-          "(expansion at x; exact for K <= 4)")
+          "(expansion at x; exact for K <= 4)",
+    cost=_per_order_cost(_shapley_rule_cost))

@@ -31,21 +31,23 @@ and ``E_A R_k`` a third: O(G) passes in all, exact.
 from __future__ import annotations
 
 import torch
+from tqdm.auto import tqdm
 
 from . import _validation as V
 from .pair_interactions import autograd_chunk, resolve_groups
-from .taylor import _ig_shares, _prepare, _select
+from .taylor import _ig_shares, _prepare, _select, taylor_attribution_cost
 from .taylor_mode import propagate
 
-__all__ = ["MAX_ORDER", "shapley_attribution"]
+__all__ = ["MAX_ORDER", "shapley_attribution", "shapley_attribution_cost"]
 
 #: The highest order of the exact O(n) correction.
 MAX_ORDER = 4
 _DENOMINATOR = {3: 12, 4: 24}
 
 
-def _corrections(gm, inputs, u, target, member, order, chunk) -> torch.Tensor:
-    """``sum_{k=3..K} [E_A R_k - k E_A (E_A - 1)] c_k(u) / d_k`` per group: ``[B, G]``."""
+def _corrections(gm, inputs, u, target, member, order, chunk, bar) -> torch.Tensor:
+    """``sum_{k=3..K} [E_A R_k - k E_A (E_A - 1)] c_k(u) / d_k`` per group: ``[B, G]``
+    (``bar`` moves once per Taylor-mode pass)."""
     B, n = u.shape
     G = member.shape[0]
     shape = inputs.shape[1:]
@@ -65,6 +67,7 @@ def _corrections(gm, inputs, u, target, member, order, chunk) -> torch.Tensor:
                 (gr,) = torch.autograd.grad(second.sum(), v, retain_graph=k < order)
                 own[k, :, s:s + chunk] = second.detach()
                 grad_r[k] += gr.sum(1)
+        bar.update(1)
     total = torch.zeros(B, G, dtype=u.dtype, device=u.device)
     for k in range(3, order + 1):
         euler_r = (u * grad_r[k]) @ member.T  # E_A R_k
@@ -72,9 +75,55 @@ def _corrections(gm, inputs, u, target, member, order, chunk) -> torch.Tensor:
     return total
 
 
+def _check_order(order) -> int:
+    V.check_positive_int(order, "order")
+    if order > MAX_ORDER:
+        raise ValueError(f"order must be <= {MAX_ORDER} for the exact Shapley rule (its O(n) "
+                         f"correction covers monomials of degree 3 and 4), got order={order}")
+    return order
+
+
+def _players(groups, shape, device) -> torch.Tensor | None:
+    """Flat player ids of every feature, or None (every feature its own player)."""
+    return None if groups is None else resolve_groups(groups, shape).reshape(-1).to(device)
+
+
+def _correction_passes(order: int, B: int, n: int, G: int, chunk_size) -> tuple[int, int]:
+    """``(chunk, passes)`` of the order >= 3 correction: ``chunk`` copies per pass."""
+    if order < 3:
+        return 0, 0
+    chunk = chunk_size or autograd_chunk(order, B, n)
+    return chunk, -(-G // chunk)
+
+
+def shapley_attribution_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, groups=None,
+                             *, chunk_size: int | None = None):
+    """The rows :func:`shapley_attribution` runs (a :class:`~taylorattr.cost.Cost`): those
+    of :func:`taylorattr.taylor_attribution_cost` and, for ``order >= 3``, one order-K
+    Taylor-mode row per (sample, player), ``chunk_size`` copies per pass, each swept back
+    three times per order ``3..K``. Runs no model."""
+    from .cost import Cost
+
+    _check_order(order)
+    if chunk_size is not None:
+        V.check_positive_int(chunk_size, "chunk_size")
+    inputs = V.check_inputs(inputs)
+    cost = taylor_attribution_cost(inputs, baselines, order)
+    B, shape = inputs.shape[0], tuple(inputs.shape[1:])
+    n = inputs[0].numel()
+    ids = _players(groups, shape, inputs.device)
+    G = n if ids is None else int(ids.max()) + 1
+    _, passes = _correction_passes(order, B, n, G, chunk_size)
+    if passes:
+        cost = cost + Cost(taylor_passes=passes, taylor_rows=B * G,
+                           taylor_backward_rows=3 * (order - 2) * B * G, order=order)
+    return cost.labelled("shapley rule", B)
+
+
 def shapley_attribution(model, inputs: torch.Tensor, baselines=0.0, target=None,
                         order: int = 2, groups=None, *,
-                        chunk_size: int | None = None) -> torch.Tensor:
+                        chunk_size: int | None = None, show_progress: bool = False
+                        ) -> torch.Tensor:
     """Shapley values of the order-K Taylor polynomial's removal game, exactly (K <= 4).
 
     Args:
@@ -84,27 +133,29 @@ def shapley_attribution(model, inputs: torch.Tensor, baselines=0.0, target=None,
             groups, and (as Captum's ``feature_mask``) every feature carries its group's value.
             Default: every feature is a player.
         chunk_size: copies of the direction per Taylor-mode pass (default: automatic).
+        show_progress: a tqdm bar (``leave=False``) over the Taylor-mode passes
+            (:func:`shapley_attribution_cost` counts them).
 
     Returns an attribution shaped like ``inputs``; without groups it sums to ``g_K``.
     """
-    V.check_positive_int(order, "order")
-    if order > MAX_ORDER:
-        raise ValueError(f"order must be <= {MAX_ORDER} for the exact Shapley rule (its O(n) "
-                         f"correction covers monomials of degree 3 and 4), got order={order}")
+    _check_order(order)
+    V.check_bool(show_progress, "show_progress")
     gm, inputs, delta, target, _ = _prepare(model, inputs, baselines, target, order, chunk_size)
-    shape = tuple(inputs.shape[1:])
-    B = inputs.shape[0]
-    ids = None if groups is None else resolve_groups(groups, shape).reshape(-1).to(inputs.device)
-    ig = _ig_shares(gm, inputs, delta, target, order)[2].reshape(B, -1)
-    if ids is None and order <= 2:
-        return ig.view_as(inputs)
-    if ids is None:
-        ids = torch.arange(ig.shape[1], device=inputs.device)
-    G = int(ids.max()) + 1
-    member = (ids[None, :] == torch.arange(G, device=ids.device)[:, None]).to(inputs.dtype)
-    value = ig @ member.T  # IG rule per group
-    if order >= 3:
-        u = -delta.reshape(B, -1)
-        chunk = chunk_size or autograd_chunk(order, B, u.shape[1])
-        value = value - _corrections(gm, inputs, u, target, member, order, chunk)
+    B, n = inputs.shape[0], inputs[0].numel()
+    ids = _players(groups, tuple(inputs.shape[1:]), inputs.device)
+    G = n if ids is None else int(ids.max()) + 1
+    chunk, passes = _correction_passes(order, B, n, G, chunk_size)
+    with tqdm(total=1 + passes, desc=f"order-{order} Shapley rule", unit="pass",
+              disable=not show_progress, leave=False) as bar:
+        ig = _ig_shares(gm, inputs, delta, target, order)[2].reshape(B, -1)
+        bar.update(1)
+        if ids is None and order <= 2:
+            return ig.view_as(inputs)
+        if ids is None:
+            ids = torch.arange(n, device=inputs.device)
+        member = (ids[None, :] == torch.arange(G, device=ids.device)[:, None]).to(inputs.dtype)
+        value = ig @ member.T  # IG rule per group
+        if order >= 3:
+            u = -delta.reshape(B, -1)
+            value = value - _corrections(gm, inputs, u, target, member, order, chunk, bar)
     return value[:, ids].view_as(inputs)

@@ -25,7 +25,7 @@ group-level (``[B, G]``) and need one expansion per group along ``-delta`` restr
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from tqdm.auto import tqdm
@@ -35,7 +35,7 @@ from .inputs import whole_batch_view
 from .taylor_mode import piecewise_linear_ops, propagate, trace
 
 __all__ = ["TaylorTerms", "group_expansions", "group_expansions_cost", "taylor_attribution",
-           "taylor_terms", "taylor_terms_cost"]
+           "taylor_attribution_cost", "taylor_terms", "taylor_terms_cost"]
 
 
 @dataclass(frozen=True)
@@ -213,17 +213,24 @@ def _ig_shares(gm, inputs, delta, target, order):
 
 def taylor_attribution(model, inputs, baselines=0.0, target=None, order: int = 2, *,
                        additional_forward_args=None, layer=None,
-                       attribute_to_layer_input: bool = False):
+                       attribute_to_layer_input: bool = False, show_progress: bool = False):
     """The order-K Taylor attribution ``first + independent + interactive_ig`` alone.
 
     Each order's monomials are shared among their features in proportion to their
     exponents (Theorem 5), so the result sums to ``g_K``; order 1 is Gradient*Input
-    w.r.t. the baseline. Costs one Taylor-mode pass and one backward pass.
+    w.r.t. the baseline. Costs one Taylor-mode pass and its backward sweeps
+    (:func:`taylor_attribution_cost`); ``show_progress``: a tqdm bar (``leave=False``) over
+    that one pass.
     """
+    V.check_bool(show_progress, "show_progress")
     gm, inputs, delta, target, _, layout = _prepare_inputs(
         model, inputs, baselines, target, order,
         structure=_structure(additional_forward_args, layer, attribute_to_layer_input))
-    return _split(layout, _ig_shares(gm, inputs, delta, target, order)[2])
+    with tqdm(total=1, desc=f"order-{order} Taylor attribution", unit="pass",
+              disable=not show_progress, leave=False) as bar:
+        attribution = _ig_shares(gm, inputs, delta, target, order)[2]
+        bar.update(1)
+    return _split(layout, attribution)
 
 
 def _resolve_groups(groups, feature_mask, delta, layout):
@@ -429,6 +436,19 @@ def group_expansions_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, g
         _expansions_cost(B, _moved_width(delta, groups), order, cs)
 
 
+def taylor_attribution_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2):
+    """The rows :func:`taylor_attribution` runs on one-tensor inputs: two forwards of the
+    batch (inputs and baselines), one Taylor-mode pass along ``-delta`` (``B`` rows) swept
+    backward once (order 1) or twice; those of :func:`taylor_terms` without its
+    per-feature expansions. Runs no model."""
+    from .cost import Cost
+
+    V.check_positive_int(order, "order")
+    B = V.check_inputs(inputs).shape[0]
+    return Cost(label="taylor attribution", samples=B, forward_rows=2 * B, taylor_passes=1,
+                taylor_rows=B, taylor_backward_rows=B * (2 if order > 1 else 1), order=order)
+
+
 def taylor_terms_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2,
                       chunk_size: int | None = None, groups=None, model=None):
     """The rows :func:`taylor_terms` runs on one-tensor inputs: two forwards of the batch,
@@ -438,14 +458,10 @@ def taylor_terms_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2,
     like one sample) one per moved group (``B x`` the widest sample's moved groups),
     ``chunk_size`` directions per pass. Runs no model (``model``: as for
     :func:`group_expansions_cost`)."""
-    from .cost import Cost
-
-    V.check_positive_int(order, "order")
+    cost = replace(taylor_attribution_cost(inputs, baselines, order), label="taylor terms")
     inputs = V.check_inputs(inputs)
     delta = inputs - V.broadcast_baselines(baselines, inputs)
     B = inputs.shape[0]
-    cost = Cost(label="taylor terms", samples=B, forward_rows=2 * B, taylor_passes=1,
-                taylor_rows=B, taylor_backward_rows=B * (2 if order > 1 else 1), order=order)
     if order >= 2:
         if groups is None:
             groups = torch.arange(delta[0].numel()).view(delta.shape[1:])

@@ -10,8 +10,10 @@ line per stage on stderr (``--estimate``, or always on a terminal) and refuses, 
 line and exit status 2 before any work, a run estimated above ``--budget`` (default:
 :data:`TERMINAL_BUDGET` on a terminal, none in batch mode).
 
-Not counted, and said so in the lines: methods that do not count their rows yet (their
-``_cost`` raises NotImplementedError; named), the training of models not yet cached
+Each method's reformulation counts its own rows
+(:meth:`taylorattr.reformulations.Reformulation.cost_of`); one without a count is named.
+Not counted, and said so in the lines: methods that cannot run on the stage's model
+(named), the training of models not yet cached
 (``validate``, ``assess``, ``reproduce``), the chunk-size memory probes, plotting and
 file writes, and the principles audit of ``reproduce`` (probe networks, no row plan).
 """
@@ -106,16 +108,14 @@ def _stage(label: str, parts, samples: int, skipped=(), notes=()) -> Stage:
 
 
 def _method_costs(methods, model, x: torch.Tensor, baseline=0.0):
-    """``(costs, skipped labels)`` of bound methods on ``x`` (methods that do not count
-    their rows yet are skipped)."""
+    """``(costs, skipped labels)`` of bound methods on ``x`` (methods that cannot run on
+    ``model``, such as Grad-CAM without a convolution, are skipped)."""
     from ..cost import bound_cost
 
     costs, skipped = [], []
     for method in methods:
         try:
             costs.append(bound_cost(method, model, x, baseline))
-        except NotImplementedError:
-            skipped.append(method.label)
         except (TypeError, ValueError):  # cannot run on this model: the run records why
             skipped.append(method.label)
     return costs, skipped
@@ -127,39 +127,11 @@ def _forwards(rows: int):
     return Cost(forward_rows=rows)
 
 
-def taylor_attribution_cost(x: torch.Tensor, order: int):
-    """The rows of :func:`taylorattr.taylor_attribution` at ``order`` on ``x``: those of
-    ``taylor_terms`` without its per-feature expansions (two forwards, one Taylor-mode pass
-    along ``-delta``, swept back once at order 1 and twice above)."""
-    from ..taylor import taylor_terms_cost
-
-    c = taylor_terms_cost(x, 0.0, 1)
-    return replace(c, label="", order=order,
-                   taylor_backward_rows=c.taylor_backward_rows * (2 if order > 1 else 1))
-
-
 def reformulation_cost(method, x: torch.Tensor, orders):
     """The rows of ``method``'s Taylor reformulation at ``orders`` as the validation runs
-    it (baseline 0), or None where it is not counted (the layer-wise reformulations)."""
-    from .. import reformulations as R
-    from ..registry import METHODS
-    from ..taylor import group_expansions_cost
-
-    reform = method.spec.reformulation
-    own = reform.own_options(method.settings)
-    per_order = {id(R.GRADIENT_INPUT): lambda K: taylor_attribution_cost(x, 1),
-                 id(R.INTEGRATED_GRADIENTS): lambda K: taylor_attribution_cost(x, K)}
-    if id(reform) in per_order:
-        return sum((per_order[id(reform)](K) for K in orders[1:]), per_order[id(reform)](orders[0]))
-    if reform is R.OCCLUSION_1 or reform is R.OCCLUSION_PATCH:
-        patch = own.get("patch", 1 if reform is R.OCCLUSION_1 else 2)
-        groups = R.occlusion_groups(tuple(x.shape[1:]), patch)
-        return group_expansions_cost(x, 0.0, max(orders), groups, own.get("chunk_size"))
-    smooth_ig = METHODS.get("smoothgrad_ig")
-    if smooth_ig is not None and reform is smooth_ig.reformulation:
-        rows = x.repeat_interleave(int(method.settings.get("nt_samples", 5)), 0)
-        return sum((taylor_attribution_cost(rows, K) for K in orders), _forwards(x.shape[0]))
-    return None
+    it (baseline 0, the method's settings), or None where the reformulation does not count
+    them (:meth:`taylorattr.reformulations.Reformulation.cost_of`)."""
+    return method.spec.reformulation.cost_of(x, 0.0, orders, method.settings)
 
 
 # ----------------------------------------------------------------------- the commands
@@ -177,20 +149,18 @@ def validation_costs(methods, model, x: torch.Tensor, orders):
     pre-activation movement)."""
     from ..cost import bound_cost
     from ..experiments.diagnostics import nonlinear_layers
+    from ..taylor import taylor_attribution_cost
 
     B = x.shape[0]
     costs, skipped = [], []
     for m in methods:
         reform = reformulation_cost(m, x, orders)
-        try:
-            original = [] if m.spec.reformulation.layerwise else [bound_cost(m, model, x)]
-        except NotImplementedError:
-            reform = None
         if reform is None:
             skipped.append(m.label)
             continue
+        original = [] if m.spec.reformulation.layerwise else [bound_cost(m, model, x)]
         costs += [_forwards(B), *original, reform]
-    costs += [_forwards(2 * B), *(taylor_attribution_cost(x, K) for K in orders)]
+    costs += [_forwards(2 * B), *(taylor_attribution_cost(x, 0.0, K) for K in orders)]
     if nonlinear_layers(model):
         costs.append(_forwards(2 * B))
     return costs, skipped
@@ -228,10 +198,13 @@ def _validate(args) -> list[Stage]:
 
 
 def _assessment(experiments, samples: dict, seed: int, labels=None, imagenet=None) -> list:
-    """One stage per (experiment, model) of the assessment (``imagenet``: ``{name: weights
-    path}`` of the ImageNet route)."""
+    """One stage per (experiment, model) of the assessment (``imagenet``: the ImageNet
+    route, an :class:`~taylorattr.experiments.assessment.ImagenetRoute`, whose methods run
+    at its resolved patch scale, as :func:`~taylorattr.experiments.assessment.run_imagenet`
+    runs them)."""
     from .. import models as M
     from ..experiments.assessment import DEFAULT_MODELS, assessment_methods
+    from ..experiments.assessment.localisation import scale_patches
     from ..experiments.paper import model_label
     from ..metrics import infidelity_cost
     from ..registry import METHODS
@@ -248,22 +221,27 @@ def _assessment(experiments, samples: dict, seed: int, labels=None, imagenet=Non
                 costs.append(infidelity_cost(x))
             out.append(_stage(f"{exp} on {model_label(name)}", [(costs, model, x)], x.shape[0],
                               skipped))
-    for name, path in (imagenet or {}).items():
-        x = torch.zeros((samples["bbox"], 3, 224, 224))
+    for name, path in ({} if imagenet is None else imagenet.weights).items():
+        crop = imagenet.size[1]
+        x = torch.zeros((samples["bbox"], 3, crop, crop))
         model = M.torchvision_model(name, path).eval()
-        costs, skipped = _method_costs(assessment_methods(seed, labels), model, x)
-        out.append(_stage(f"bbox on {name}", [(costs, model, x)], x.shape[0], skipped))
+        scale = imagenet.resolved_patch_scale(next(model.parameters()).device)
+        methods = scale_patches(assessment_methods(seed, labels), scale)
+        costs, skipped = _method_costs(methods, model, x)
+        out.append(_stage(f"bbox on {name}", [(costs, model, x)], x.shape[0], skipped,
+                          (f"patch scale {scale}",) if scale != 1 else ()))
     return out
 
 
 def _assess(args) -> list[Stage]:
-    from ..experiments.assessment import FULL_SAMPLES, QUICK_SAMPLES
+    from ..experiments.assessment import FULL_SAMPLES, QUICK_SAMPLES, ImagenetRoute
 
     samples = dict(FULL_SAMPLES if args.full else QUICK_SAMPLES)
     if args.samples:
         samples = {k: args.samples for k in samples}
-    return _assessment(args.experiment, samples, args.seed,
-                       imagenet=None if args.imagenet_dir is None else dict(args.weights))
+    route = None if args.imagenet_dir is None else ImagenetRoute(
+        args.imagenet_dir, dict(args.weights), patch_scale=args.imagenet_patch_scale)
+    return _assessment(args.experiment, samples, args.seed, imagenet=route)
 
 
 def _merged(label: str, stages, notes=()) -> Stage:
