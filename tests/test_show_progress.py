@@ -120,8 +120,10 @@ def test_show_progress_must_be_a_bool(call):
         call(_model(), show_progress="yes")
 
 
-def test_explain_command_passes_show_progress(monkeypatch):
-    """The ``explain`` command shows the per-chunk bars, as the workspace commands do."""
+@pytest.mark.parametrize("terminal", [True, False])
+def test_explain_command_passes_show_progress(monkeypatch, terminal):
+    """The ``explain`` command shows the per-chunk bars when stderr is a terminal, and
+    keeps them out of logs (stderr then holds the warnings alone)."""
     from taylorattr.cli import commands
     from taylorattr.experiments import explain as E
 
@@ -135,9 +137,10 @@ def test_explain_command_passes_show_progress(monkeypatch):
         raise Stop
 
     monkeypatch.setattr(E, "explain", explain)
+    monkeypatch.setattr(commands.sys.stderr, "isatty", lambda: terminal)
     args = argparse.Namespace(image="i.png", model="resnet18", weights=None, methods=None,
                               target=None, out="o", sign="all", overlay=False, save_maps=False,
                               beta=10.0, interactions=False, network=None)
     with pytest.raises(Stop):
         commands._explain(args)
-    assert seen["show_progress"] is True
+    assert seen["show_progress"] is terminal

@@ -58,10 +58,12 @@ def _explain(args) -> str:
     from ..experiments.explain import explain
 
     network = getattr(args, "network", None)  # built by the estimate, when it ran
-    result = explain(args.image, model=args.model if network is None else network, weights=args.weights, methods=args.methods,
-                     target=args.target, out_dir=args.out, sign=args.sign, overlay=args.overlay,
+    result = explain(args.image, model=args.model if network is None else network,
+                     weights=args.weights, methods=args.methods, target=args.target,
+                     out_dir=args.out, sign=args.sign, overlay=args.overlay,
                      save_maps=args.save_maps, beta=None if args.beta == 0 else args.beta,
-                     interactions=args.interactions, show_progress=True)  # bars as the workspaces show
+                     interactions=args.interactions,
+                     show_progress=sys.stderr.isatty())  # bars on a terminal, not in logs
     for line in result.warnings:
         print(f"taylorattr explain: warning: {_one_line(line)}", file=sys.stderr)
     lines = ["top-5 classes:"] + [
