@@ -218,3 +218,19 @@ def test_cli_passes_the_patch_scale(tmp_path, monkeypatch):
         cli.main(argv + ["--imagenet-patch-scale", "0"])
     with pytest.raises(SystemExit):
         cli.main(["assess", "--imagenet-patch-scale", "2"])
+
+
+@pytest.mark.parametrize("name", ["deeplift", "deeplift_shap", "lrp_z_plus"])
+def test_layerwise_engines_move_the_bar_per_plan_run(recorder, name):
+    """The layer-wise rules run a traced plan of the model's modules, not its forward: the
+    bar then moves at each run of the plan's first module, by the rows the method counts
+    for its forward passes (its cost, computed without running it)."""
+    from taylorattr.cost import bound_cost
+
+    model, x = tiny_cnn(), torch.rand(2, 1, 12, 12)
+    method = METHODS[name].bind()
+    attr = Stage.attribute(method, model, x, torch.tensor([0, 1]), Point(0.0), True, "t")
+    assert isinstance(attr, torch.Tensor)
+    (bar,) = recorder.bars
+    assert len(bar.updates) >= 2  # the forward of x, then the plan's passes
+    assert sum(bar.updates) == bar.total == bound_cost(method, model, x).forward_rows
