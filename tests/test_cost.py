@@ -25,6 +25,7 @@ from taylorattr.cost import (
     check_budget,
     estimate,
     format_seconds,
+    measure_rates,
     stage_estimate,
 )
 from taylorattr.methods import (
@@ -471,3 +472,24 @@ def test_every_reformulation_counts_or_is_declared_not_counted(x):
     assert counted == with_reform - not_counted
     # the layer-wise counts say what they leave out
     assert "not counted" in " ".join(METHODS["deeplift"].reformulation.cost_of(x, 0.0, (2,)).notes)
+
+
+@pytest.mark.parametrize("kwargs, name", [({"probe_seconds": -1}, "probe_seconds"),
+                                          ({"probe_seconds": float("nan")}, "probe_seconds"),
+                                          ({"probe_seconds": True}, "probe_seconds"),
+                                          ({"max_rows": 0}, "max_rows"),
+                                          ({"probe_rows": 0}, "probe_rows")])
+def test_measure_rates_names_bad_arguments(x, kwargs, name):
+    with pytest.raises((TypeError, ValueError), match=name):
+        measure_rates(_model(), x, **kwargs)
+
+
+def test_measure_rates_probes_at_the_stage_call_size(x, monkeypatch):
+    """Without probe_rows the probe runs at the automatic chunk size (the rows per call
+    the stage's passes use; batching.chunk_rows, computed here), capped by max_rows."""
+    from taylorattr.batching import chunk_rows
+
+    model = _model()
+    chunk = int(chunk_rows(model, x[:1], False))
+    assert measure_rates(model, x, backward=False, probe_seconds=60).probe_rows == chunk
+    assert measure_rates(model, x, backward=False, max_rows=3).probe_rows == 3

@@ -255,6 +255,12 @@ def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order
     from ._validation import check_inputs, check_positive_int, model_output
 
     x = check_inputs(x).detach()
+    if max_rows is not None:
+        check_positive_int(max_rows, "max_rows")
+    if isinstance(probe_seconds, bool) or not isinstance(probe_seconds, (int, float)) \
+            or not 0 < probe_seconds < math.inf:
+        raise ValueError(f"probe_seconds must be a positive number of seconds, got "
+                         f"{probe_seconds!r}")
 
     def fwd(rows):
         with torch.no_grad():

@@ -128,9 +128,12 @@ def _nonnegative_float(text: str) -> float:
 
 
 def _positive_float(text: str) -> float:
-    value = _nonnegative_float(text)
+    try:
+        value = _nonnegative_float(text)
+    except argparse.ArgumentTypeError:
+        value = 0.0
     if value == 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a finite number > 0, got {text!r}")
     return value
 
 
