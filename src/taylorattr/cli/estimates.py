@@ -76,7 +76,7 @@ class _Probe:
         """The summed, timed cost of ``costs`` run on ``model`` with rows like ``x``: the
         probe runs at the stage's own call sizes (:func:`taylorattr.cost.measure_rates`:
         its automatic chunk, capped by its rows and by about 0.1 s per call; Taylor-mode
-        passes of the stage's average rows per pass, at most 1,024)."""
+        passes of the stage's average rows per pass, at most 256)."""
         from ..cost import measure_rates, stage_estimate
 
         total = costs[0]
@@ -89,7 +89,7 @@ class _Probe:
             self.rates[key] = measure_rates(
                 model, x[:1], backward=total.backward_rows > 0, taylor_order=order,
                 max_rows=max(2, total.forward_rows), probe_seconds=0.1,
-                taylor_directions=max(1, min(per_pass, 1024)))
+                taylor_directions=max(1, min(per_pass, 256)))
         return stage_estimate("", total, model, x[:1], rates=self.rates[key])
 
 
