@@ -218,7 +218,6 @@ def test_imagenet_estimate_counts_the_scaled_patches(files, tmp_path, capsys, mo
     """The ImageNet route's estimate runs the methods at the route's patch scale
     (``--imagenet-patch-scale``; automatic: 8 at 224x224 on a CPU), as the route does: its
     forwards equal the sum of the scaled methods' own costs."""
-    from taylorattr.cost import bound_cost
     from taylorattr.experiments.assessment import assessment_methods
     from taylorattr.experiments.assessment.localisation import scale_patches
 
@@ -236,7 +235,7 @@ def test_imagenet_estimate_counts_the_scaled_patches(files, tmp_path, capsys, mo
         direct, skipped = 0, []
         for m in scale_patches(assessment_methods(0), scale or 8):
             try:
-                direct += bound_cost(m, net, x).forward_rows
+                direct += m.cost(net, x).forward_rows
             except (TypeError, ValueError):  # cannot run on this model
                 skipped.append(m.label)
         assert counts(line)["forward"] == direct, line

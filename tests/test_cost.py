@@ -21,7 +21,6 @@ from taylorattr.cost import (
     CostError,
     Rates,
     RowCounter,
-    bound_cost,
     check_budget,
     estimate,
     format_seconds,
@@ -138,6 +137,14 @@ class _TaylorCount:
         self.model.reset()
         self.passes = self.rows = self.sweeps = 0
 
+    def warm(self, x):
+        """Measure the automatic sizes' one-off memory probe (not counted, as for the
+        methods: the Taylor passes are sized on the model's cached forward plan)."""
+        from taylorattr.batching import chunk_rows
+
+        chunk_rows(self.model, x, backward=False)
+        self.reset()
+
     def check(self, cost: Cost):
         assert (self.model.forward_rows, self.passes, self.rows, self.sweeps) == \
             (cost.forward_rows, cost.taylor_passes, cost.taylor_rows, cost.taylor_backward_rows)
@@ -157,6 +164,7 @@ def _baselines(x):
 def test_taylor_terms_rows(monkeypatch, x, order, chunk):
     cost = T.taylor_terms_cost(x, _baselines(x), order, chunk)
     count = _TaylorCount(monkeypatch, 36)
+    count.warm(x)
     T.taylor_terms(count.model, x, _baselines(x), order=order, chunk_size=chunk)
     count.check(cost)
     if order == 2:
@@ -274,9 +282,9 @@ def _assert_rows_counted(method, counter, x, delta, options):
 
 
 def _assert_bound_counted(bound, x) -> Cost:
-    """:func:`bound_cost` (no model run) equals the rows a second run of ``bound`` shows."""
+    """:meth:`BoundMethod.cost` (no model run) equals the rows a second run of ``bound`` shows."""
     counter = RowCounter(_model())
-    cost = bound_cost(bound, counter, x, 0.0)
+    cost = bound.cost(counter, x, 0.0)
     bound(counter, x, 0.0, None)  # first call may probe the chunk size once
     counter.reset()
     bound(counter, x, 0.0, None)
@@ -380,6 +388,7 @@ def test_taylor_terms_rows_with_groups(monkeypatch, x, order, chunk):
     groups = (torch.arange(36).view(1, 6, 6) // 4)  # 9 groups of 4 pixels
     cost = T.taylor_terms_cost(x, _baselines(x), order, chunk, groups=groups)
     count = _TaylorCount(monkeypatch, 36)
+    count.warm(x)
     terms = T.taylor_terms(count.model, x, _baselines(x), order=order, chunk_size=chunk,
                            groups=groups)
     count.check(cost)
@@ -446,7 +455,7 @@ def test_reformulation_rows_equal_counted(monkeypatch, x, spec, bound, base):
     assert cost is not None and cost.samples == x.shape[0], bound.label
     with torch.no_grad():
         target = count.model(x).argmax(1)
-    count.reset()
+    count.warm(x)
     reform.orders(count.model, x, base, target, orders, **reform.own_options(bound.settings))
     assert (count.model.forward_rows, count.model.backward_rows, count.passes, count.rows,
             count.sweeps) == (cost.forward_rows, cost.backward_rows, cost.taylor_passes,

@@ -314,3 +314,20 @@ def test_group_expansions_take_captum_feature_masks():
     with pytest.raises(ValueError, match="feature_mask"):
         group_expansions(model, xs, bs, target=0, order=2, feature_mask=masks, groups=groups,
                          additional_forward_args=scale)
+
+
+def test_deeplift_shap_at_a_layer_is_deeplift_shap_of_the_rest():
+    """layer= reaches DeepLiftShap's DeepLIFT passes (it used to run the whole model on the
+    layer's activations): with references in the layer's space it equals DeepLiftShap of
+    the layers after it, on the layer's activations."""
+    from taylorattr.methods import DeepLiftShap
+
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(4, 5), nn.Sigmoid(), nn.Linear(5, 3), nn.Sigmoid(),
+                      nn.Linear(3, 2)).double().eval()
+    x, refs = torch.rand(2, 4, dtype=torch.float64), torch.rand(3, 5, dtype=torch.float64)
+    at_layer = DeepLiftShap(m).attribute(x, refs, target=1, layer=m[1])
+    with torch.no_grad():
+        h = m[:2](x)
+    rest = DeepLiftShap(m[2:]).attribute(h, refs, target=1)
+    torch.testing.assert_close(at_layer, rest, rtol=1e-10, atol=1e-12)

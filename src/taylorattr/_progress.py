@@ -2,7 +2,7 @@
 
 :func:`model_rows_bar` counts the rows the model sees (a forward hook on the model: one
 update per model call, i.e. per chunk of a chunked pass; for the layer-wise engines, per
-run of its first leaf module) on a tqdm bar that does not stay
+run of their plan) on a tqdm bar that does not stay
 on screen (``leave=False``), labelled by the caller and totalled by the planned rows when
 they are known (:mod:`taylorattr.cost`). The hook only reads the input's batch size, so
 the results are bitwise those of an unobserved run.
@@ -13,6 +13,8 @@ import contextlib
 
 import torch
 from torch import nn
+
+from .batching import probing
 
 __all__ = ["model_rows_bar"]
 
@@ -28,42 +30,33 @@ def model_rows_bar(model, desc: str, total: int | None = None):
     rows. Yields the bar, or None when ``model`` takes no forward hooks (then nothing is
     shown and the caller may fall back to its own bar).
 
-    Rows are counted at the model's forward, and for engines that run the model's layers
-    without calling its forward (the layer-wise rules run a traced plan of its modules) at
-    the first leaf module such a run calls, outside any forward of the model itself."""
+    Rows are counted at the model's forward and, for the layer-wise engines (which run a
+    traced plan of the model's modules, never its forward), at each run of the plan
+    (:data:`taylorattr.methods.layerwise.engine.plan_run_observers`)."""
     if not isinstance(model, nn.Module) or isinstance(model, torch.jit.ScriptModule):
         yield None
         return
     from tqdm.auto import tqdm
 
+    from .methods.layerwise import engine
+
     bar = tqdm(total=total, desc=desc, unit="row", leave=False, dynamic_ncols=True)
-    state = {"inside": 0, "sentinel": None}
 
     def advance(rows: int) -> None:
-        if rows:  # the memory probe's few rows are not planned: never run past the total
-            bar.update(rows if bar.total is None else max(0, min(rows, bar.total - bar.n)))
+        if rows and not probing():  # the chunk sizes' memory probe is not planned work
+            bar.update(rows)
 
-    def enter(module, args):
-        state["inside"] += 1
-
-    def leave(module, args, output):
-        state["inside"] -= 1
+    def on_forward(module, args, output):
         advance(_rows(args))
 
-    def leaf(module, args, output):
-        if state["inside"]:
-            return
-        if state["sentinel"] is None:
-            state["sentinel"] = module
-        if module is state["sentinel"]:
-            advance(_rows(args))
+    def on_plan_run(module, x):
+        advance(_rows((x,)))
 
-    handles = [model.register_forward_pre_hook(enter), model.register_forward_hook(leave)]
-    handles += [m.register_forward_hook(leaf) for m in model.modules()
-                if m is not model and not any(True for _ in m.children())]
+    handle = model.register_forward_hook(on_forward)
+    engine.plan_run_observers.append(on_plan_run)
     try:
         yield bar
     finally:
-        for h in handles:
-            h.remove()
+        handle.remove()
+        engine.plan_run_observers.remove(on_plan_run)
         bar.close()

@@ -68,6 +68,7 @@ _MIN_TIMED_S = 1e-4     # shorter gaps between chunks are not real work (e.g. li
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 _budget_override: list[int] = []
+_probing: list[bool] = []
 _timed: list[bool] = []
 
 
@@ -209,11 +210,21 @@ def row_memory(model, row: torch.Tensor, backward: bool) -> tuple[float, float, 
     The probe leaves the random number generators as they were."""
     r1, r2 = _PROBE_ROWS
     devices = [row.device] if row.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        (m1, a1), (m2, a2) = (_probe_bytes(model, row.expand(r, *row.shape[1:]).clone(), backward)
-                              for r in (r1, r2))
+    _probing.append(True)
+    try:
+        with torch.random.fork_rng(devices=devices):
+            (m1, a1), (m2, a2) = (_probe_bytes(model, row.expand(r, *row.shape[1:]).clone(),
+                                               backward) for r in (r1, r2))
+    finally:
+        _probing.pop()
     m_row, a_row = max(0.0, (m2 - m1) / (r2 - r1)), max(0.0, (a2 - a1) / (r2 - r1))
     return max(0.0, m1 - r1 * m_row), m_row, max(0.0, a1 - r1 * a_row), a_row
+
+
+def probing() -> bool:
+    """Whether a memory probe (:func:`row_memory`) is running: its rows are not part of any
+    planned pass (progress bars leave them out)."""
+    return bool(_probing)
 
 
 # ----------------------------------------------------------------------------- plans

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-__all__ = ["GPU_SCALE_ROWS", "Cost", "CostError", "Rates", "RowCounter", "bound_cost",
-           "check_budget",
-           "estimate", "format_seconds", "measure_rates", "stage_estimate"]
+__all__ = ["GPU_SCALE_ROWS", "Cost", "CostError", "Rates", "RowCounter",
+           "check_budget", "estimate", "format_seconds", "measure_rates", "stage_estimate",
+           "summed"]
 
 #: Rows per explained sample from which a cost is flagged as GPU-scale when it runs on a
 #: CPU: pixel-level occlusion of a 224x224 image is 50,176 rows per image.
@@ -169,7 +169,6 @@ class RowCounter(nn.Module):
     def reset(self) -> None:
         self.forward_rows = 0
         self.backward_rows = 0
-        self.calls = 0
 
     def forward(self, x):
         return self.observe(x, self.model(x))
@@ -180,7 +179,6 @@ class RowCounter(nn.Module):
         if isinstance(x, torch.fx.Proxy):
             return out
         self.forward_rows += int(x.shape[0])
-        self.calls += 1
         if isinstance(out, torch.Tensor) and out.requires_grad:
             out.register_hook(self._on_backward)
         return out
@@ -242,14 +240,14 @@ def _rows_per_call(model, x: torch.Tensor, run, backward: bool, max_rows: int | 
 
 def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order: int = 0,
                   probe_rows: int | None = None, taylor_directions: int = 4,
-                  taylor_samples: int = 1, max_rows: int | None = None, probe_seconds: float = 0.5) -> Rates:
+                  max_rows: int | None = None, probe_seconds: float = 0.5) -> Rates:
     """Time the model on copies of the first row of ``x``: forward without gradient and,
     with ``backward``, forward + reverse sweep, each at the rows per call the stage's
     chunked passes use (the automatic chunk size, at most ``max_rows``, and about
     ``probe_seconds`` per call; ``probe_rows`` fixes it), since the seconds per row depend
     on the call size (per-call overheads, and on CPU whether a chunk's blocks take glibc's
     mmap path); with ``taylor_order``, one Taylor-mode pass of ``taylor_directions``
-    directions for each of ``taylor_samples`` samples. Best of three after a warm-up (:func:`probe_sizes` picks sizes like a
+    directions. Best of three after a warm-up (:func:`probe_sizes` picks sizes like a
     stage's own).
     """
     from ._validation import check_inputs, check_positive_int, model_output
@@ -289,34 +287,31 @@ def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order
 
         gm = trace(model)
         m = check_positive_int(taylor_directions, "taylor_directions")
-        b = check_positive_int(taylor_samples, "taylor_samples")
-        dirs = torch.randn((b, m) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
-        primal = x[:1].expand((b,) + tuple(x.shape[1:])).contiguous()
+        dirs = torch.randn((1, m) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
 
         def taylor():
             with torch.no_grad():
-                propagate(gm, primal, dirs, taylor_order)
+                propagate(gm, x[:1], dirs, taylor_order)
 
-        t_T = _best_of(taylor, x.device) / (b * m)
+        t_T = _best_of(taylor, x.device) / m
     return Rates(t_f, t_b, t_T, taylor_order, str(x.device), n_f)
 
 
 def probe_sizes(cost: Cost) -> dict:
     """Probe sizes close to the stage's own: at most the stage's forward rows per call, and
-    the directions per sample of its average Taylor-mode pass (up to 256) for as many of its
-    samples as a pass holds (up to 4,096 rows), so per-call overheads amortise as in the
-    run."""
-    samples = max(cost.samples, 1)
-    per_pass = cost.taylor_rows // max(cost.taylor_passes, 1) // samples
-    directions = max(1, min(256, per_pass))
-    return {"max_rows": max(2, cost.forward_rows), "taylor_directions": directions,
-            "taylor_samples": max(1, min(samples, 4096 // directions))}
+    Taylor-mode passes of its average rows per pass (at most 256, as directions of one
+    sample: the primal is shared, so the rows of a pass set its cost), so per-call
+    overheads amortise as in the run."""
+    per_pass = cost.taylor_rows // max(cost.taylor_passes, 1)
+    return {"max_rows": max(2, cost.forward_rows),
+            "taylor_directions": max(1, min(256, per_pass))}
 
 
 def estimate(cost: Cost, model=None, x: torch.Tensor | None = None, *,
-             rates: Rates | None = None) -> Cost:
+             rates: Rates | None = None, probe_seconds: float = 0.5) -> Cost:
     """``cost`` with ``seconds`` and ``device`` filled in from ``rates`` (measured here on
-    ``model`` and ``x`` when not given)."""
+    ``model`` and ``x`` when not given, at the stage's own sizes (:func:`probe_sizes`) and
+    about ``probe_seconds`` per probe call)."""
     if not isinstance(cost, Cost):
         raise TypeError(f"cost must be a Cost, got {type(cost).__name__}")
     if rates is None:
@@ -324,7 +319,7 @@ def estimate(cost: Cost, model=None, x: torch.Tensor | None = None, *,
             raise ValueError("estimate needs rates, or model and x to measure them on")
         rates = measure_rates(model, x, backward=cost.backward_rows > 0,
                               taylor_order=cost.order if cost.taylor_rows else 0,
-                              **probe_sizes(cost))
+                              probe_seconds=probe_seconds, **probe_sizes(cost))
     if (cost.taylor_rows or cost.taylor_backward_rows) and (rates.taylor is None or rates.order != cost.order):
         raise ValueError(f"rates were measured without order-{cost.order} Taylor-mode rows; "
                          f"measure_rates(..., taylor_order={cost.order})")
@@ -334,16 +329,22 @@ def estimate(cost: Cost, model=None, x: torch.Tensor | None = None, *,
     return replace(cost, seconds=seconds, device=rates.device)
 
 
+def summed(costs) -> Cost | None:
+    """The sum of an iterable of costs (rows, samples and seconds added as
+    :meth:`Cost.__add__` does), or None when it is empty."""
+    total = None
+    for c in costs:
+        total = c if total is None else total + c
+    return total
+
+
 def stage_estimate(label: str, costs, model, x: torch.Tensor, *,
                    rates: Rates | None = None) -> Cost:
     """The summed, timed cost of one stage (e.g. ``"bbox on resnet18"``): ``costs`` is a
     Cost or an iterable of them (one per unit); the label is prefixed to the units' own."""
-    costs = [costs] if isinstance(costs, Cost) else list(costs)
-    if not costs:
+    total = summed([costs] if isinstance(costs, Cost) else costs)
+    if total is None:
         raise ValueError("costs must hold at least one Cost")
-    total = costs[0]
-    for c in costs[1:]:
-        total = total + c
     total = estimate(total, model, x, rates=rates)
     return replace(total, label=f"{label}: {total.label}" if total.label else label)
 
@@ -362,15 +363,3 @@ def check_budget(cost: Cost, budget: float | None) -> Cost:
         return cost
     raise CostError(f"{cost.describe()} exceeds the budget of {format_seconds(budget)}; "
                     f"cheaper: {', '.join(CHEAPER)}, or raise --budget")
-
-
-def bound_cost(bound, model, x: torch.Tensor, baseline=0.0) -> Cost:
-    """The rows a registry method with resolved settings (a
-    :class:`~taylorattr.registry.BoundMethod`, as the assessment, validation and evaluation
-    units run them) runs on ``x``: its method's :meth:`cost` with the bound settings,
-    labelled with the variant's label. Runs no model."""
-    init = {k: v for k, v in bound.settings.items() if k in bound.spec.init_args}
-    opts = {k: v for k, v in bound.settings.items()
-            if k not in bound.spec.init_args and k != "baselines"}
-    method = bound.spec.build(model, **init)
-    return method.cost(x, bound._baselines(baseline), **opts).labelled(bound.label)

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from . import _validation as V
+from .cost import summed
 from .metrics import percentage_change
 from .taylor import (
     group_expansions,
@@ -123,19 +124,11 @@ def _per_order(single: Callable) -> Callable:
     return compute
 
 
-def _summed(costs):
-    """The sum of an iterable of :class:`taylorattr.cost.Cost` (at least one)."""
-    total = None
-    for c in costs:
-        total = c if total is None else total + c
-    return total
-
-
 def _per_order_cost(single: Callable) -> Callable:
     """The cost of a :func:`_per_order` sweep from the cost of one order,
     ``single(inputs, baselines, order, **options)``."""
     def cost(inputs, baselines, orders, **kw):
-        return _summed(single(inputs, baselines, K, **kw) for K in orders)
+        return summed(single(inputs, baselines, K, **kw) for K in orders)
     return cost
 
 
@@ -302,7 +295,7 @@ def averaged_over_draws(draw: Callable, claim: str = "") -> Reformulation:
     def single_cost(inputs, baselines, order, **kw):
         # the target's forward, then the Theorem 5 reformulation once per drawn reference
         n = draw(inputs, baselines, **kw).baselines.shape[1]
-        return _summed([_forwards(inputs.shape[0]),
+        return summed([_forwards(inputs.shape[0]),
                         *[taylor_attribution_cost(inputs, 0.0, order)] * n])
     return Reformulation(_per_order(single), options,
                          claim=claim or "the IG reformulation averaged over the same draws",
@@ -317,7 +310,7 @@ def drawn_rows_cost(draw: Callable) -> Callable:
     def cost(inputs, baselines, orders, **kw):
         n = draw(inputs, baselines, **kw).baselines.shape[1]
         rows = inputs[:1].expand((inputs.shape[0] * n,) + tuple(inputs.shape[1:]))
-        return _summed([_forwards(inputs.shape[0]),
+        return summed([_forwards(inputs.shape[0]),
                         *(taylor_attribution_cost(rows, 0.0, K) for K in orders)])
     return cost
 

@@ -228,10 +228,7 @@ class BoundMethod:
         V.check_bool(show_progress, "show_progress")
         if not isinstance(desc, str):
             raise TypeError(f"desc must be a str, got {type(desc).__name__}")
-        init = {k: v for k, v in self.settings.items() if k in self.spec.init_args}
-        opts = {k: v for k, v in self.settings.items()
-                if k not in self.spec.init_args and k != "baselines"}
-        method = self.spec.build(model, **init)
+        method, opts = self._built(model)
         baselines = self._baselines(baseline)
         if not show_progress:
             return method._run(inputs, baselines, target, opts, False, False)
@@ -241,6 +238,21 @@ class BoundMethod:
         with model_rows_bar(model, label, _planned_rows(method, inputs, baselines, opts)) as bar:
             # no hook on this model: the method's own per-chunk bar instead
             return method._run(inputs, baselines, target, opts, bar is None, False)
+
+    def cost(self, model, inputs, baseline=0.0):
+        """The rows a call runs on ``inputs`` (:meth:`AttributionMethod.cost
+        <taylorattr.methods.AttributionMethod.cost>` with the bound settings), labelled with
+        the variant's label. Runs no model."""
+        method, opts = self._built(model)
+        return method.cost(inputs, self._baselines(baseline), **opts).labelled(self.label)
+
+    def _built(self, model):
+        """The method built on ``model`` with the bound constructor settings, and the bound
+        call options."""
+        init = {k: v for k, v in self.settings.items() if k in self.spec.init_args}
+        opts = {k: v for k, v in self.settings.items()
+                if k not in self.spec.init_args and k != "baselines"}
+        return self.spec.build(model, **init), opts
 
     def __call__(self, model, inputs, baseline=0.0, target=None, *, show_progress: bool = False,
                  desc: str = "") -> torch.Tensor:

@@ -107,16 +107,20 @@ def _expansion_chunk(model, inputs: torch.Tensor, order: int, groups: torch.Tens
 
 
 def _group_orders(gm, inputs, delta, target, groups, order, chunk_size, show_progress,
-                  what: str = "group") -> torch.Tensor:
+                  what: str = "group", sizer=None) -> torch.Tensor:
     """``P_k`` of the expansion along ``-delta`` restricted to each group: ``[B, G, K]``.
 
     ``groups`` holds a group id in ``0..G-1`` for every feature (shape ``inputs.shape[1:]``);
     the expansion of group ``g`` moves only its features, as occluding the group does.
     A group whose features all equal the baseline does not move: its terms are exactly 0
     and it is not propagated (on digits most pixels are background), so each sample
-    expands only its moved groups, ``chunk_size`` of them per pass. ``what`` ("feature" or
-    "group") names the expanded units in the progress bar, whose total is the passes.
+    expands only its moved groups, ``chunk_size`` of them per pass (None: the default,
+    sized on ``sizer``, the user's model when it is the traced one, so its memory probe is
+    cached across calls; :func:`_expansion_chunk`). ``what`` ("feature" or "group") names
+    the expanded units in the progress bar, whose total is the passes.
     """
+    chunk_size = _expansion_chunk(gm if sizer is None else sizer, inputs, order, groups,
+                                  chunk_size)
     B = inputs.shape[0]
     ids = groups.reshape(-1).to(inputs.device)
     n_groups = int(ids.max()) + 1
@@ -289,9 +293,9 @@ def group_expansions(model, inputs, baselines=0.0, target=None, order: int = 2,
     groups = _resolve_groups(groups, feature_mask, delta, layout)
     if groups is None:
         groups = torch.arange(delta[0].numel()).view(delta.shape[1:])
-    cs = _expansion_chunk(gm, inputs, order, groups, chunk_size)
     with torch.no_grad():
-        return _group_orders(gm, inputs, delta, target, groups, order, cs, show_progress)
+        return _group_orders(gm, inputs, delta, target, groups, order, chunk_size,
+                             show_progress, sizer=model if layout is None else gm)
 
 
 def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
@@ -344,18 +348,19 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
         model, inputs, baselines, target, order, chunk_size,
         _structure(additional_forward_args, layer, attribute_to_layer_input))
     groups = _resolve_groups(groups, feature_mask, delta, layout)
+    sizer = model if layout is None else gm
     f_x, first, attribution, orders = _ig_shares(gm, inputs, delta, target, order)
     total = orders.sum(1)
     if groups is not None:  # group-level fields: one [B, G] tensor whatever the layout
         first, attribution, independent = _grouped_fields(
-            gm, inputs, delta, target, groups, order, chunk_size, show_progress, first, attribution)
+            gm, inputs, delta, target, groups, order, chunk_size, show_progress, first,
+            attribution, sizer)
         layout = None
     elif order >= 2:
         singletons = torch.arange(delta[0].numel()).view(delta.shape[1:])
-        cs = _expansion_chunk(gm, inputs, order, singletons, chunk_size)
         with torch.no_grad():
-            per_feature = _group_orders(gm, inputs, delta, target, singletons, order, cs,
-                                        show_progress, "feature")
+            per_feature = _group_orders(gm, inputs, delta, target, singletons, order,
+                                        chunk_size, show_progress, "feature", sizer)
         independent = per_feature[..., 1:].sum(-1).view_as(delta)
     else:
         independent = torch.zeros_like(first)
@@ -375,7 +380,7 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
 
 
 def _grouped_fields(gm, inputs, delta, target, groups, order, chunk_size, show_progress,
-                    first, attribution):
+                    first, attribution, sizer):
     """``first`` and the IG share summed within each group, and each group's independent
     term ``sum_{k>=2} P_k(delta restricted to the group)``: three ``[B, G]`` tensors."""
     B = inputs.shape[0]
@@ -388,10 +393,9 @@ def _grouped_fields(gm, inputs, delta, target, groups, order, chunk_size, show_p
     first_g, attribution_g = per_group(first), per_group(attribution)
     if order < 2:
         return first_g, attribution_g, torch.zeros_like(first_g)
-    cs = _expansion_chunk(gm, inputs, order, groups, chunk_size)
     with torch.no_grad():
-        expansions = _group_orders(gm, inputs, delta, target, groups, order, cs, show_progress,
-                                   "group")
+        expansions = _group_orders(gm, inputs, delta, target, groups, order, chunk_size,
+                                   show_progress, "group", sizer)
     return first_g, attribution_g, expansions[..., 1:].sum(-1)
 
 

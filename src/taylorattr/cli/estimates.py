@@ -2,7 +2,7 @@
 
 Every long command (``validate``, ``assess``, ``reproduce``, ``explain``, ``evaluate``,
 ``attribute``) counts the rows of each of its stages from the plans of the methods,
-reformulations and metrics it will run (:mod:`taylorattr.cost`: ``bound_cost``,
+reformulations and metrics it will run (:mod:`taylorattr.cost`: ``BoundMethod.cost``,
 ``taylor_terms_cost``, ``group_expansions_cost``, ``interactions_cost``,
 ``infidelity_cost``), times a probe batch on the stage's model architecture (untrained
 copies run at the trained models' speed; nothing is trained to estimate), prints one
@@ -65,43 +65,14 @@ class Stage:
 
 # ----------------------------------------------------------------------- counting helpers
 
-class _Probe:
-    """Measured rates per (model, row shape, dtype, Taylor order), so that a stage with
-    many units probes each model once."""
-
-    def __init__(self):
-        self.rates = {}
-
-    def estimate(self, costs, model, x: torch.Tensor):
-        """The summed, timed cost of ``costs`` run on ``model`` with rows like ``x``: the
-        probe runs at the stage's own call sizes (:func:`taylorattr.cost.measure_rates`:
-        its automatic chunk, capped by its rows and by about 0.1 s per call; Taylor-mode
-        passes of the stage's average rows per pass, at most 256)."""
-        from ..cost import measure_rates, stage_estimate
-
-        total = costs[0]
-        for c in costs[1:]:
-            total = total + c
-        order = total.order if total.taylor_rows or total.taylor_backward_rows else 0
-        key = (id(model), tuple(x.shape[1:]), x.dtype, str(x.device), order)
-        if key not in self.rates:
-            per_pass = total.taylor_rows // max(1, total.taylor_passes)
-            self.rates[key] = measure_rates(
-                model, x[:1], backward=total.backward_rows > 0, taylor_order=order,
-                max_rows=max(2, total.forward_rows), probe_seconds=0.1,
-                taylor_directions=max(1, min(per_pass, 256)))
-        return stage_estimate("", total, model, x[:1], rates=self.rates[key])
-
-
 def _stage(label: str, parts, samples: int, skipped=(), notes=()) -> Stage:
     """A stage from ``parts``: ``(costs, model, x)`` per model, each timed on its model
     (parts with no costs are left out)."""
-    probe = _Probe()
-    total = None
-    for costs, model, x in parts:
-        if costs:
-            est = probe.estimate(list(costs), model, x)
-            total = est if total is None else total + est
+    from ..cost import estimate, summed
+
+    # each part timed on its model at the stage's own call sizes, about 0.1 s per probe call
+    total = summed(estimate(summed(costs), model, x[:1], probe_seconds=0.1)
+                   for costs, model, x in parts if costs)
     if total is not None:
         total = replace(total, label=label, samples=samples)
     return Stage(label, total, tuple(skipped), tuple(notes))
@@ -110,12 +81,11 @@ def _stage(label: str, parts, samples: int, skipped=(), notes=()) -> Stage:
 def _method_costs(methods, model, x: torch.Tensor, baseline=0.0):
     """``(costs, skipped labels)`` of bound methods on ``x`` (methods that cannot run on
     ``model``, such as Grad-CAM without a convolution, are skipped)."""
-    from ..cost import bound_cost
 
     costs, skipped = [], []
     for method in methods:
         try:
-            costs.append(bound_cost(method, model, x, baseline))
+            costs.append(method.cost(model, x, baseline))
         except (TypeError, ValueError):  # cannot run on this model: the run records why
             skipped.append(method.label)
     return costs, skipped
@@ -147,7 +117,6 @@ def validation_costs(methods, model, x: torch.Tensor, orders):
     against its reformulation (a target forward, the method, the reformulation) and the
     approximation unit (``f(x) - f(0)``, the Taylor attribution per order, the
     pre-activation movement)."""
-    from ..cost import bound_cost
     from ..experiments.diagnostics import nonlinear_layers
     from ..taylor import taylor_attribution_cost
 
@@ -158,7 +127,7 @@ def validation_costs(methods, model, x: torch.Tensor, orders):
         if reform is None:
             skipped.append(m.label)
             continue
-        original = [] if m.spec.reformulation.layerwise else [bound_cost(m, model, x)]
+        original = [] if m.spec.reformulation.layerwise else [m.cost(model, x)]
         costs += [_forwards(B), *original, reform]
     costs += [_forwards(2 * B), *(taylor_attribution_cost(x, 0.0, K) for K in orders)]
     if nonlinear_layers(model):
@@ -246,10 +215,10 @@ def _assess(args) -> list[Stage]:
 
 def _merged(label: str, stages, notes=()) -> Stage:
     """One line for several stages (the assessment's (experiment, model) pairs)."""
+    from ..cost import summed
+
     costs = [s.cost for s in stages if s.cost is not None]
-    total = None
-    for c in costs:
-        total = c if total is None else total + c
+    total = summed(costs)
     if total is not None:
         total = replace(total, label=label, samples=sum(c.samples for c in costs))
     return Stage(label, total, tuple(x for s in stages for x in s.skipped), tuple(notes))
@@ -412,7 +381,7 @@ def check_estimates(args) -> None:
     with one line naming ``--budget`` and the cheaper options, before any work, when the
     run is estimated above the budget (``--budget``; on a terminal
     :data:`TERMINAL_BUDGET` by default; ``--budget none`` lifts it)."""
-    from ..cost import CostError, check_budget, format_seconds
+    from ..cost import CostError, check_budget, format_seconds, summed
 
     if args.command not in _STAGES:
         return
@@ -423,12 +392,10 @@ def check_estimates(args) -> None:
         budget = None
     if budget is None and not show:
         return
-    total = None
-    for stage in command_stages(args):
-        if show:
-            print(f"taylorattr {args.command}: estimate: {stage.line()}", file=sys.stderr)
-        if stage.cost is not None:
-            total = stage.cost if total is None else total + stage.cost
+    stages = command_stages(args)
+    for stage in stages if show else ():
+        print(f"taylorattr {args.command}: estimate: {stage.line()}", file=sys.stderr)
+    total = summed(s.cost for s in stages if s.cost is not None)
     if total is None or budget is None:
         return
     total = replace(total, label=f"{args.command}, all stages", notes=())

@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from .. import _io
-from ..pair_interactions import interactions
+from ..interaction_plot import strongest_pairs
+from ..pair_interactions import Interactions, interactions
 from ..taylor import group_expansions
 from . import paper
 from ._units import fingerprint
@@ -81,24 +82,19 @@ def run_interactions(ws: Workspace, models=("m_sg", "c_sg"), n_samples: int = 8,
                                 "rest": float((total - own - pairs)[:, k - 1].mean())})
         error = (unit["df"] - unit["total"].sum(1)).abs() / unit["df"].abs()
         result.error[label] = float(error.mean())
-        matrix = unit["pairs0"][0].sum(0)
-        a, b = torch.triu_indices(*matrix.shape, offset=1)
-        values = matrix[a, b]
-        top = values.abs().argsort(descending=True)[:5]
-        result.top_pairs[label] = [(int(a[i]), int(b[i]), float(values[i])) for i in top]
+        shown = Interactions(pairs=unit["pairs0"], own=unit["own0"], groups=unit["groups"])
+        result.top_pairs[label] = strongest_pairs(shown, top=5)
         if plots and ws.is_main:
-            result.figures.append(str(_figure(ws.out, label, x[0], unit, order)))
+            result.figures.append(str(_figure(ws.out, label, x[0], shown, order)))
     if ws.is_main:
         _io.save_json(result.to_json(), ws.out / "interactions" / "interactions.json")
         _io.save_csv(result.rows, ws.out / "interactions" / "interactions.csv")
     return result
 
 
-def _figure(out: Path, label: str, image: torch.Tensor, unit: dict, order: int) -> Path:
+def _figure(out: Path, label: str, image: torch.Tensor, shown, order: int) -> Path:
     from ..interaction_plot import interaction_map
-    from ..pair_interactions import Interactions
 
-    shown = Interactions(pairs=unit["pairs0"], own=unit["own0"], groups=unit["groups"])
     path = out / "figures" / f"interactions_{label.lower().replace('-', '_')}.png"
     interaction_map(image, shown, title=f"{label}: pair interactions J_{order} of 4x4 patches",
                     path=path)

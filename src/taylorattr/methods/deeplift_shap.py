@@ -26,7 +26,6 @@ import torch
 
 from .._validation import check_positive_int
 from ..baselines import ReferenceSet
-from ._base import AttributionMethod
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 from .deeplift import DeepLift
 from .expected_gradients import _distribution, _reference_rows, draw
@@ -34,18 +33,15 @@ from .expected_gradients import _distribution, _reference_rows, draw
 __all__ = ["DeepLiftShap"]
 
 
-class DeepLiftShap(AttributionMethod):
+class DeepLiftShap(DeepLift):
     """DeepLIFT averaged over a reference set (all rows) or over references drawn from a
     :class:`~taylorattr.baselines.Noise`. Equals Captum's ``DeepLiftShap`` given the same
-    reference tensor."""
+    reference tensor. It is DeepLIFT (the same plan, checked when it is built) run on the
+    (sample, reference) rows, so layer and tuple inputs reach it as they reach DeepLIFT."""
 
     name = "deeplift_shap"
 
     baseline_kind = "distribution"
-
-    def __init__(self, model) -> None:
-        super().__init__(model)
-        self._deeplift = DeepLift(model)  # refuses unsupported models here
 
     def attribute(self, inputs: torch.Tensor, baselines=None, target=None, *,
                   return_convergence_delta: bool = False, show_progress: bool = False,
@@ -87,7 +83,7 @@ class DeepLiftShap(AttributionMethod):
             ref = ref[:, k0:k1].expand((s1 - s0, k1 - k0) + feat)
             rows = x[s0:s1, None].expand_as(ref).reshape((-1,) + feat)
             tr = None if t is None else t[s0:s1].repeat_interleave(k1 - k0)
-            attr, _ = self._deeplift._attribute(rows, ref.reshape((-1,) + feat), tr, None)
+            attr, _ = DeepLift._attribute(self, rows, ref.reshape((-1,) + feat), tr, None)
             total[s0:s1] += attr.view(ref.shape).sum(1)
         return total / n, refs.expand((batch, n) + feat)
 
@@ -98,4 +94,4 @@ class DeepLiftShap(AttributionMethod):
         dist = _distribution(options.get("baselines"), options.get("noise_std"))
         n = dist.samples.shape[0] if isinstance(dist, ReferenceSet) else \
             check_positive_int(options.get("n_samples", 50), "n_samples")
-        return self._deeplift._propagate_cost(x.shape[0] * n), n
+        return self._propagate_cost(x.shape[0] * n), n

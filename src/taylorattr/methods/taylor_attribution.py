@@ -11,9 +11,10 @@ truncation error of the expansion.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .._validation import check_positive_int
-from ..cost import Cost
-from ..taylor import taylor_attribution
+from ..taylor import taylor_attribution, taylor_attribution_cost
 from ._base import AttributionMethod
 
 __all__ = ["TaylorAttribution"]
@@ -30,11 +31,8 @@ class TaylorAttribution(AttributionMethod):
         return taylor_attribution(self.model, x, base, t, order), base.unsqueeze(1)
 
     def _cost(self, x, options):
-        """What :func:`~taylorattr.taylor.taylor_attribution` runs: two forwards of the batch
-        (the inputs, resolving the target, and the baselines), one order-K Taylor-mode pass
-        along ``-delta`` (``B`` rows) swept backward once (K = 1) or twice (K >= 2: the
-        gradient and the IG shares); the baseline is the one reference."""
+        """What :func:`~taylorattr.taylor.taylor_attribution` runs
+        (:func:`~taylorattr.taylor.taylor_attribution_cost`); the baseline is the one
+        reference."""
         order = check_positive_int(options.get("order", 2), "order")
-        batch = x.shape[0]
-        return Cost(forward_rows=2 * batch, taylor_passes=1, taylor_rows=batch,
-                    taylor_backward_rows=batch * (2 if order > 1 else 1), order=order), 1
+        return replace(taylor_attribution_cost(x, 0.0, order), label="", samples=0), 1

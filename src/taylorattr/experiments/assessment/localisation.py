@@ -104,7 +104,6 @@ def scale_patches(methods, scale: int) -> list:
 def _scaled_methods(stage: Stage, route: ImagenetRoute, net, x, baseline, result) -> list:
     """The stage's methods at the route's patch scale; the scale, each method's rows per
     image and the GPU-scale ones go to ``result.settings["imagenet"]``."""
-    from ...cost import bound_cost
 
     device = next(net.parameters()).device
     scale = route.resolved_patch_scale(device)
@@ -112,7 +111,7 @@ def _scaled_methods(stage: Stage, route: ImagenetRoute, net, x, baseline, result
     rows, gpu_scale = {}, []
     for m in methods:
         try:
-            cost = replace(bound_cost(m, net, x[:1], baseline), device=str(device))
+            cost = replace(m.cost(net, x[:1], baseline), device=str(device))
         except (TypeError, ValueError, NotImplementedError):
             continue
         rows[m.label] = cost.rows

@@ -52,6 +52,12 @@ def _callable(interp: fx.Interpreter, node: fx.Node, args, kwargs):
     return fn, label
 
 
+#: Called as ``observe(model, x)`` after every run of a plan on rows ``x``: a plan calls
+#: the model's modules, never its forward, so forward hooks do not see it (the progress
+#: bars of :mod:`taylorattr._progress` count plan runs through this).
+plan_run_observers: list = []
+
+
 class _Pass(fx.Interpreter):
     """Runs the traced graph on the live model, applying the rules at planned nodes.
 
@@ -67,6 +73,12 @@ class _Pass(fx.Interpreter):
         self.acts: dict = {}      # activation node -> (output, multiplier) [main pass]
         self.layers: dict = {}    # weighted/norm node -> (input, output)
         self.act_fns: dict = {}   # activation node -> (callable, label)
+
+    def run(self, *args, **kwargs):
+        out = super().run(*args, **kwargs)
+        for observe in plan_run_observers:
+            observe(self.module, args[0])
+        return out
 
     def run_node(self, n: fx.Node):
         kind = self.plan.kinds.get(n.name)
