@@ -405,3 +405,26 @@ def test_fold_batchnorm_keeps_the_function_and_removes_batchnorm(name):
     folded = M.fold_batchnorm(model)
     torch.testing.assert_close(folded(x), expected, rtol=1e-10, atol=1e-10)
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+
+
+def test_stale_temporaries_spare_live_writers(tmp_path):
+    """A cleanup (each rank makes one when it opens a folder) removes the temporaries of a
+    writer that is gone (a process that has exited, checked with a real one) and untagged
+    ones, never a live writer's (this process's, mid-write) or another host's: under
+    torchrun one rank's cleanup once removed another's table write before its rename."""
+    import socket
+    import subprocess
+    import sys
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    host = socket.gethostname().replace(".", "_").replace("-", "_")
+    with _io.atomic_path(tmp_path / "table.csv") as live:
+        live.write_text("mid-write")
+        (tmp_path / f".table.csv.{host}-{gone}.ab12.tmp").write_text("killed")
+        (tmp_path / ".table.csv.other_host-1.cd34.tmp").write_text("elsewhere")
+        (tmp_path / ".table.csv.ef56.tmp").write_text("untagged")
+        removed = sorted(p.name for p in _io.remove_stale_temporaries(tmp_path))
+        assert removed == sorted([f".table.csv.{host}-{gone}.ab12.tmp", ".table.csv.ef56.tmp"])
+        assert live.exists() and (tmp_path / ".table.csv.other_host-1.cd34.tmp").exists()
+    assert (tmp_path / "table.csv").read_text() == "mid-write"

@@ -1,11 +1,12 @@
 """Atomic file writes and safe loads.
 
 Every writer here puts the bytes into a temporary file in the destination folder
-(``.<name>.<random>.tmp``), flushes and fsyncs it, then renames it over the destination
-with ``os.replace``, which is atomic on POSIX and Windows. A reader therefore sees the
-old file or the complete new one, never a partial write, even if the process is killed
-(SIGKILL) mid-write. A killed writer can leave its hidden ``.tmp`` file behind;
-:func:`remove_stale_temporaries` deletes those.
+(``.<name>.<host>-<pid>.<random>.tmp``), flushes and fsyncs it, then renames it over the
+destination with ``os.replace``, which is atomic on POSIX and Windows. A reader therefore
+sees the old file or the complete new one, never a partial write, even if the process is
+killed (SIGKILL) mid-write. A killed writer can leave its hidden ``.tmp`` file behind;
+:func:`remove_stale_temporaries` deletes those, and only those (not the temporaries of a
+writer still running, e.g. another rank of a torchrun job writing into the same folder).
 
 Tensors and state dicts are loaded with ``torch.load(weights_only=True)``: a file that
 holds anything but tensors and plain containers is refused instead of unpickled.
@@ -20,6 +21,7 @@ import io
 import json
 import os
 import pickle
+import socket
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -43,6 +45,35 @@ __all__ = [
 _TMP_SUFFIX = ".tmp"
 
 
+def _host() -> str:
+    return socket.gethostname().replace(".", "_").replace("-", "_") or "host"
+
+
+def _writer() -> str:
+    """``host-pid`` of the writing process, part of its temporaries' names, so a cleanup
+    can tell a killed writer's file from a live one's (another rank's, say)."""
+    return f"{_host()}-{os.getpid()}"
+
+
+def _live_writer(tmp: Path) -> bool:
+    """Whether ``tmp`` (``.{name}.{host}-{pid}.{random}.tmp``) may still be written: its
+    writer runs on this host, or it was written on another host (which cannot be asked).
+    Temporaries without a writer tag are stale."""
+    parts = tmp.name[:-len(_TMP_SUFFIX)].rsplit(".", 2)
+    host, _, pid = parts[1].rpartition("-") if len(parts) == 3 else ("", "", "")
+    if not host or not pid.isdigit():
+        return False
+    if host != _host():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success rename it onto ``path``.
@@ -53,7 +84,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     dest = Path(path)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=_TMP_SUFFIX)
+    fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.{_writer()}.",
+                                    suffix=_TMP_SUFFIX)
     os.close(fd)
     tmp = Path(tmp_name)
     with contextlib.suppress(OSError):
@@ -178,8 +210,9 @@ def remove_stale_temporaries(folder: str | os.PathLike, name: str | None = None)
     """Delete the hidden ``.*.tmp`` files a killed writer left in ``folder``.
 
     With ``name``, only the temporaries of the destination file ``folder/name``
-    (``.{name}.*.tmp``). Only call this when no other process is writing those files.
-    Returns the paths removed.
+    (``.{name}.*.tmp``). The temporaries of a writer still running on this host (another
+    rank writing beside this one), or written on another host, are left alone: each name
+    carries its writer's host and pid. Returns the paths removed.
     """
     removed: list[Path] = []
     d = Path(folder)
@@ -187,7 +220,7 @@ def remove_stale_temporaries(folder: str | os.PathLike, name: str | None = None)
         return removed
     pattern = f".{glob.escape(name)}.*{_TMP_SUFFIX}" if name else f".*{_TMP_SUFFIX}"
     for p in d.glob(pattern):
-        if p.is_file():
+        if p.is_file() and not _live_writer(p):
             with contextlib.suppress(OSError):
                 p.unlink()
                 removed.append(p)

@@ -125,8 +125,7 @@ def _group_orders(gm, inputs, delta, target, groups, order, chunk_size, show_pro
     ids = groups.reshape(-1).to(inputs.device)
     n_groups = int(ids.max()) + 1
     flat_delta = delta.reshape(B, -1)
-    moved = torch.zeros(B, n_groups, device=ids.device).index_add_(
-        1, ids, (flat_delta != 0).to(torch.float32)) > 0
+    moved = _moved(delta, ids)
     # per sample, its moved groups first (in id order), then -1 as padding
     order_key = torch.where(moved, torch.arange(n_groups, device=ids.device), n_groups)
     table = torch.sort(order_key, dim=1).values
@@ -400,14 +399,18 @@ def _grouped_fields(gm, inputs, delta, target, groups, order, chunk_size, show_p
 
 
 # ----------------------------------------------------------------------------- cost
+def _moved(delta: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``[B, G]``: whether each sample moves any feature of each group (``ids``: the
+    flat group id of every feature); unmoved groups are not expanded."""
+    B = delta.shape[0]
+    return torch.zeros(B, int(ids.max()) + 1, device=ids.device).index_add_(
+        1, ids, (delta.reshape(B, -1) != 0).to(torch.float32)) > 0
+
+
 def _moved_width(delta: torch.Tensor, groups: torch.Tensor) -> int:
     """The directions each sample expands (its moved groups), as many for every sample:
     the widest sample's count (at least 1), as :func:`_group_orders` pads them."""
-    B = delta.shape[0]
-    ids = groups.reshape(-1).to(delta.device)
-    moved = torch.zeros(B, int(ids.max()) + 1, dtype=torch.float32, device=delta.device).index_add_(
-        1, ids, (delta.reshape(B, -1) != 0).to(torch.float32)) > 0
-    return max(int(moved.sum(1).max()), 1)
+    return max(int(_moved(delta, groups.reshape(-1).to(delta.device)).sum(1).max()), 1)
 
 
 def _expansions_cost(B: int, width: int, order: int, chunk: int):
