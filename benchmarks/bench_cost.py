@@ -1,8 +1,8 @@
 """Estimated vs measured seconds for stages of different kinds (issue 20).
 
-Each stage's rows are counted from its plan (:mod:`taylorattr.cost`, no model run), turned
+Each stage's rows are counted from its plan (:mod:`taylorattr.runtime.cost`, no model run), turned
 into seconds from a timed probe batch on the same model and device
-(:func:`taylorattr.cost.measure_rates`), then the stage runs once and is timed. Stages:
+(:func:`taylorattr.runtime.cost.measure_rates`), then the stage runs once and is timed. Stages:
 
 * forward rows: Occlusion (patch 4) on torchvision's ResNet-18 (random weights), 2 images
   of 3x64x64, and infidelity (1x1 square removal) on 2 images of 3x32x32;
@@ -24,10 +24,11 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).parent))
 from _timing import dump_json, print_table
 
-from taylorattr.cost import estimate
 from taylorattr.methods import IntegratedGradients, Occlusion
 from taylorattr.metrics import infidelity, infidelity_cost
-from taylorattr.taylor import taylor_terms, taylor_terms_cost
+from taylorattr.runtime.cost import estimate
+from taylorattr.taylor.mode import timing_pass
+from taylorattr.taylor.terms import taylor_terms, taylor_terms_cost
 
 
 def resnet18():
@@ -45,7 +46,8 @@ def softplus_cnn():
 
 
 def run_stage(label, cost, model, x, fn):
-    est = estimate(cost.labelled(label), model, x)
+    est = estimate(cost.labelled(label), model, x,
+                   taylor_pass=timing_pass(model) if cost.taylor_rows else None)
     start = time.perf_counter()
     fn()
     measured = time.perf_counter() - start

@@ -5,7 +5,7 @@ torchvision's resnet18 with random weights (eval mode, float32), target 0. Each 
 in a fresh subprocess; its peak resident set size is ``resource.getrusage`` ``ru_maxrss``
 of that process, and ``baseline`` is the same process's RSS after building the model and
 running one forward (the runtime and weights, common to both routes). Ours runs under an
-explicit budget (``taylorattr.batching.memory_budget``, ``--budget``, default 512 MB: each
+explicit budget (``taylorattr.runtime.batching.memory_budget``, ``--budget``, default 512 MB: each
 chunk's tensors stay under it); Captum runs at its default (``internal_batch_size=None``:
 all ``200 * B`` path rows in one forward+backward). Goal: our peak - baseline <= budget,
 and below Captum's.
@@ -45,11 +45,11 @@ def _child(route: str, batch: int, steps: int, budget: str) -> None:
     start = time.perf_counter()
     if route == "ours":
         import taylorattr as ta
-        from taylorattr.batching import memory_budget
+        from taylorattr.runtime.batching import memory_budget
 
         with memory_budget(budget):
             ta.IntegratedGradients(model).attribute(x, 0.0, target=0, n_steps=steps)
-        from taylorattr import batching
+        from taylorattr.runtime import batching
         chunk = [p.rows for p in batching._table(model).values()]
     else:
         from captum.attr import IntegratedGradients
@@ -74,7 +74,7 @@ def main(argv=None) -> dict:
     if args.child:
         _child(args.child, args.batch, args.steps, args.budget)
         return {}
-    from taylorattr.batching import parse_memory
+    from taylorattr.runtime.batching import parse_memory
 
     res = {}
     for route in ("ours", "captum"):

@@ -77,8 +77,8 @@ def forward_floor(model, rows):
 
 
 def chosen_chunks(model) -> list[dict]:
-    """The chunk sizes taylorattr.batching chose for ``model`` (one per row shape/pass)."""
-    from taylorattr import batching
+    """The chunk sizes taylorattr.runtime.batching chose for ``model`` (one per row shape/pass)."""
+    from taylorattr.runtime import batching
 
     return [{"row": list(key[0]), "backward": key[4], "rows": plan.rows,
              "candidates": list(plan.candidates), "settled": plan.settled,

@@ -4,7 +4,7 @@ Batch 8 of 1x28x28 inputs on a C-sg-sized sigmoid CNN, float32, all 5,605 square
 side 1..10 (Yeh et al.). Captum gets the same squares, in the same order, through a
 vectorised ``perturb_func`` whose indicator bank is built before timing (in its favour),
 at several ``max_examples_per_batch`` (its best is reported). Ours runs at its automatic
-batch size (measured by ``taylorattr.batching``). The floor is the model alone on all
+batch size (measured by ``taylorattr.runtime.batching``). The floor is the model alone on all
 ``5,605 * B`` perturbed copies, pre-built, at the best chunk size of a fine sweep. The
 routes are interleaved round by round; the table gives medians. Goal: ours / captum <= 1.
 """

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from taylorattr import allocator as A
+from taylorattr.runtime import allocator as A
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -22,7 +22,7 @@ _CHILD = r"""
 import ctypes, json, sys
 import torch
 import taylorattr as ta
-from taylorattr.allocator import allocator_info
+from taylorattr.runtime.allocator import allocator_info
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in

@@ -31,8 +31,8 @@ from taylorattr.experiments.assessment.stage import Stage
 from taylorattr.experiments.workspace import Workspace
 from taylorattr.methods import UnsupportedModelError
 from taylorattr.metrics import bbox_accuracy, infidelity
+from taylorattr.metrics.statistics import spearman
 from taylorattr.registry import METHODS, principle_count
-from taylorattr.statistics import spearman
 
 COUNTS = {"GI": 0.0, "Occ-1": 1.0, "Occ-2x2": 0.0, "DL": 1.5, "IG": 2.0, "EG": 3.0}
 
@@ -252,7 +252,7 @@ def test_resume_computes_nothing_new(first_run, monkeypatch):
 
     monkeypatch.setattr(Stage, "attribute", fail)
     monkeypatch.setattr(AI, "square_output_changes", fail)
-    monkeypatch.setattr(taylorattr.taylor, "taylor_attribution", fail)
+    monkeypatch.setattr(taylorattr.taylor.terms, "taylor_attribution", fail)
     monkeypatch.setattr(TA, "taylor_attribution", fail)
     monkeypatch.setattr(AL, "bbox_accuracy", fail)
     again = A.run_assessment(_ws(out), methods=METHODS_RUN, **RUN)
@@ -382,7 +382,7 @@ def test_taylor_orders_compared_by_a_paired_test(first_run):
     assert "p = " in t["statement"] and t["statement"] in A.format_assessment(r)
     assert "not lower" not in A.format_assessment(r)
     # the same per-digit infidelities by direct calls, and scipy's exact Wilcoxon p-value
-    from taylorattr.taylor import taylor_attribution
+    from taylorattr.taylor.terms import taylor_attribution
 
     model, _ = M.get_trained("m_sg", out, epochs=0, quick=True, show_progress=False)
     x = D.mnist_split(*D.load_mnist(), seed=0).held_images[:2]

@@ -14,10 +14,10 @@ import pytest
 import torch
 from torch import nn
 
-from taylorattr import batching as Bt
-from taylorattr.allocator import AllocatorInfo
 from taylorattr.methods import IntegratedGradients, Occlusion
 from taylorattr.methods._passes import chunk_ranges, default_chunk_rows, grid_blocks
+from taylorattr.runtime import batching as Bt
+from taylorattr.runtime.allocator import AllocatorInfo
 
 D, H = 64, 512  # features per row, hidden units
 
@@ -270,7 +270,7 @@ def test_taylor_mode_passes_stay_under_the_mmap_threshold_by_default(monkeypatch
     (a [h] float64 hidden layer here: closed form); taylor_terms runs passes of that many
     rows, and taylor_terms_cost(model=) counts those passes (counted by wrapping
     propagate). After tune_allocator, and on models that cannot run on probe rows, no cap."""
-    import taylorattr.taylor as T
+    import taylorattr.taylor.terms as T
 
     wide, order = 1 << 15, 2  # one row's hidden layer: 256 KiB in float64
     model = Recorder(d=16, h=wide)

@@ -15,10 +15,10 @@ import torch
 from test_cli import png
 from test_cost import _count_plan_passes
 
-import taylorattr.taylor as T
+import taylorattr.taylor.terms as T
 from taylorattr import cli
 from taylorattr import models as M
-from taylorattr.cost import RowCounter
+from taylorattr.runtime.cost import RowCounter
 
 
 def counts(line: str) -> dict:
@@ -138,8 +138,8 @@ def test_validate_estimate_counts_the_units_rows(files, tmp_path, capsys, monkey
 
 def test_reproduce_estimate_one_line_per_stage(tmp_path, capsys, monkeypatch, tiny_reproduce):
     from taylorattr import data
-    from taylorattr.pair_interactions import interactions_cost
-    from taylorattr.taylor import group_expansions_cost
+    from taylorattr.taylor.pair_interactions import interactions_cost
+    from taylorattr.taylor.terms import group_expansions_cost
 
     ran = []
     monkeypatch.setitem(cli.COMMANDS, "reproduce", lambda args: ran.append(args) or "ok")
@@ -162,7 +162,7 @@ def test_reproduce_estimate_one_line_per_stage(tmp_path, capsys, monkeypatch, ti
 def test_explain_estimate_and_run(files, tmp_path, capsys, monkeypatch):
     from taylorattr import data
     from taylorattr.methods import GradientInput
-    from taylorattr.pair_interactions import interactions_cost
+    from taylorattr.taylor.pair_interactions import interactions_cost
 
     out = tmp_path / "o"
     assert cli.main(argv_of("explain", files, out) + ["--budget", "1e9"]) == 0  # runs
@@ -188,12 +188,12 @@ def test_dataset_estimate_equals_the_rows_the_job_runs(command, files, tmp_path,
                                                       monkeypatch):
     """The printed rows equal those the model sees in the run of the job that follows (run
     twice: the first run may probe chunk sizes once, which the estimate does not count)."""
-    real_job, real_command = cli.commands._dataset_job, cli.COMMANDS[command]
+    real_job, real_command = cli.jobs.build_job, cli.COMMANDS[command]
 
     def counting_job(args):
         model, dataset = real_job(args)
         return RowCounter(model), dataset
-    monkeypatch.setattr(cli.commands, "_dataset_job", counting_job)
+    monkeypatch.setattr(cli.jobs, "build_job", counting_job)
     seen = {}
 
     def run_twice(args):

@@ -10,23 +10,13 @@ from __future__ import annotations
 import math
 
 import pytest
+import taylorattr.taylor.pair_interactions as PI
 import torch
 from torch import nn
 
-import taylorattr.pair_interactions as PI
-import taylorattr.taylor as T
+import taylorattr.taylor.terms as T
 from taylorattr.baselines import ReferenceSet
-from taylorattr.cost import (
-    Cost,
-    CostError,
-    Rates,
-    RowCounter,
-    check_budget,
-    estimate,
-    format_seconds,
-    measure_rates,
-    stage_estimate,
-)
+from taylorattr.groups import count_windows
 from taylorattr.methods import (
     LRP,
     DeepLift,
@@ -47,9 +37,19 @@ from taylorattr.methods import (
     TaylorAttribution,
 )
 from taylorattr.methods.layerwise import engine
-from taylorattr.methods.occlusion import count_windows
 from taylorattr.metrics import infidelity, infidelity_cost
 from taylorattr.registry import METHODS, variants
+from taylorattr.runtime.cost import (
+    Cost,
+    CostError,
+    Rates,
+    RowCounter,
+    check_budget,
+    estimate,
+    format_seconds,
+    measure_rates,
+    stage_estimate,
+)
 
 
 def _model():
@@ -140,7 +140,7 @@ class _TaylorCount:
     def warm(self, x):
         """Measure the automatic sizes' one-off memory probe (not counted, as for the
         methods: the Taylor passes are sized on the model's cached forward plan)."""
-        from taylorattr.batching import chunk_rows
+        from taylorattr.runtime.batching import chunk_rows
 
         chunk_rows(self.model, x, backward=False)
         self.reset()
@@ -414,7 +414,8 @@ def test_taylor_terms_cost_with_patch_groups_is_linear_in_the_groups():
 
 # ------------------------------------------------------------------ reformulations count their own rows
 
-import taylorattr.shapley_rule as SR
+import taylorattr.taylor.shapley_rule as SR
+
 from taylorattr.cli.estimates import reformulation_cost
 
 #: Registered methods whose reformulation does not count its rows (``cost`` None), and why.
@@ -496,7 +497,7 @@ def test_measure_rates_names_bad_arguments(x, kwargs, name):
 def test_measure_rates_probes_at_the_stage_call_size(x, monkeypatch):
     """Without probe_rows the probe runs at the automatic chunk size (the rows per call
     the stage's passes use; batching.chunk_rows, computed here), capped by max_rows."""
-    from taylorattr.batching import chunk_rows
+    from taylorattr.runtime.batching import chunk_rows
 
     model = _model()
     chunk = int(chunk_rows(model, x[:1], False))

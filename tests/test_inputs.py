@@ -19,7 +19,7 @@ from taylorattr.methods import (
     IntegratedGradients,
     Occlusion,
 )
-from taylorattr.taylor import group_expansions, taylor_terms
+from taylorattr.taylor.terms import group_expansions, taylor_terms
 
 DT = torch.float64
 TOL = {"rtol": 1e-7, "atol": 1e-10}

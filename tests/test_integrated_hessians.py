@@ -9,8 +9,8 @@ from _polynomial import DT, poly_net
 from torch import nn
 from torch.func import grad, hessian, vmap
 
-from taylorattr.path_hessians import integrated_hessians
-from taylorattr.taylor import taylor_attribution
+from taylorattr.taylor.path_hessians import integrated_hessians
+from taylorattr.taylor.terms import taylor_attribution
 
 
 def _quadrature_ih(model, x, base, nodes=40):

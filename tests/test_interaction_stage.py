@@ -13,7 +13,7 @@ import torch
 
 from taylorattr.experiments.interactions import format_interactions, run_interactions
 from taylorattr.experiments.workspace import Workspace
-from taylorattr.taylor import taylor_terms
+from taylorattr.taylor.terms import taylor_terms
 
 
 def test_orders_split_exactly_and_sum_to_the_output_change(tmp_path):

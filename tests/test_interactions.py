@@ -5,9 +5,9 @@ import torch
 from _polynomial import DT, poly_net, terms_at_x
 from torch import nn
 
-from taylorattr.interaction_plot import interaction_map, strongest_pairs
-from taylorattr.pair_interactions import interactions
-from taylorattr.taylor import group_expansions
+from taylorattr.reporting.interaction_plot import interaction_map, strongest_pairs
+from taylorattr.taylor.pair_interactions import interactions
+from taylorattr.taylor.terms import group_expansions
 
 GROUPS = torch.tensor([0, 2, 1, 1, 2])  # 5 features in 3 groups
 G = 3
@@ -139,9 +139,9 @@ def test_interaction_map_figure(tmp_path):
 
 def test_public_names_are_the_functions():
     import taylorattr as ta
-    import taylorattr.path_hessians
-    import taylorattr.shapley_rule  # submodules imported first must not shadow the functions
+    import taylorattr.taylor.path_hessians
+    import taylorattr.taylor.shapley_rule  # submodules imported first must not shadow the functions
 
     assert ta.interactions is interactions
-    assert ta.integrated_hessians is taylorattr.path_hessians.integrated_hessians
+    assert ta.integrated_hessians is taylorattr.taylor.path_hessians.integrated_hessians
     assert callable(ta.shapley_attribution) and ta.Interactions.__name__ == "Interactions"

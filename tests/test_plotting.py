@@ -1,4 +1,4 @@
-"""Tests of taylorattr.plotting: figures are written, are valid PNGs, and only consume rows."""
+"""Tests of taylorattr.reporting.plotting: figures are written, are valid PNGs, and only consume rows."""
 from __future__ import annotations
 
 import copy
@@ -7,7 +7,7 @@ import matplotlib
 import pytest
 from PIL import Image
 
-from taylorattr.plotting import plot_trend
+from taylorattr.reporting.plotting import plot_trend
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -75,7 +75,7 @@ from torch import nn
 from taylorattr import cli
 from taylorattr.experiments import explain as E
 from taylorattr.models import ImageClassifier
-from taylorattr.plotting import draw_saliency_grid, signed_map
+from taylorattr.reporting.plotting import draw_saliency_grid, signed_map
 
 
 def tiny_classifier(activation) -> ImageClassifier:

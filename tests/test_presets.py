@@ -22,10 +22,10 @@ from taylorattr.experiments.diagnostics import nonlinear_layers, preactivation_m
 from taylorattr.experiments.validation import format_study, run_validation_study
 from taylorattr.experiments.workspace import TrainingDigits, Workspace
 from taylorattr.methods.expected_gradients import draw
+from taylorattr.metrics.statistics import bootstrap_correlation_ci
 from taylorattr.models import c_sg, m_sg
 from taylorattr.models.training import PRESETS, TrainSettings, get_trained, train
 from taylorattr.registry import METHODS, variants
-from taylorattr.statistics import bootstrap_correlation_ci
 
 
 def _digits(n, seed=0):

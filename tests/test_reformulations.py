@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 import taylorattr as ta
+from taylorattr.groups import window_ids
 from taylorattr.methods import IntegratedGradients
-from taylorattr.reformulations import occlusion_groups
 from taylorattr.registry import METHODS
 
 DT = torch.float64
@@ -134,14 +134,14 @@ def test_expected_gradients_reformulation_averages_exact_ig_over_the_same_draws(
     torch.testing.assert_close(reform, by_hand, rtol=1e-10, atol=1e-12)
 
 
-def test_occlusion_groups_match_a_slow_loop():
-    groups = occlusion_groups((3, 7, 5), (3, 2))
+def test_window_ids_match_a_slow_loop():
+    groups = window_ids((3, 7, 5), (3, 2))
     n_cols = math.ceil(5 / 2)
     for c in range(3):
         for i in range(7):
             for j in range(5):
                 assert groups[c, i, j] == (i // 3) * n_cols + j // 2
-    torch.testing.assert_close(occlusion_groups((10,), 4), torch.tensor([0] * 4 + [1] * 4 + [2] * 2))
+    torch.testing.assert_close(window_ids((10,), 4), torch.tensor([0] * 4 + [1] * 4 + [2] * 2))
 
 
 def test_bad_arguments():

@@ -22,8 +22,8 @@ from taylorattr.experiments.validation import run_validation, validation_methods
 from taylorattr.experiments.workspace import Workspace
 from taylorattr.methods import ImplicitBaselineMethod
 from taylorattr.methods._passes import target_gradient
-from taylorattr.reformulations import Reformulation
-from taylorattr.taylor import taylor_attribution
+from taylorattr.methods.reformulations import Reformulation
+from taylorattr.taylor.terms import taylor_attribution
 
 DT = torch.float64
 

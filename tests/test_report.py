@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from taylorattr import cli
-from taylorattr.report import Section, markdown_table, markdown_to_html, tidy_markdown, write_report
+from taylorattr.reporting.report import (
+    Section,
+    markdown_table,
+    markdown_to_html,
+    tidy_markdown,
+    write_report,
+)
 
 
 class _Tables(HTMLParser):
@@ -239,13 +245,13 @@ def _close(a, b, path="tables"):
 
 def test_readme_operation_tables_are_generated_from_the_rule_tables():
     """README.md's supported-operations block equals what the rule tables generate now."""
-    from taylorattr.support_tables import END, START, readme_block
+    from taylorattr.reporting.support_tables import END, START, readme_block
 
     text = (Path(__file__).parent.parent / "README.md").read_text()
     block = text.split(START, 1)[1].split(END, 1)[0].strip()
     assert block == readme_block().strip()
     from taylorattr.methods.layerwise import supported_operations
-    from taylorattr.taylor_mode import supported_ops
+    from taylorattr.taylor.mode import supported_ops
 
     for family, names in supported_ops().items():  # every op of both engines is listed
         assert family == "user" or all(n in block for n in names)

@@ -43,8 +43,8 @@ from taylorattr.methods import UnsupportedModelError
 from taylorattr.methods.integrated_gradients import QUADRATURE_METHODS
 from taylorattr.models import Square
 from taylorattr.registry import METHODS
-from taylorattr.taylor import group_expansions, taylor_attribution
-from taylorattr.taylor_mode import UnsupportedOperation
+from taylorattr.taylor.mode import UnsupportedOperation
+from taylorattr.taylor.terms import group_expansions, taylor_attribution
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::RuntimeWarning")
 

@@ -5,8 +5,8 @@ import torch
 from _polynomial import DT, poly_net, polynomial_game, shapley_by_enumeration, subset_masks
 from torch import nn
 
-from taylorattr.shapley_rule import shapley_attribution
-from taylorattr.taylor import taylor_attribution
+from taylorattr.taylor.shapley_rule import shapley_attribution
+from taylorattr.taylor.terms import taylor_attribution
 
 
 def _data(n, seed):

@@ -17,10 +17,10 @@ import torch
 from test_progress_units import Recorder
 from torch import nn
 
-import taylorattr.pair_interactions as PI
-import taylorattr.path_hessians as PH
-import taylorattr.shapley_rule as SR
-import taylorattr.taylor as T
+import taylorattr.taylor.pair_interactions as PI
+import taylorattr.taylor.path_hessians as PH
+import taylorattr.taylor.shapley_rule as SR
+import taylorattr.taylor.terms as T
 
 B, SIDE = 2, 6
 N = SIDE * SIDE

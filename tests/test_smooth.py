@@ -10,8 +10,8 @@ from test_taylor import DT, _autograd_orders
 from torch import nn
 
 import taylorattr as ta
-from taylorattr.smoothing import SmoothLeakyReLU, SmoothMaxPool, SmoothReLU, SmoothReLU6
-from taylorattr.taylor_mode import piecewise_linear_ops, trace
+from taylorattr.taylor.mode import piecewise_linear_ops, trace
+from taylorattr.taylor.smoothing import SmoothLeakyReLU, SmoothMaxPool, SmoothReLU, SmoothReLU6
 
 torch.manual_seed(0)
 POINTS = [-3.0, -0.4, 0.0, 0.25, 2.0, 5.9, 7.5]

@@ -1,4 +1,4 @@
-"""taylorattr.statistics against scipy.stats (installed with scikit-image) and enumeration."""
+"""taylorattr.metrics.statistics against scipy.stats (installed with scikit-image) and enumeration."""
 from __future__ import annotations
 
 import itertools
@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 import scipy.stats as ss
 
-from taylorattr.statistics import bootstrap_ci, compare_paired, sign_flip_test, wilcoxon_signed_rank
+from taylorattr.metrics.statistics import (
+    bootstrap_ci,
+    compare_paired,
+    sign_flip_test,
+    wilcoxon_signed_rank,
+)
 
 
 @pytest.mark.parametrize("n,shift", [(1, 0.0), (6, 0.2), (13, 0.8), (40, 0.4)])

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import taylorattr as ta
-from taylorattr.taylor_mode import UnsupportedOperation
+from taylorattr.taylor.mode import UnsupportedOperation
 
 torch.manual_seed(0)
 DT = torch.float64

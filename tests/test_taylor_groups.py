@@ -14,7 +14,7 @@ from _polynomial import DT, poly_net, terms_at_x
 from torch import nn
 
 import taylorattr as ta
-import taylorattr.taylor as T
+import taylorattr.taylor.terms as T
 
 GROUPS = torch.tensor([0, 2, 1, 1, 2])  # 5 features in 3 groups
 

@@ -17,7 +17,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import taylorattr as ta
 from taylorattr import series as S
-from taylorattr.taylor_mode import UnsupportedOperation, supported_ops_markdown
+from taylorattr.taylor.mode import UnsupportedOperation, supported_ops_markdown
 
 torch.manual_seed(0)
 
@@ -482,7 +482,7 @@ def test_supported_ops_doc_is_generated_from_the_tables():
 
     doc = Path(__file__).resolve().parents[1] / "docs" / "supported_ops.md"
     assert doc.read_text() == supported_ops_markdown() + "\n", \
-        "docs/supported_ops.md is stale: python -m taylorattr.taylor_mode > docs/supported_ops.md"
+        "docs/supported_ops.md is stale: python -m taylorattr.taylor.mode > docs/supported_ops.md"
     for name in ("nn.MultiheadAttention", "F.scaled_dot_product_attention", "nn.LayerNorm",
                  "nn.GELU", "torch.einsum", "Tensor.var"):
         assert f"`{name}`" in doc.read_text()

@@ -6,8 +6,8 @@ import torch
 from _polynomial import DT, monomials, poly_net, terms_at_x
 
 import taylorattr as ta
-from taylorattr.path_hessians import integrated_hessians, path_weights
-from taylorattr.shapley_rule import shapley_attribution
+from taylorattr.taylor.path_hessians import integrated_hessians, path_weights
+from taylorattr.taylor.shapley_rule import shapley_attribution
 
 N = 4
 COEFFS = (0.2, -0.7, 0.9, 0.6)  # cubic activation: monomials of degree 1..3

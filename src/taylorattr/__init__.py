@@ -10,12 +10,12 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "TaylorTerms": "taylorattr.taylor",
-    "taylor_terms": "taylorattr.taylor",
-    "register_taylor_rule": "taylorattr.taylor_mode",
-    "supported_ops": "taylorattr.taylor_mode",
-    "smooth": "taylorattr.smoothing",
-    "SmoothedModel": "taylorattr.smoothing",
+    "TaylorTerms": "taylorattr.taylor.terms",
+    "taylor_terms": "taylorattr.taylor.terms",
+    "register_taylor_rule": "taylorattr.taylor.mode",
+    "supported_ops": "taylorattr.taylor.mode",
+    "smooth": "taylorattr.taylor.smoothing",
+    "SmoothedModel": "taylorattr.taylor.smoothing",
     "GradientInput": "taylorattr.methods",
     "Occlusion": "taylorattr.methods",
     "DeepLift": "taylorattr.methods",
@@ -33,25 +33,30 @@ _EXPORTS = {
     "Noise": "taylorattr.baselines",
     "audit": "taylorattr.principles",
     "AuditReport": "taylorattr.principles",
-    "Interactions": "taylorattr.pair_interactions",
-    "interactions": "taylorattr.pair_interactions",
-    "integrated_hessians": "taylorattr.path_hessians",
-    "shapley_attribution": "taylorattr.shapley_rule",
-    "interaction_map": "taylorattr.interaction_plot",
-    "tune_allocator": "taylorattr.allocator",
+    "Interactions": "taylorattr.taylor.pair_interactions",
+    "interactions": "taylorattr.taylor.pair_interactions",
+    "integrated_hessians": "taylorattr.taylor.path_hessians",
+    "shapley_attribution": "taylorattr.taylor.shapley_rule",
+    "interaction_map": "taylorattr.reporting.interaction_plot",
+    "tune_allocator": "taylorattr.runtime.allocator",
     "evaluate": "taylorattr.experiments.evaluate",
 }
-_SUBMODULES = {"baselines", "metrics", "models", "data", "methods", "experiments", "plotting",
-               "principles", "reformulations", "registry", "series", "taylor", "taylor_mode"}
+#: Sub-packages by attribute name (``ta.taylor_mode`` and ``ta.plotting`` are their homes'
+#: short names: ``taylorattr.taylor.mode`` and ``taylorattr.reporting.plotting``).
+_SUBMODULES = {name: f"taylorattr.{name}" for name in (
+    "baselines", "data", "experiments", "groups", "metrics", "methods", "models", "principles",
+    "registry", "reporting", "runtime", "series", "taylor")} | {
+    "taylor_mode": "taylorattr.taylor.mode", "plotting": "taylorattr.reporting.plotting",
+    "reformulations": "taylorattr.methods.reformulations"}
 
-__all__ = sorted(_EXPORTS.keys() | _SUBMODULES)  # noqa: PLE0605 (from the lazy table)
+__all__ = sorted(_EXPORTS.keys() | _SUBMODULES.keys())  # noqa: PLE0605 (from the lazy table)
 
 
 def __getattr__(name: str):
     if name in _EXPORTS:
         return getattr(importlib.import_module(_EXPORTS[name]), name)
     if name in _SUBMODULES:
-        return importlib.import_module(f"taylorattr.{name}")
+        return importlib.import_module(_SUBMODULES[name])
     raise AttributeError(f"module 'taylorattr' has no attribute {name!r}")
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 from pathlib import Path
 
 from ..experiments.explain import canonical_method
@@ -172,3 +173,12 @@ def _named_weights(text: str) -> tuple[str, Path]:
         raise argparse.ArgumentTypeError(
             f"expected NAME=PATH with NAME one of {', '.join(IMAGENET_MODELS)}, got {text!r}")
     return name, _existing_file(path)
+
+
+def require_package(module: str, argument: str, what: str, extra: str) -> None:
+    """Import ``module`` or fail with the install command of the extra that brings it."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise CliError(argument, f"{what} needs the optional package {module.split('.')[0]}; "
+                                 f"install it with pip install 'taylorattr[{extra}]'") from None

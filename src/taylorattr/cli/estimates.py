@@ -2,7 +2,7 @@
 
 Every long command (``validate``, ``assess``, ``reproduce``, ``explain``, ``evaluate``,
 ``attribute``) counts the rows of each of its stages from the plans of the methods,
-reformulations and metrics it will run (:mod:`taylorattr.cost`: ``BoundMethod.cost``,
+reformulations and metrics it will run (:mod:`taylorattr.runtime.cost`: ``BoundMethod.cost``,
 ``taylor_terms_cost``, ``group_expansions_cost``, ``interactions_cost``,
 ``infidelity_cost``), times a probe batch on the stage's model architecture (untrained
 copies run at the trained models' speed; nothing is trained to estimate), prints one
@@ -11,7 +11,7 @@ line and exit status 2 before any work, a run estimated above ``--budget`` (defa
 :data:`TERMINAL_BUDGET` on a terminal, none in batch mode).
 
 Each method's reformulation counts its own rows
-(:meth:`taylorattr.reformulations.Reformulation.cost_of`); one without a count is named.
+(:meth:`taylorattr.methods.reformulations.Reformulation.cost_of`); one without a count is named.
 Not counted, and said so in the lines: methods that cannot run on the stage's model
 (named), the training of models not yet cached
 (``validate``, ``assess``, ``reproduce``), the chunk-size memory probes, plotting and
@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .arguments import CliError
+from .jobs import dataset_job
 
 __all__ = ["TERMINAL_BUDGET", "Stage", "check_estimates", "command_stages"]
 
@@ -52,7 +53,7 @@ class Stage:
     methods left out of the count and what else is not counted."""
 
     label: str
-    cost: object = None  # taylorattr.cost.Cost
+    cost: object = None  # taylorattr.runtime.cost.Cost
     skipped: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
@@ -68,10 +69,12 @@ class Stage:
 def _stage(label: str, parts, samples: int, skipped=(), notes=()) -> Stage:
     """A stage from ``parts``: ``(costs, model, x)`` per model, each timed on its model
     (parts with no costs are left out)."""
-    from ..cost import estimate, summed
+    from ..runtime.cost import estimate, summed
+    from ..taylor.mode import timing_pass
 
     # each part timed on its model at the stage's own call sizes, about 0.1 s per probe call
-    total = summed(estimate(summed(costs), model, x[:1], probe_seconds=0.1)
+    total = summed(estimate(summed(costs), model, x[:1], probe_seconds=0.1,
+                            taylor_pass=timing_pass(model) if summed(costs).taylor_rows else None)
                    for costs, model, x in parts if costs)
     if total is not None:
         total = replace(total, label=label, samples=samples)
@@ -92,7 +95,7 @@ def _method_costs(methods, model, x: torch.Tensor, baseline=0.0):
 
 
 def _forwards(rows: int):
-    from ..cost import Cost
+    from ..runtime.cost import Cost
 
     return Cost(forward_rows=rows)
 
@@ -100,7 +103,7 @@ def _forwards(rows: int):
 def reformulation_cost(method, x: torch.Tensor, orders):
     """The rows of ``method``'s Taylor reformulation at ``orders`` as the validation runs
     it (baseline 0, the method's settings), or None where the reformulation does not count
-    them (:meth:`taylorattr.reformulations.Reformulation.cost_of`)."""
+    them (:meth:`taylorattr.methods.reformulations.Reformulation.cost_of`)."""
     return method.spec.reformulation.cost_of(x, 0.0, orders, method.settings)
 
 
@@ -118,7 +121,7 @@ def validation_costs(methods, model, x: torch.Tensor, orders):
     approximation unit (``f(x) - f(0)``, the Taylor attribution per order, the
     pre-activation movement)."""
     from ..experiments.diagnostics import nonlinear_layers
-    from ..taylor import taylor_attribution_cost
+    from ..taylor.terms import taylor_attribution_cost
 
     B = x.shape[0]
     costs, skipped = [], []
@@ -215,7 +218,7 @@ def _assess(args) -> list[Stage]:
 
 def _merged(label: str, stages, notes=()) -> Stage:
     """One line for several stages (the assessment's (experiment, model) pairs)."""
-    from ..cost import summed
+    from ..runtime.cost import summed
 
     costs = [s.cost for s in stages if s.cost is not None]
     total = summed(costs)
@@ -251,8 +254,8 @@ def _saliency(cfg, seed: int) -> Stage:
 def interaction_costs(x: torch.Tensor, order: int):
     """The rows of one interactions unit (:mod:`taylorattr.experiments.interactions`):
     ``f(x) - f(0)``, the whole-input expansion and the exact pair interactions."""
-    from ..pair_interactions import interactions_cost
-    from ..taylor import group_expansions_cost
+    from ..taylor.pair_interactions import interactions_cost
+    from ..taylor.terms import group_expansions_cost
 
     whole = torch.zeros(x.shape[1:], dtype=torch.long)
     return [_forwards(2 * x.shape[0]), group_expansions_cost(x, 0.0, order, whole),
@@ -304,7 +307,7 @@ def explain_network(args):
 def _explain(args) -> list[Stage]:
     from .. import data
     from ..experiments.explain import _columns
-    from ..pair_interactions import interactions_cost
+    from ..taylor.pair_interactions import interactions_cost
 
     net = explain_network(args)
     x = net.preprocess(data.load_image(args.image))
@@ -316,16 +319,6 @@ def _explain(args) -> list[Stage]:
         stages.append(_stage(f"pair interactions on {args.model}",
                              [([interactions_cost(x, None, 2)], net, x)], 1))
     return stages
-
-
-def dataset_job(args):
-    """``(model, dataset)`` of ``evaluate``/``attribute``, built once (the estimate
-    probes the model, the command then runs it)."""
-    from .commands import _dataset_job
-
-    if getattr(args, "job", None) is None:
-        args.job = _dataset_job(args)
-    return args.job
 
 
 def _dataset(args, what: str) -> list[Stage]:
@@ -381,7 +374,7 @@ def check_estimates(args) -> None:
     with one line naming ``--budget`` and the cheaper options, before any work, when the
     run is estimated above the budget (``--budget``; on a terminal
     :data:`TERMINAL_BUDGET` by default; ``--budget none`` lifts it)."""
-    from ..cost import CostError, check_budget, format_seconds, summed
+    from ..runtime.cost import CostError, check_budget, format_seconds, summed
 
     if args.command not in _STAGES:
         return

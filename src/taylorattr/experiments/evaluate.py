@@ -17,7 +17,7 @@ on request).
 
 Scale: the samples are cut into fixed units of ``batch_size`` (:mod:`.evaluation.sharding`)
 dealt round-robin to the ranks of a ``torchrun`` job (gloo on CPU, NCCL on GPU,
-:mod:`taylorattr.distributed`); sample ``i``'s random draws (Expected Gradients' baselines,
+:mod:`taylorattr.runtime.distributed`); sample ``i``'s random draws (Expected Gradients' baselines,
 Gaussian infidelity) are seeded with ``sample_seed(seed, i)``; so for a given
 ``batch_size`` every number is the same whatever the world size (bitwise, with the same
 device type and thread count). Each finished unit is a file written atomically; a rerun
@@ -228,7 +228,7 @@ def _model_device(model):
 
 
 def _prepare(model, dev):
-    from .. import distributed
+    from ..runtime import distributed
 
     if dev is None:
         _, _, local = distributed.env_world()

@@ -162,7 +162,7 @@ def _smoothed(x, target: int, beta: float):
     def hook(net):
         import torch
 
-        from ..smoothing import smooth
+        from ..taylor.smoothing import smooth
 
         sm = smooth(net, beta, inputs=x)
         if not sm.replaced:
@@ -178,8 +178,8 @@ def _interaction_figure(net, x, target: int, taylor_model, out: Path, stem: str,
                         show_progress: bool = False) -> Path:
     import torch
 
-    from ..interaction_plot import interaction_map
-    from ..pair_interactions import interactions
+    from ..reporting.interaction_plot import interaction_map
+    from ..taylor.pair_interactions import interactions
 
     expanded, note = (net, "") if taylor_model is None else taylor_model(net)
     result = interactions(expanded, x, 0.0, torch.tensor([target]), order=2,
@@ -214,7 +214,8 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
     """
     import torch
 
-    from .. import data, plotting
+    from .. import data
+    from ..reporting import plotting
     from .saliency import SaliencyPanel
 
     if sign not in SIGNS:

@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from .. import _io
-from ..interaction_plot import strongest_pairs
-from ..pair_interactions import Interactions, interactions
-from ..taylor import group_expansions
+from ..reporting.interaction_plot import strongest_pairs
+from ..taylor.pair_interactions import Interactions, interactions
+from ..taylor.terms import group_expansions
 from . import paper
 from ._units import fingerprint
 from .validation import predicted_drop
@@ -93,7 +93,7 @@ def run_interactions(ws: Workspace, models=("m_sg", "c_sg"), n_samples: int = 8,
 
 
 def _figure(out: Path, label: str, image: torch.Tensor, shown, order: int) -> Path:
-    from ..interaction_plot import interaction_map
+    from ..reporting.interaction_plot import interaction_map
 
     path = out / "figures" / f"interactions_{label.lower().replace('-', '_')}.png"
     interaction_map(image, shown, title=f"{label}: pair interactions J_{order} of 4x4 patches",

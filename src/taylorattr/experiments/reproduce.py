@@ -24,8 +24,9 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from .. import _io, distributed
-from ..report import Section, write_report
+from .. import _io
+from ..reporting.report import Section, write_report
+from ..runtime import distributed
 from . import paper
 from .workspace import Workspace
 
@@ -167,7 +168,7 @@ def _assessment_section(ws, cfg) -> Section:
 
 
 def _saliency_section(ws, cfg) -> Section:
-    from .. import plotting
+    from ..reporting import plotting
     from .saliency import run_saliency
 
     out = ws.out
@@ -188,7 +189,7 @@ def _saliency_section(ws, cfg) -> Section:
 
 
 def _interactions_section(ws, cfg) -> Section:
-    from .interactions import format_interactions, run_interactions
+    from .pair_interactions import format_interactions, run_interactions
 
     n = cfg.interaction_samples or (16 if cfg.quick else 100)
     result = run_interactions(ws, n_samples=n)

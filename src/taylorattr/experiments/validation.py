@@ -29,9 +29,9 @@ import torch
 
 from .. import _io
 from ..baselines import Point
+from ..metrics.statistics import bootstrap_correlation_ci, pearson
 from ..registry import variants
-from ..statistics import bootstrap_correlation_ci, pearson
-from ..taylor import taylor_attribution
+from ..taylor.terms import taylor_attribution
 from . import paper
 from ._units import fingerprint
 from .diagnostics import nonlinear_layers, preactivation_movement

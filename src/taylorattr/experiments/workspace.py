@@ -29,8 +29,8 @@ import torch
 
 from .._validation import check_bool, check_seed
 from ..data.references import TrainingDigits
-from ..distributed import Context
 from ..models.training import TrainSettings, resolve_training
+from ..runtime.distributed import Context
 from ._units import UnitStore, model_fingerprint
 
 __all__ = ["TrainingDigits", "Workspace"]

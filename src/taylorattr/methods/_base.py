@@ -173,13 +173,13 @@ class AttributionMethod:
     def cost(self, inputs: torch.Tensor, baselines=None, target=None, *,
              return_convergence_delta: bool = False, **options):
         """The rows ``attribute(inputs, ..., **options)`` runs, counted from the method's
-        plan without running the model (:class:`taylorattr.cost.Cost`): the one forward of
+        plan without running the model (:class:`taylorattr.runtime.cost.Cost`): the one forward of
         ``inputs`` that resolves the target, the method's own rows (:meth:`_cost`) and, with
         ``return_convergence_delta``, one forward per reference. ``baselines`` and
         ``target`` do not change the counts. One-tensor inputs only; the automatic chunk
         size's one-off memory probe is not counted.
         """
-        from ..cost import Cost
+        from ..runtime.cost import Cost
 
         check_bool(return_convergence_delta, "return_convergence_delta")
         if not isinstance(inputs, torch.Tensor) or options.get("layer") is not None or \

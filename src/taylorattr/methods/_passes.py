@@ -1,7 +1,7 @@
 """The chunked passes every method shares: rows per model call, the blocks of a grid of
 rows, the gradient of the explained output of rows, and the cost of a gradient pass.
 
-Rows are sized by :func:`taylorattr.batching.chunk_rows` (measured against a memory
+Rows are sized by :func:`taylorattr.runtime.batching.chunk_rows` (measured against a memory
 budget); an explicit size is used as given.
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import torch
 
 from .._validation import check_positive_int, select_output
-from ..batching import chunk_rows, count_blocks, heuristic_rows, planned_blocks
+from ..runtime.batching import chunk_rows, count_blocks, heuristic_rows, planned_blocks
 
 __all__ = ["check_optional_positive_int", "chunk_ranges", "default_chunk_rows",
            "gradient_pass_cost", "grid_blocks", "input_gradient", "per_sample_sum",
@@ -22,7 +22,7 @@ def default_chunk_rows(inputs: torch.Tensor, backward: bool, model=None) -> int:
     """Rows per model call for passes over rows shaped like ``inputs[0]``.
 
     With ``model``: measured once per (model, row shape, dtype, device, threads) against the
-    memory budget and refined by timing (:func:`taylorattr.batching.chunk_rows`); without:
+    memory budget and refined by timing (:func:`taylorattr.runtime.batching.chunk_rows`); without:
     a fixed heuristic from the features per row.
     """
     if model is None:
@@ -53,7 +53,7 @@ def _progress(blocks, total: int, show_progress: bool, desc: str):
 def chunk_ranges(n_rows: int, size: int, show_progress: bool = False,
                  desc: str = "") -> Iterator[tuple[int, int]]:
     """``(start, stop)`` pairs covering ``range(n_rows)`` in chunks of at most ``size`` rows
-    (an automatic :class:`~taylorattr.batching.ChunkRows` size is refined by timing)."""
+    (an automatic :class:`~taylorattr.runtime.batching.ChunkRows` size is refined by timing)."""
     blocks = planned_blocks(1, n_rows, size)
     for _, _, start, stop in _progress(blocks, count_blocks(1, n_rows, size), show_progress,
                                        desc):
@@ -67,7 +67,7 @@ def grid_blocks(n_outer: int, n_inner: int, size: int, show_progress: bool = Fal
 
     Chunked passes build each block with a few broadcast operations (no gathers), which
     keeps their overhead over the model's own cost small. An automatic
-    :class:`~taylorattr.batching.ChunkRows` size may vary between blocks while it is timed.
+    :class:`~taylorattr.runtime.batching.ChunkRows` size may vary between blocks while it is timed.
     """
     yield from _progress(planned_blocks(n_outer, n_inner, size),
                          count_blocks(n_outer, n_inner, size), show_progress, desc)
@@ -87,9 +87,9 @@ def target_gradient(model, rows: torch.Tensor, target_rows: torch.Tensor | None)
 
 
 def gradient_pass_cost(rows: int):
-    """The :class:`~taylorattr.cost.Cost` of ``rows`` rows run forward and swept backward
+    """The :class:`~taylorattr.runtime.cost.Cost` of ``rows`` rows run forward and swept backward
     (:func:`target_gradient` on them)."""
-    from ..cost import Cost
+    from ..runtime.cost import Cost
 
     return Cost(forward_rows=rows, backward_rows=rows)
 

@@ -37,7 +37,7 @@ from ._passes import check_optional_positive_int, gradient_pass_cost
 from .expected_gradients import EGDraws, ExpectedGradients
 from .expected_gradients import draw as eg_draw
 
-__all__ = ["GSDraws", "GradientShap", "draw", "noise_seed", "reformulation"]
+__all__ = ["GSDraws", "GradientShap", "draw", "noise_seed", "noisy_rows"]
 
 _LCG_A, _LCG_C = 6364136223846793005, 1442695040888963407
 
@@ -91,7 +91,7 @@ def _check_draws(draws, x) -> GSDraws:
     return draws
 
 
-def _rows(x, draws: GSDraws):
+def noisy_rows(x, draws: GSDraws):
     """Noisy inputs, references and positions as ``B * n`` rows (sample-major)."""
     feat = tuple(x.shape[1:])
     noisy = (x.unsqueeze(1) + draws.noise.to(x.device, x.dtype)).reshape((-1,) + feat)
@@ -138,7 +138,7 @@ class GradientShap(AttributionMethod):
             raise ValueError("draws replaces baselines and noise_std; give only draws")
         draws = _check_draws(draws, x)
         n = draws.n_samples
-        noisy, refs, alphas = _rows(x, draws)
+        noisy, refs, alphas = noisy_rows(x, draws)
         tr = None if t is None else t.repeat_interleave(n)
         # each row is a one-draw Expected Gradients estimate at its noisy input
         rows_attr, _ = ExpectedGradients(self.model)._attribute(
@@ -154,27 +154,3 @@ class GradientShap(AttributionMethod):
         n = draws.n_samples if isinstance(draws, GSDraws) else \
             check_positive_int(options.get("n_samples", 50), "n_samples")
         return gradient_pass_cost(n * x.shape[0]), n
-
-
-def reformulation():
-    """GradientShap's Taylor reformulation (a
-    :class:`~taylorattr.reformulations.Reformulation`): Theorem 5 at each noisy input
-    towards its reference, averaged over the draws of :func:`draw` with the same options."""
-    from ..reformulations import Reformulation
-    from ..taylor import taylor_attribution
-
-    def compute(model, inputs, baselines, target, orders, n_samples=50, stdevs=0.0,
-                noise_std=None, seed=0):
-        V.check_model(model)
-        x = check_inputs(inputs).detach()
-        with torch.no_grad():
-            t = V.resolve_target(target, V.model_output(model, x))
-        draws = draw(x, baselines, n_samples, stdevs, noise_std, seed)
-        noisy, refs, _ = _rows(x, draws)
-        tr = None if t is None else t.repeat_interleave(draws.n_samples)
-        return {K: taylor_attribution(model, noisy, refs, tr, K).view(draws.baselines.shape)
-                .mean(1) for K in orders}
-
-    return Reformulation(compute, frozenset({"n_samples", "stdevs", "noise_std", "seed"}),
-                         claim="Thm 5 at each noisy input towards its drawn reference, averaged "
-                               "over the same draws (the method integrated over alpha)")

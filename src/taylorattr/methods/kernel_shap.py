@@ -101,7 +101,7 @@ class KernelShap(AttributionMethod):
 
     def _cost(self, x, options):
         """``n_samples`` coalitions per sample; one reference."""
-        from ..cost import Cost
+        from ..runtime.cost import Cost
 
         n = check_positive_int(options.get("n_samples", 25), "n_samples")
         return Cost(forward_rows=x.shape[0] * n), 1

@@ -35,24 +35,27 @@ none (the absolute gradient), so neither has SmoothGrad.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
+from types import MappingProxyType
 
 import torch
 
 from .. import _validation as V
 from .._validation import check_positive_int
 from .._validation import check_seed as _check_seed
-from ..baselines import Baseline
+from ..runtime.cost import Cost
 from ._base import AttributionMethod
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 from .integrated_gradients import IntegratedGradients
 from .saliency import Saliency
 
-__all__ = ["NT_TYPES", "NoiseTunnel", "SmoothGrad", "SmoothIntegratedGradients", "draw_noise",
-           "smoothed"]
+__all__ = ["NT_TYPES", "TUNNEL_OPTIONS", "NoiseTunnel", "SmoothGrad", "SmoothIntegratedGradients",
+           "check_nt_type", "combine", "draw_noise"]
 
 #: The combinations of the noisy attributions (Captum's names).
 NT_TYPES = ("smoothgrad", "smoothgrad_sq", "vargrad")
-_OWN = ("nt_type", "nt_samples", "stdevs", "seed", "nt_samples_batch_size")
+#: The tunnel's own options (the rest go to the inner method).
+TUNNEL_OPTIONS = ("nt_type", "nt_samples", "stdevs", "seed", "nt_samples_batch_size")
 
 
 def draw_noise(inputs: torch.Tensor, nt_samples: int = 5, stdevs: float = 1.0,
@@ -71,7 +74,7 @@ def _noise(x, nt_samples, stdevs, gen) -> torch.Tensor:
     return (s * eps).to(x.device, x.dtype)
 
 
-def _combine(total, total_sq, n, nt_type):
+def combine(total, total_sq, n, nt_type):
     mean = total / n
     if nt_type == "smoothgrad":
         return mean
@@ -80,18 +83,28 @@ def _combine(total, total_sq, n, nt_type):
     return total_sq / n - mean * mean
 
 
-def _check_nt_type(nt_type) -> str:
+def check_nt_type(nt_type) -> str:
     if nt_type not in NT_TYPES:
         raise ValueError(f"nt_type must be one of {list(NT_TYPES)}, got {nt_type!r}")
     return nt_type
+
+
+#: The registered methods by name (rows with ``cls``, ``fixed``, ``defaults``): the registry
+#: hands its table over with :func:`resolve_names_in` (methods never import the registry).
+_NAMED: Mapping = MappingProxyType({})
+
+
+def resolve_names_in(methods: Mapping) -> None:
+    """Resolve ``inner`` names in ``methods`` (the registry's ``METHODS``, read live)."""
+    global _NAMED
+    _NAMED = methods
 
 
 def _resolve_inner(inner):
     """``(class, pinned options, default options)`` of an inner method given by registry
     name or class."""
     if isinstance(inner, str):
-        from ..registry import METHODS  # lazy: the registry imports the methods
-
+        METHODS = _NAMED
         if inner not in METHODS:
             raise ValueError(f"inner must be a registered method name (one of "
                              f"{sorted(METHODS)}) or an AttributionMethod class, got {inner!r}")
@@ -178,7 +191,7 @@ class NoiseTunnel(AttributionMethod):
     def _attribute(self, x, base, t, fx, *, nt_type: str = "smoothgrad", nt_samples: int = 5,
                    stdevs: float = 1.0, seed: int = 0, nt_samples_batch_size: int | None = None,
                    show_progress: bool = False, **inner_options):
-        _check_nt_type(nt_type)
+        check_nt_type(nt_type)
         per_call = check_optional_positive_int(nt_samples_batch_size, "nt_samples_batch_size")
         gen = torch.Generator(device="cpu").manual_seed(_check_seed(seed))
         noise = _noise(x, nt_samples, stdevs, gen)
@@ -203,22 +216,18 @@ class NoiseTunnel(AttributionMethod):
             total[s0:s1] += a.sum(1)
             total_sq[s0:s1] += (a * a).sum(1)
             refs = _gather_refs(refs, ex.references, (s0, s1, k0, k1), batch, n, self.baseline_kind)
-        return _combine(total, total_sq, n, nt_type), refs
+        return combine(total, total_sq, n, nt_type), refs
 
     def _cost(self, x, options):
         """The inner method's cost on the ``B * nt_samples`` noisy rows (their targets resolved
         by one forward each, as the inner call does); the inner references per noisy row."""
         n = check_positive_int(options.get("nt_samples", 5), "nt_samples")
-        opts = {**self._defaults, **{k: v for k, v in options.items() if k not in _OWN},
+        opts = {**self._defaults, **{k: v for k, v in options.items() if k not in TUNNEL_OPTIONS},
                 **self._fixed}
         rows = x[:1].expand((x.shape[0] * n,) + tuple(x.shape[1:]))
         inner = self.inner_method
         own, refs = inner._cost(rows, {k: v for k, v in opts.items() if k in inner.options()})
-        from ..cost import Cost
         return Cost(forward_rows=rows.shape[0]) + own, refs * n
-
-
-_OWN = ("nt_type", "nt_samples", "stdevs", "seed", "nt_samples_batch_size")
 
 
 def _gather_refs(refs, block_refs, block, batch, n, kind):
@@ -271,39 +280,3 @@ class SmoothIntegratedGradients(NoiseTunnel):
 
     def __init__(self, model) -> None:
         super().__init__(model)
-
-
-def smoothed(inner_reformulation):
-    """The tunnel's reformulation from the inner method's (a non-layer-wise
-    :class:`~taylorattr.reformulations.Reformulation`): the inner reformulation at each
-    noisy input (the noise of :func:`draw_noise` with the same ``nt_samples``, ``stdevs``,
-    ``seed``), combined by ``nt_type``. Targets are resolved on the clean inputs, as the
-    method does; a point baseline is repeated for each noisy copy."""
-    from ..reformulations import Reformulation
-
-    if inner_reformulation.layerwise:
-        raise ValueError("inner_reformulation must give attributions shaped like the inputs, "
-                         "not per-layer terms")
-
-    def compute(model, inputs, baselines, target, orders, nt_type="smoothgrad", nt_samples=5,
-                stdevs=1.0, seed=0, **kw):
-        V.check_model(model)
-        _check_nt_type(nt_type)
-        x = V.check_inputs(inputs).detach()
-        with torch.no_grad():
-            t = V.resolve_target(target, V.model_output(model, x))
-        noise = draw_noise(x, nt_samples, stdevs, seed)
-        rows = (x.unsqueeze(1) + noise).reshape((-1,) + tuple(x.shape[1:]))
-        tr = None if t is None else t.repeat_interleave(nt_samples)
-        if not isinstance(baselines, Baseline) and baselines is not None:
-            baselines = V.broadcast_baselines(baselines, x).repeat_interleave(nt_samples, 0)
-        out = inner_reformulation.orders(model, rows, baselines, tr, orders, **kw)
-        result = {}
-        for K, a in out.items():
-            a = a.view(noise.shape)
-            result[K] = _combine(a.sum(1), (a * a).sum(1), nt_samples, nt_type)
-        return result
-
-    return Reformulation(compute, frozenset(_OWN[:-1]) | inner_reformulation.options,
-                         claim=f"the inner reformulation ({inner_reformulation.claim}) at each "
-                               "noisy input, combined as the method combines the attributions")

@@ -41,84 +41,12 @@ import math
 import torch
 
 from .._validation import select_output
+from ..groups import count_windows, mask_ids, window_geometry, window_masks
 from ..inputs import Layout
 from ._base import AttributionMethod
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 
-__all__ = ["Occlusion", "window_ids"]
-
-
-def _as_tuple(value, name: str, length: int) -> tuple[int, ...]:
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an int or a tuple of ints, got bool")
-    if isinstance(value, int):
-        value = (value,) * length
-    elif isinstance(value, (tuple, list)):
-        if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-            raise TypeError(f"{name} must be an int or a non-empty tuple of ints, got {value!r}")
-        value = tuple(value)
-        if len(value) != length:
-            raise ValueError(f"{name} must have {length} entries (one per occluded dimension), "
-                             f"got {value!r}")
-    else:
-        raise TypeError(f"{name} must be an int or a tuple of ints, got {type(value).__name__}")
-    if any(v < 1 for v in value):
-        raise ValueError(f"{name} entries must be >= 1, got {value!r}")
-    return value
-
-
-def window_shape(patch, n_feature_dims: int) -> tuple[int, ...]:
-    """``patch`` as one size per occluded dimension. An int occludes the last two
-    dimensions of ``[C, H, W]`` samples (all channels of a pixel together) and the last
-    one otherwise; a tuple names the last ``len(patch)`` dimensions."""
-    d = len(patch) if isinstance(patch, (tuple, list)) else max(1, n_feature_dims - 1)
-    if d > n_feature_dims:
-        raise ValueError(f"patch {patch!r} has {d} entries but samples have only "
-                         f"{n_feature_dims} feature dimensions")
-    return _as_tuple(patch, "patch", d)
-
-
-def window_masks(sizes, patch, stride) -> list[torch.Tensor]:
-    """Per occluded dimension, a bool matrix ``[n_windows, L]``: row k marks window k."""
-    masks = []
-    for size, p, s in zip(sizes, patch, stride):
-        n = math.ceil((size - p) / s) + 1
-        starts = torch.arange(n) * s
-        pos = torch.arange(size)
-        masks.append((pos >= starts[:, None]) & (pos < (starts[:, None] + p)))
-    return masks
-
-
-def count_windows(shape: tuple[int, ...], patch, stride=None) -> int:
-    """The windows of one sample of ``shape`` (without the batch), as :class:`Occlusion`
-    lays them out: ``prod(ceil((L - p) / s) + 1)`` over the occluded dimensions."""
-    patch_t, stride_t, sizes = _geometry(shape, patch, stride)
-    return math.prod(math.ceil((n - p) / s) + 1 for n, p, s in zip(sizes, patch_t, stride_t))
-
-
-def window_ids(sample_shape: tuple[int, ...], patch) -> torch.Tensor:
-    """Window id of every feature when windows of ``patch`` tile a sample (stride = patch),
-    shaped like one sample: the layout of :class:`Occlusion` (an int patch groups all
-    channels of a pixel of ``[C, H, W]`` samples; windows past the edge are cut there)."""
-    patch_t, _, sizes = _geometry(tuple(sample_shape), patch, None)
-    ids = torch.zeros((), dtype=torch.long)
-    for mask in window_masks(sizes, patch_t, patch_t):
-        ids = ids.unsqueeze(-1) * mask.shape[0] + mask.long().argmax(0)
-    return ids.expand(tuple(sample_shape)).contiguous()
-
-
-def _geometry(shape: tuple[int, ...], patch, stride) -> tuple[tuple, tuple, tuple]:
-    """``(patch, stride, sizes)`` per occluded dimension of samples of ``shape``, checked."""
-    patch_t = window_shape(patch, len(shape))
-    d = len(patch_t)
-    stride_t = patch_t if stride is None else _as_tuple(stride, "stride", d)
-    sizes = tuple(shape[len(shape) - d:])
-    if any(p > n for p, n in zip(patch_t, sizes)):
-        raise ValueError(f"patch {patch_t} exceeds the occluded dimensions {sizes} of inputs")
-    if any(s > p for s, p in zip(stride_t, patch_t)):
-        raise ValueError(f"stride {stride_t} must not exceed patch {patch_t} "
-                         "(a larger stride leaves features never occluded)")
-    return patch_t, stride_t, sizes
+__all__ = ["Occlusion"]
 
 
 class Occlusion(AttributionMethod):
@@ -150,7 +78,7 @@ class Occlusion(AttributionMethod):
             if not (isinstance(patch, int) and patch == 1) or stride is not None:
                 raise ValueError("give either feature_mask (groups) or patch/stride (windows), "
                                  "not both")
-            ids = _group_ids(feature_mask, layout, x.shape[0], x.device)
+            ids = mask_ids(feature_mask, layout, x.shape[0], x.device)
             return self._ablate(x, base, t, fx, ids, chunk, show_progress), base.unsqueeze(1)
         if not layout.flat:
             return self._windows(x, base, t, fx, patch, stride, chunk, show_progress), \
@@ -166,12 +94,12 @@ class Occlusion(AttributionMethod):
     def _cost(self, x, options):
         """One forward per (sample, window), or per (sample, group) with ``feature_mask``;
         one reference (the baseline)."""
-        from ..cost import Cost
+        from ..runtime.cost import Cost
 
         patch, stride = options.get("patch", 1), options.get("stride")
         mask = options.get("feature_mask")
         if mask is not None:
-            ids = _group_ids(mask, Layout.of((x,), False), x.shape[0], x.device)
+            ids = mask_ids(mask, Layout.of((x,), False), x.shape[0], x.device)
             return Cost(forward_rows=x.shape[0] * torch.unique(ids).numel()), 1
         return Cost(forward_rows=x.shape[0] * count_windows(tuple(x.shape[1:]), patch,
                                                              stride)), 1
@@ -180,7 +108,7 @@ class Occlusion(AttributionMethod):
         """Window drops of one input (``part = (offset, size, shape)`` inside the flat
         tensor of tuple inputs; None: ``x`` itself), spread back to its features."""
         shape = tuple(x.shape[1:]) if part is None else part[2]
-        patch_t, stride_t, sizes = _geometry(shape, patch, stride)
+        patch_t, stride_t, sizes = window_geometry(shape, patch, stride)
         d = len(patch_t)
 
         masks = [m.to(x.device) for m in window_masks(sizes, patch_t, stride_t)]
@@ -250,27 +178,3 @@ def _drops(model, x, base, t, fx, n_windows, member, chunk, show_progress,
             out = select_output(model(copies), tr)
             drops[w0:w1, s0:s1] = fx[None, s0:s1] - out.view(w1 - w0, s1 - s0)
     return drops
-
-
-def _group_ids(feature_mask, layout: Layout, batch: int, device) -> torch.Tensor:
-    """The masks of every input broadcast to ``[1 or B, *shape_i]``, joined: ``[1 or B, N]``."""
-    masks = layout.per_input(feature_mask, "feature_mask", lambda v: isinstance(v, torch.Tensor))
-    out, rows = [], 1
-    for i, (m, shape) in enumerate(zip(masks, layout.shapes)):
-        name = "feature_mask" if len(masks) == 1 else f"feature_mask[{i}]"
-        if not isinstance(m, torch.Tensor):
-            raise TypeError(f"{name} must be an integer tensor, got {type(m).__name__}")
-        if m.dtype.is_floating_point or m.is_complex() or m.dtype == torch.bool:
-            raise TypeError(f"{name} must hold integer group ids, got dtype {m.dtype}")
-        if m.dim() != len(shape) + 1 or m.shape[0] not in (1, batch):
-            raise ValueError(f"{name} must have the input's {len(shape) + 1} dimensions with a "
-                             f"first dimension of 1 or {batch} (the batch), broadcastable to "
-                             f"[{batch}, {', '.join(map(str, shape))}]; got {tuple(m.shape)}")
-        try:
-            full = torch.broadcast_to(m, (m.shape[0],) + shape)
-        except RuntimeError:
-            raise ValueError(f"{name} of shape {tuple(m.shape)} does not broadcast to the input "
-                             f"[{batch}, {', '.join(map(str, shape))}]") from None
-        out.append(full.reshape(m.shape[0], -1).to(device, torch.long))
-        rows = max(rows, m.shape[0])
-    return torch.cat([o.expand(rows, -1) for o in out], 1)

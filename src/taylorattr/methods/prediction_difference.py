@@ -64,8 +64,8 @@ class PredictionDifference(AttributionMethod):
 
     def _cost(self, x, options):
         """Occlusion's windows once per reference; the references themselves."""
-        from ..cost import Cost
-        from .occlusion import count_windows
+        from ..groups import count_windows
+        from ..runtime.cost import Cost
 
         refs = self.references(x, options.get("baselines"), options.get("n_samples"),
                                options.get("noise_std"), options.get("seed", 0))

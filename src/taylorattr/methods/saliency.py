@@ -39,6 +39,6 @@ class Saliency(ImplicitBaselineMethod):
     def _cost(self, x, options):
         """One backward pass through the base class's forward of the batch (kept with its
         graph); one (zero) reference."""
-        from ..cost import Cost
+        from ..runtime.cost import Cost
 
         return Cost(backward_rows=x.shape[0]), 1

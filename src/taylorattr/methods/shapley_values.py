@@ -23,7 +23,7 @@ feature of a group carries its group's value (Captum's convention).
 Taylor reformulation (DESIGN.md 7): expanding ``f`` at ``x``, the removal game of the
 order-K polynomial is a sum of unanimity games, one per monomial, so the Shapley value
 gives each monomial ``phi(kappa)`` in equal shares ``1 / |S|`` to the players of its
-support: :func:`taylorattr.shapley_rule.shapley_attribution` (exact for ``K <= 4``).
+support: :func:`taylorattr.taylor.shapley_rule.shapley_attribution` (exact for ``K <= 4``).
 """
 from __future__ import annotations
 
@@ -32,40 +32,15 @@ import math
 import torch
 
 from .._validation import check_positive_int, check_seed, select_output
-from ..pair_interactions import resolve_groups
+from ..groups import player_ids
 from ._base import AttributionMethod
 from ._passes import check_optional_positive_int, chunk_ranges, default_chunk_rows
 
-__all__ = ["MAX_EXACT_PLAYERS", "ShapleyValues", "coalition_values", "player_ids"]
+__all__ = ["MAX_EXACT_PLAYERS", "ShapleyValues", "coalition_values"]
 
 #: The most players the exact enumeration takes (``2^16`` coalitions per sample).
 MAX_EXACT_PLAYERS = 16
 _METHODS = ("auto", "exact", "sampling")
-
-
-def player_ids(feature_mask, x: torch.Tensor, patch=None) -> tuple[torch.Tensor, int]:
-    """``(ids [n_features] long, G)``: the player of every feature of a sample, from ids
-    broadcastable to one sample (or Captum's ``[1, ...]`` form with a batch axis of 1), or
-    the square windows of ``patch`` (Occlusion's layout); every feature alone by default."""
-    shape = tuple(x.shape[1:])
-    if patch is not None:
-        if feature_mask is not None:
-            raise ValueError("give at most one of feature_mask and patch (both define players)")
-        from .occlusion import window_ids
-
-        feature_mask = window_ids(shape, patch)
-    if feature_mask is None:
-        n = math.prod(shape)
-        return torch.arange(n, device=x.device), n
-    if isinstance(feature_mask, torch.Tensor) and feature_mask.dim() == x.dim() \
-            and feature_mask.shape[0] == 1:  # Captum's form, with a batch axis of 1
-        feature_mask = feature_mask[0]
-    ids = resolve_groups(feature_mask, shape, "feature_mask").reshape(-1).to(x.device)
-    G = int(ids.max()) + 1
-    if torch.bincount(ids, minlength=G).min() == 0:
-        raise ValueError(f"feature_mask must use every id 0..{G - 1} (a player without features "
-                         "has no value); renumber the groups")
-    return ids, G
 
 
 def coalition_values(model, x, base, target, ids, coalitions, chunk: int | None = None,
@@ -176,7 +151,7 @@ class ShapleyValues(AttributionMethod):
     def _cost(self, x, options):
         """Exact: ``2^G`` coalitions per sample; sampling: ``G`` per order and sample, and
         one forward of the baselines. One reference."""
-        from ..cost import Cost
+        from ..runtime.cost import Cost
 
         _, G = player_ids(options.get("feature_mask"), x, options.get("patch"))
         method, perms = options.get("method", "auto"), options.get("permutations")

@@ -5,7 +5,7 @@
 Each monomial of the order-K expansion at ``x`` goes to its features in proportion to
 their exponents (Theorem 5), so ``sum_i a_i = g_K = sum_{k<=K} P_k``; order 1 is
 Gradient*Input with respect to the baseline. This is the order-K reformulation of
-Integrated Gradients, computed directly by :func:`taylorattr.taylor.taylor_attribution`
+Integrated Gradients, computed directly by :func:`taylorattr.taylor.terms.taylor_attribution`
 (one Taylor-mode pass and one backward pass). Its convergence delta is ``-eps_K``, the
 truncation error of the expansion.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .._validation import check_positive_int
-from ..taylor import taylor_attribution, taylor_attribution_cost
+from ..taylor.terms import taylor_attribution, taylor_attribution_cost
 from ._base import AttributionMethod
 
 __all__ = ["TaylorAttribution"]
@@ -31,8 +31,8 @@ class TaylorAttribution(AttributionMethod):
         return taylor_attribution(self.model, x, base, t, order), base.unsqueeze(1)
 
     def _cost(self, x, options):
-        """What :func:`~taylorattr.taylor.taylor_attribution` runs
-        (:func:`~taylorattr.taylor.taylor_attribution_cost`); the baseline is the one
+        """What :func:`~taylorattr.taylor.terms.taylor_attribution` runs
+        (:func:`~taylorattr.taylor.terms.taylor_attribution_cost`); the baseline is the one
         reference."""
         order = check_positive_int(options.get("order", 2), "order")
         return replace(taylor_attribution_cost(x, 0.0, order), label="", samples=0), 1

@@ -25,8 +25,8 @@ from .._validation import (
     resolve_target,
     select_output,
 )
-from ..batching import chunk_rows
 from ..inputs import Layout, as_tuple, check_additional_args, check_batch
+from ..runtime.batching import chunk_rows
 from .fidelity import _acc_dtype
 
 __all__ = ["gaussian_perturbation", "infidelity", "infidelity_cost", "optimal_beta_score",
@@ -282,7 +282,7 @@ def infidelity(
         seed: seed of the generator for ``"gaussian"`` and callables.
         batch_size: the most perturbed copies given to ``model`` in one forward pass;
             default (None) sized from the model's measured memory per row against the
-            memory budget (:func:`taylorattr.batching.chunk_rows`).
+            memory budget (:func:`taylorattr.runtime.batching.chunk_rows`).
         show_progress: show a tqdm progress bar over forward passes.
         additional_forward_args: passed after the inputs to every model call (tensors in it
             batch-first, repeated with each sample's perturbed copies).
@@ -431,10 +431,10 @@ def _one_tensor(model, inputs, attributions, perturbation, additional_forward_ar
 
 def infidelity_cost(inputs: torch.Tensor, perturbation="square", max_side: int = 10,
                     n_perturb_samples: int | None = None):
-    """The rows :func:`infidelity` runs (a :class:`~taylorattr.cost.Cost`): one forward of
+    """The rows :func:`infidelity` runs (a :class:`~taylorattr.runtime.cost.Cost`): one forward of
     the batch and one per (sample, perturbation): the squares of :func:`square_removal`
     (``"square"``) or ``n_perturb_samples`` draws (default 1000). Runs no model."""
-    from ..cost import Cost
+    from ..runtime.cost import Cost
 
     inputs = check_inputs(inputs)
     b = inputs.shape[0]

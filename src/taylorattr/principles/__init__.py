@@ -78,7 +78,7 @@ score.
 """
 from __future__ import annotations
 
-from ..catalog import EG_NOISE_STD
+from ..registry.catalog import EG_NOISE_STD
 from .auditing import (
     AUDIT_DRAWS,
     PAPER_VERDICTS,

@@ -362,7 +362,7 @@ def format_table(rows: list[dict]) -> str:
     """A Markdown pipe table of :func:`principles_table` rows (score, verdict and the
     paper's verdict per principle); ``*`` marks a measured verdict that differs from the
     paper's."""
-    from ..report import markdown_table
+    from ..reporting.report import markdown_table
 
     cols = ["1 low error", "2 assignment", "3 unbiased baseline"]
     body, marked = [], False

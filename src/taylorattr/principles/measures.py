@@ -11,7 +11,7 @@ import torch
 
 from .. import _validation as V
 from ..methods._passes import target_gradient
-from ..statistics import pearson
+from ..metrics.statistics import pearson
 from .probes import _REFERENCES
 
 

@@ -10,7 +10,7 @@ Three experiments (the paper's section "Attribution assessment"), each a table o
    (:func:`taylorattr.principles.principles_table`) and, per model, the Spearman rank
    correlation between infidelity and that number (the paper claims a negative one).
 2. ``"taylor_order"``: infidelity of the first- and second-order Taylor attribution
-   (:func:`taylorattr.taylor.taylor_attribution`, baseline 0) on C-sg and C-sp. The paper
+   (:func:`taylorattr.taylor.terms.taylor_attribution`, baseline 0) on C-sg and C-sp. The paper
    reports 0.48 (first) vs 0.27 (second) on C-sg and 0.84 vs 0.75 on C-sp: the
    second-order attribution has the *lower* (better) infidelity.
 3. ``"bbox"``: bounding-box accuracy (Schulz et al. 2020) of the same methods on the
@@ -68,8 +68,8 @@ GS and the SmoothGrad family 51 forwards and 50 backwards, GI and Saliency one o
 ResNet-18 row takes about 0.25 s on two CPU cores, so the defaults cost about 15 minutes
 per image, the pixel level about 11 hours. Labels stay the registry's; the scale, the
 windows and the rows per image are in ``settings["imagenet"]`` and a note line of the
-table, and a method above :data:`taylorattr.cost.GPU_SCALE_ROWS` rows per image on a CPU
-(:attr:`taylorattr.cost.Cost.gpu_scale`) is flagged in its row's note. With the
+table, and a method above :data:`taylorattr.runtime.cost.GPU_SCALE_ROWS` rows per image on a CPU
+(:attr:`taylorattr.runtime.cost.Cost.gpu_scale`) is flagged in its row's note. With the
 workspace's ``progress`` every unit shows a per-chunk bar (rows, totalled by the method's
 planned rows), also inside one long attribution.
 
@@ -305,7 +305,7 @@ def run_assessment(ws: Workspace, experiments: Sequence[str] = EXPERIMENTS,
 def _markers(bound) -> dict[str, str]:
     """One marker per method label for both figures (registry markers first; variants of
     one method get distinct fallback markers), so a label keeps its marker in each."""
-    from ...plotting import assign_markers
+    from ...reporting.plotting import assign_markers
 
     return assign_markers([m.label for m in bound], {m.label: m.spec.marker for m in bound})
 
@@ -317,7 +317,7 @@ def _plain(value):
 def _write(ws: Workspace, result: AssessmentResult, plots: bool, markers) -> None:
     folder = ws.out / "assessment"
     if plots:
-        from ...plotting import plot_trend
+        from ...reporting.plotting import plot_trend
 
         if result.infidelity:
             result.figures.append(str(plot_trend(

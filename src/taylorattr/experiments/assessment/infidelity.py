@@ -19,8 +19,8 @@ from ..._validation import broadcast_baselines, check_bool, select_output
 from ...baselines import Point
 from ...metrics import square_removal
 from ...metrics.perturbation import optimal_beta_score, square_removed_rows, square_sums
+from ...metrics.statistics import compare_paired, mean_sem, wilcoxon_signed_rank
 from ...registry import METHODS
-from ...statistics import compare_paired, mean_sem, wilcoxon_signed_rank
 from .. import paper
 from .._units import fingerprint
 from .stage import Stage, collect, timed

@@ -25,8 +25,8 @@ import torch
 
 from ...baselines import Point
 from ...metrics import bbox_accuracy
+from ...metrics.statistics import mean_sem
 from ...registry import LAYOUT_OPTIONS
-from ...statistics import mean_sem
 from .. import paper
 from .._units import fingerprint
 from .stage import Stage, collect, timed

@@ -13,8 +13,8 @@ import inspect
 import math
 
 from ... import principles
+from ...metrics.statistics import spearman
 from ...registry import principle_count
-from ...statistics import spearman
 from .. import paper
 from .._units import UnitStore
 

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ... import _io, distributed
+from ... import _io
+from ...runtime import distributed
 from .._units import UnitStore
 from .lock import JobLock, LockHeld
 from .sharding import rank_units, unit_ranges

@@ -9,7 +9,7 @@ order whatever the number of processes, and writes
   value``);
 * ``summary.csv`` and ``summary.json``: per method and metric the count ``n``, the mean
   and its standard error ``sem = std(ddof=1) / sqrt(n)``
-  (:func:`taylorattr.statistics.mean_sem`; NaN for one sample), NaN scores left out
+  (:func:`taylorattr.metrics.statistics.mean_sem`; NaN for one sample), NaN scores left out
   and counted in ``n_nan``; the JSON also lists the skipped items.
 
 Floats are written with ``repr`` (shortest round-trip text), so equal numbers give equal
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from ... import _io
-from ...statistics import mean_sem
+from ...metrics.statistics import mean_sem
 
 __all__ = ["merge_units"]
 

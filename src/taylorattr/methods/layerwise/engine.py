@@ -19,6 +19,7 @@ import torch
 from torch import fx, nn
 
 from ..._validation import model_output, resolve_target, select_output
+from ...runtime.progress import report_rows
 from .plan import Plan, get_plan
 from .records import LayerRecord, fold_batchnorm
 from .rules import RuleSet
@@ -52,12 +53,6 @@ def _callable(interp: fx.Interpreter, node: fx.Node, args, kwargs):
     return fn, label
 
 
-#: Called as ``observe(model, x)`` after every run of a plan on rows ``x``: a plan calls
-#: the model's modules, never its forward, so forward hooks do not see it (the progress
-#: bars of :mod:`taylorattr._progress` count plan runs through this).
-plan_run_observers: list = []
-
-
 class _Pass(fx.Interpreter):
     """Runs the traced graph on the live model, applying the rules at planned nodes.
 
@@ -76,8 +71,7 @@ class _Pass(fx.Interpreter):
 
     def run(self, *args, **kwargs):
         out = super().run(*args, **kwargs)
-        for observe in plan_run_observers:
-            observe(self.module, args[0])
+        report_rows(self.module, args[0])  # a plan never calls the model's forward hooks
         return out
 
     def run_node(self, n: fx.Node):
@@ -199,13 +193,13 @@ class LayerwiseMethod:
         return get_plan(self.model, self._rules)
 
     def _propagate_cost(self, rows: int):
-        """The :class:`~taylorattr.cost.Cost` of :func:`propagate` on ``rows`` rows (without
+        """The :class:`~taylorattr.runtime.cost.Cost` of :func:`propagate` on ``rows`` rows (without
         records): a row is one sample run through the plan. When a rule compares with the
         baseline (DeepLIFT's Rescale), the baselines' rows are run forward first (no
         gradient); then the inputs' rows run forward and are swept back once by the
         modified gradient (a rule's own evaluations of a layer inside that sweep, as LRP's
         z-plus, gamma or flat make, belong to the row's backward). Runs no model."""
-        from ...cost import Cost
+        from ...runtime.cost import Cost
 
         forward = rows * (2 if self._rules.needs_reference else 1)
         return Cost(forward_rows=forward, backward_rows=rows)

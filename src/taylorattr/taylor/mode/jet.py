@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import fx
 
-from .. import series as S
+from ... import series as S
 
 __all__ = ["BatchSecond", "Jet", "UnsupportedOperation"]
 

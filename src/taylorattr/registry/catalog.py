@@ -11,10 +11,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 
-from . import reformulations as R
-from .baselines import Noise
-from .data.references import TrainingDigits
-from .methods import (
+from ..baselines import Noise
+from ..data.references import TrainingDigits
+from ..methods import (
     DeepLift,
     DeepLiftShap,
     EpsilonLRP,
@@ -33,10 +32,10 @@ from .methods import (
     SmoothIntegratedGradients,
     TaylorAttribution,
 )
-from .methods import gradient_shap as _gradient_shap
-from .methods.lrp_rules import rule_class
-from .methods.noise_tunnel import smoothed as _smoothed
-from .registry import EXPERIMENTS, MethodSpec, PaperFacts, Variant, register
+from ..methods import gradient_shap as _gradient_shap
+from ..methods import reformulations as R
+from ..methods.lrp_rules import rule_class
+from .specs import EXPERIMENTS, MethodSpec, PaperFacts, Variant, register
 
 __all__ = ["EG_NOISE_STD", "SMOOTHGRAD_STD"]
 
@@ -112,7 +111,7 @@ register(MethodSpec("deeplift_shap", DeepLiftShap, variants=(
 register(MethodSpec("gradient_shap", GradientShap, variants=(
     Variant("GS", {"noise_std": EG_NOISE_STD, "n_samples": 50, "stdevs": 0.1},
             experiments=_NO_VALIDATION),),
-    reformulation=replace(_gradient_shap.reformulation(),
+    reformulation=replace(R.gradient_shap_reformulation(),
                           cost=R.drawn_rows_cost(_gradient_shap.draw)), marker="d"))
 register(MethodSpec("smoothgrad", SmoothGrad, variants=(
     Variant("SG", {**_SG, "nt_type": "smoothgrad"}, experiments=_NO_VALIDATION),), marker="<"))
@@ -125,7 +124,7 @@ register(MethodSpec("vargrad", SmoothGrad, variants=(
 register(MethodSpec("smoothgrad_ig", SmoothIntegratedGradients, variants=(
     Variant("SG-IG", {"nt_samples": 10, "stdevs": SMOOTHGRAD_STD, "n_steps": 16},
             experiments=frozenset({"audit", "validation", "saliency"})),),
-    reformulation=replace(_smoothed(R.INTEGRATED_GRADIENTS),
+    reformulation=replace(R.smoothed(R.INTEGRATED_GRADIENTS),
                           cost=R.noisy_copies_cost(R.INTEGRATED_GRADIENTS)), marker="1"))
 # ---- the follow-up's methods, part 2: Shapley-type methods and Prediction Difference ----
 _AUDIT = frozenset({"audit"})

@@ -4,7 +4,7 @@
 update per model call, i.e. per chunk of a chunked pass; for the layer-wise engines, per
 run of their plan) on a tqdm bar that does not stay
 on screen (``leave=False``), labelled by the caller and totalled by the planned rows when
-they are known (:mod:`taylorattr.cost`). The hook only reads the input's batch size, so
+they are known (:mod:`taylorattr.runtime.cost`). The hook only reads the input's batch size, so
 the results are bitwise those of an unobserved run.
 """
 from __future__ import annotations
@@ -13,10 +13,21 @@ import contextlib
 
 import torch
 from torch import nn
+from tqdm.auto import tqdm
 
 from .batching import probing
 
-__all__ = ["model_rows_bar"]
+__all__ = ["model_rows_bar", "report_rows"]
+
+#: Called as ``observe(model, x)`` by :func:`report_rows`.
+_ROW_OBSERVERS: list = []
+
+
+def report_rows(model, x) -> None:
+    """Say that ``model``'s rows ``x`` ran without its forward (the layer-wise engines run
+    a traced plan of its modules, which forward hooks do not see): the open bars count them."""
+    for observe in _ROW_OBSERVERS:
+        observe(model, x)
 
 
 def _rows(args) -> int:
@@ -32,14 +43,10 @@ def model_rows_bar(model, desc: str, total: int | None = None):
 
     Rows are counted at the model's forward and, for the layer-wise engines (which run a
     traced plan of the model's modules, never its forward), at each run of the plan
-    (:data:`taylorattr.methods.layerwise.engine.plan_run_observers`)."""
+    (:func:`report_rows`)."""
     if not isinstance(model, nn.Module) or isinstance(model, torch.jit.ScriptModule):
         yield None
         return
-    from tqdm.auto import tqdm
-
-    from .methods.layerwise import engine
-
     bar = tqdm(total=total, desc=desc, unit="row", leave=False, dynamic_ncols=True)
 
     def advance(rows: int) -> None:
@@ -53,10 +60,10 @@ def model_rows_bar(model, desc: str, total: int | None = None):
         advance(_rows((x,)))
 
     handle = model.register_forward_hook(on_forward)
-    engine.plan_run_observers.append(on_plan_run)
+    _ROW_OBSERVERS.append(on_plan_run)
     try:
         yield bar
     finally:
         handle.remove()
-        engine.plan_run_observers.remove(on_plan_run)
+        _ROW_OBSERVERS.remove(on_plan_run)
         bar.close()

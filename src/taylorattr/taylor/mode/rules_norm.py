@@ -6,7 +6,7 @@
 
 LayerNorm normalises the last axes; GroupNorm normalises ``[B, G, C/G * spatial]``;
 RMS normalisation is ``x * (mean(x^2) + eps)^(-1/2)``. BatchNorm in eval mode is affine
-(:mod:`taylorattr.taylor_mode.rules_affine`).
+(:mod:`taylorattr.taylor.mode.rules_affine`).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import series as S
+from ... import series as S
 from .jet import Jet, UnsupportedOperation, batch_dim
 from .registry import builtin
 from .rules_affine import reshape

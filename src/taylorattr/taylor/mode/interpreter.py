@@ -3,7 +3,7 @@
     f(x + t v_r) = sum_{k=0..K} c_k t^k,   c_k = D^k f(x)[v_r, ..., v_r] / k!
 
 for every direction ``v_r`` at once. Each node whose arguments depend on the input is
-dispatched to its rule (:mod:`taylorattr.taylor_mode.registry`); every other node runs as
+dispatched to its rule (:mod:`taylorattr.taylor.mode.registry`); every other node runs as
 usual. A refusal names the op, its source line and what the user can do.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import builtins
 import torch
 from torch import fx, nn
 
-from .. import _fx
+from ... import _fx
 from . import registry as R
 from .jet import BatchSecond, Jet, UnsupportedOperation, any_jet, is_jet
 from .rules_pointwise import (
@@ -25,7 +25,7 @@ from .rules_pointwise import (
 )
 
 ADVICE = ("What you can do: use an operation listed in docs/supported_ops.md "
-          "(taylorattr.taylor_mode.supported_ops()), register an exact rule with "
+          "(taylorattr.taylor.mode.supported_ops()), register an exact rule with "
           "ta.register_taylor_rule({key}, rule), or, for a ReLU/max-pool network, analyse "
           "ta.smooth(model, beta) instead.")
 ADVICE_ARGS = ("What you can do: the op is supported with other arguments (keep the batch axis "

@@ -30,9 +30,10 @@ from dataclasses import dataclass, replace
 import torch
 from tqdm.auto import tqdm
 
-from . import _validation as V
-from .inputs import whole_batch_view
-from .taylor_mode import piecewise_linear_ops, propagate, trace
+from .. import _validation as V
+from ..groups import mask_ids
+from ..inputs import Layout, whole_batch_view
+from .mode import piecewise_linear_ops, propagate, trace
 
 __all__ = ["TaylorTerms", "group_expansions", "group_expansions_cost", "taylor_attribution",
            "taylor_attribution_cost", "taylor_terms", "taylor_terms_cost"]
@@ -83,7 +84,7 @@ def _select(out: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
 def _default_chunk(order: int, batch: int, n_features: int, entries: int | None = None,
                    max_rows: int | None = None) -> int:
     """Directions per pass: about 8192 series rows, at most 2^25 direction entries, and at
-    most ``max_rows`` series rows (:func:`taylorattr.batching.series_rows`: the rows whose
+    most ``max_rows`` series rows (:func:`taylorattr.runtime.batching.series_rows`: the rows whose
     largest block stays off glibc's mmap path, measured on the model).
 
     ``n_features``: the directions to expand (features or groups); ``entries``: the
@@ -100,7 +101,7 @@ def _expansion_chunk(model, inputs: torch.Tensor, order: int, groups: torch.Tens
     (measured on ``model`` when one is given)."""
     if chunk_size is not None:
         return V.check_positive_int(chunk_size, "chunk_size")
-    from .batching import series_rows
+    from ..runtime.batching import series_rows
 
     cap = None if model is None else series_rows(model, inputs, order)
     return _default_chunk(order, inputs.shape[0], int(groups.max()) + 1, groups.numel(), cap)
@@ -243,10 +244,7 @@ def _resolve_groups(groups, feature_mask, delta, layout):
         if groups is not None:
             raise ValueError("give either groups (ids 0..G-1 shaped like one sample) or "
                              "feature_mask (Captum's form), not both")
-        from .inputs import Layout
-        from .methods.occlusion import _group_ids
-
-        ids = _group_ids(feature_mask, layout or Layout.of((delta,), False), 1, delta.device)
+        ids = mask_ids(feature_mask, layout or Layout.of((delta,), False), 1, delta.device)
         return torch.unique(ids, return_inverse=True)[1].view(delta.shape[1:])
     if groups is None:
         return None
@@ -314,7 +312,7 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
 
     Args:
         model: an ``nn.Module`` mapping ``[B, ...]`` to ``[B, C]`` or ``[B]``, traceable by
-            torch.fx and built from the operations listed in :mod:`taylorattr.taylor_mode`.
+            torch.fx and built from the operations listed in :mod:`taylorattr.taylor.mode`.
         inputs: ``[B, ...]`` float32/float64 tensor.
         baselines: scalar, tensor broadcastable to ``inputs``, or one baseline per sample.
         target: ``None`` (argmax class), an int, or a ``[B]`` tensor; ``None`` for ``[B]`` outputs.
@@ -414,7 +412,7 @@ def _moved_width(delta: torch.Tensor, groups: torch.Tensor) -> int:
 
 
 def _expansions_cost(B: int, width: int, order: int, chunk: int):
-    from .cost import Cost
+    from ..runtime.cost import Cost
 
     return Cost(taylor_passes=-(-width // chunk), taylor_rows=B * width, order=order)
 
@@ -422,12 +420,12 @@ def _expansions_cost(B: int, width: int, order: int, chunk: int):
 def group_expansions_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, groups=None,
                           chunk_size: int | None = None, model=None):
     """The rows :func:`group_expansions` runs on one-tensor inputs (a
-    :class:`~taylorattr.cost.Cost`): two forwards of the batch (inputs and baselines) and,
+    :class:`~taylorattr.runtime.cost.Cost`): two forwards of the batch (inputs and baselines) and,
     per sample, one order-``order`` Taylor-mode row per moved group, ``chunk_size``
     directions per pass (the widest sample sets the passes). Runs no model; without
     ``chunk_size`` the passes are those the run makes on ``model`` when it is given (its
     memory per row caps the default chunk), else the fewest the run can make."""
-    from .cost import Cost
+    from ..runtime.cost import Cost
 
     V.check_positive_int(order, "order")
     inputs = V.check_inputs(inputs)
@@ -448,7 +446,7 @@ def taylor_attribution_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2)
     batch (inputs and baselines), one Taylor-mode pass along ``-delta`` (``B`` rows) swept
     backward once (order 1) or twice; those of :func:`taylor_terms` without its
     per-feature expansions. Runs no model."""
-    from .cost import Cost
+    from ..runtime.cost import Cost
 
     V.check_positive_int(order, "order")
     B = V.check_inputs(inputs).shape[0]

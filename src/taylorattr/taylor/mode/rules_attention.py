@@ -7,7 +7,7 @@
 
 ``nn.MultiheadAttention`` is its input projections, per-head attention and the output
 projection; with ``batch_first=False`` it takes the sequence-first tensors that
-``x.transpose(0, 1)`` makes (:class:`~taylorattr.taylor_mode.jet.BatchSecond`).
+``x.transpose(0, 1)`` makes (:class:`~taylorattr.taylor.mode.jet.BatchSecond`).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import series as S
+from ... import series as S
 from .jet import BatchSecond, Jet, UnsupportedOperation, batch_dim, is_jet, multilinear
 from .registry import builtin
 from .rules_affine import linear

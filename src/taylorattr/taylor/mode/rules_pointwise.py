@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import series as S
+from ... import series as S
 from .jet import Jet, UnsupportedOperation, is_jet
 from .registry import builtin
 

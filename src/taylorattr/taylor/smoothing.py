@@ -32,8 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from . import _fx
-from . import _validation as V
+from .. import _fx
+from .. import _validation as V
 
 __all__ = ["SmoothLeakyReLU", "SmoothMaxPool", "SmoothReLU", "SmoothReLU6", "SmoothedModel",
            "smooth"]
@@ -78,7 +78,7 @@ class SmoothMaxPool(nn.Module):
     with ``s`` the window maximum, held constant: the value does not depend on ``s``, which
     only keeps ``exp`` in range. Each offset of the window is a strided slice of the input.
     Taylor mode runs the same :meth:`log_sum_exp` on Jets (its rule in
-    :mod:`taylorattr.taylor_mode.rules_surrogates`)."""
+    :mod:`taylorattr.taylor.mode.rules_surrogates`)."""
 
     def __init__(self, beta: float, dims: int, kernel_size, stride=None, padding=0, dilation=1):
         super().__init__()

@@ -1,7 +1,7 @@
 """The paper's Theorems 1-5 and its corollary for sampled baselines, as code (docs/design.md).
 
 Each reformulation rebuilds a method's attribution from exact Taylor terms of order K,
-with ``delta = x - x~`` and ``P_k`` as in :mod:`taylorattr.taylor`; the registry
+with ``delta = x - x~`` and ``P_k`` as in :mod:`taylorattr.taylor.terms`; the registry
 (:mod:`taylorattr.registry`) gives each method its reformulation:
 
 =======================  ============================================================
@@ -17,7 +17,7 @@ SHAPLEY_RULE             each monomial shared equally by its support (K <= 4)
 =======================  ============================================================
 
 Each reformulation also counts its own rows (``cost``, :meth:`Reformulation.cost_of`):
-the rows the model sees when it runs (:mod:`taylorattr.cost`), so that a run's estimate
+the rows the model sees when it runs (:mod:`taylorattr.runtime.cost`), so that a run's estimate
 needs no list of methods; a reformulation registered without one is named as not counted.
 
 The layer-wise originals replace the neuron's change ``x_j^(l+1) - x~_j^(l+1)`` in the
@@ -33,20 +33,28 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import _validation as V
-from .cost import summed
-from .metrics import percentage_change
-from .taylor import (
+from .. import _validation as V
+from ..baselines import Baseline
+from ..groups import window_ids
+from ..metrics import percentage_change
+from ..runtime.cost import Cost, summed
+from ..taylor.mode import propagate, trace
+from ..taylor.shapley_rule import shapley_attribution, shapley_attribution_cost
+from ..taylor.terms import (
     group_expansions,
     group_expansions_cost,
     taylor_attribution,
     taylor_attribution_cost,
 )
-from .taylor_mode import propagate, trace
+from . import gradient_shap, noise_tunnel
+from .deeplift import DeepLift
+from .layerwise import denominator as rec_denominator
+from .layerwise import edge_terms, local_relevance
+from .lrp import EpsilonLRP
 
 __all__ = ["DEEPLIFT", "EPSILON_LRP", "GRADIENT_INPUT", "INTEGRATED_GRADIENTS", "OCCLUSION_1",
            "OCCLUSION_PATCH", "SHAPLEY_RULE", "LayerReformulation", "Reformulation", "averaged_over_draws",
-           "drawn_rows_cost", "noisy_copies_cost", "occlusion_groups"]
+           "drawn_rows_cost", "gradient_shap_reformulation", "noisy_copies_cost", "smoothed"]
 
 
 @dataclass(frozen=True)
@@ -61,7 +69,7 @@ class Reformulation:
     the reformulation claims (``docs/design.md``): the theorem it implements.
 
     ``cost(inputs, baselines, orders, **options)`` counts, without running the model, the
-    rows ``compute`` runs on one-tensor inputs (a :class:`taylorattr.cost.Cost`, whatever
+    rows ``compute`` runs on one-tensor inputs (a :class:`taylorattr.runtime.cost.Cost`, whatever
     the target); None means the reformulation does not count its rows (an estimate names
     it as not counted).
     """
@@ -75,7 +83,7 @@ class Reformulation:
     def cost_of(self, inputs: torch.Tensor, baselines, orders, settings: Mapping | None = None):
         """The rows of ``orders(model, inputs, baselines, target, orders, **options)`` with
         ``options`` the entries of a method's ``settings`` this reformulation takes
-        (:meth:`own_options`): a :class:`taylorattr.cost.Cost` labelled ``"reformulation"``,
+        (:meth:`own_options`): a :class:`taylorattr.runtime.cost.Cost` labelled ``"reformulation"``,
         or None when it does not count them (``cost`` is None). Runs no model."""
         if self.cost is None:
             return None
@@ -133,8 +141,6 @@ def _per_order_cost(single: Callable) -> Callable:
 
 
 def _forwards(rows: int):
-    from .cost import Cost
-
     return Cost(forward_rows=rows)
 
 
@@ -151,25 +157,13 @@ class LayerReformulation:
     reformulated: torch.Tensor
 
 
-def occlusion_groups(sample_shape: tuple[int, ...], patch) -> torch.Tensor:
-    """Window id of every feature when windows of ``patch`` tile a sample (stride = patch).
-
-    Same layout as :class:`taylorattr.methods.Occlusion`: an int patch occludes the last
-    two dimensions of ``[C, H, W]`` samples (all channels together) and the last one
-    otherwise; windows that run past the edge are cut there.
-    """
-    from .methods.occlusion import window_ids
-
-    return window_ids(tuple(sample_shape), patch)
-
-
 def _occlusion_windows(inputs, patch, stride) -> torch.Tensor:
     """The tiling windows of the occlusion reformulation (stride = patch) as group ids."""
     if stride is not None and stride != patch:
         raise ValueError(f"stride must equal patch for the Taylor reformulation of occlusion "
                          f"(tiling windows), got stride={stride!r}, patch={patch!r}")
     V.check_inputs(inputs)
-    return occlusion_groups(tuple(inputs.shape[1:]), patch)
+    return window_ids(tuple(inputs.shape[1:]), patch)
 
 
 def _occlusion_orders(model, inputs, baselines, target, orders, patch=2, stride=None, **kw):
@@ -187,7 +181,7 @@ def _occlusion_orders(model, inputs, baselines, target, orders, patch=2, stride=
 
 def _occlusion_cost(inputs, baselines, orders, patch=2, stride=None, chunk_size=None,
                     show_progress=False):
-    """One :func:`~taylorattr.taylor.group_expansions` at ``max(orders)`` over the windows."""
+    """One :func:`~taylorattr.taylor.terms.group_expansions` at ``max(orders)`` over the windows."""
     groups = _occlusion_windows(inputs, patch, stride)
     return group_expansions_cost(inputs, baselines, max(orders), groups, chunk_size)
 
@@ -228,16 +222,29 @@ class _Apply(nn.Module):
         return self.fn(x)
 
 
-def _layerwise(rule: str):
-    def run(model, inputs, baselines, target, order, **kw) -> list[LayerReformulation]:
-        from .methods import DeepLift, EpsilonLRP
-        from .methods.layerwise import denominator as rec_denominator
-        from .methods.layerwise import edge_terms, local_relevance
+@dataclass(frozen=True)
+class _LayerwiseRule:
+    """What a layer-wise reformulation needs of its method: ``records(model, inputs,
+    baselines, target, **kw)`` (the method's per-layer records), whether it runs reference
+    rows (DeepLIFT's baseline pass), and whether each edge's share is taken of the layer's
+    stabilised output (epsilon-LRP: ``z_ji / (y_j + eps s)``) rather than of its change."""
 
-        if rule == "deeplift":
-            records = DeepLift(model).layer_records(inputs, baselines, target)
-        else:
-            records = EpsilonLRP(model, **kw).layer_records(inputs, target)
+    records: Callable
+    reference_rows: bool
+    of_output: bool
+
+
+_DEEPLIFT_RULE = _LayerwiseRule(
+    lambda model, inputs, baselines, target, **kw:
+    DeepLift(model).layer_records(inputs, baselines, target), reference_rows=True, of_output=False)
+_EPSILON_LRP_RULE = _LayerwiseRule(
+    lambda model, inputs, baselines, target, **kw:
+    EpsilonLRP(model, **kw).layer_records(inputs, target), reference_rows=False, of_output=True)
+
+
+def _layerwise(rule: _LayerwiseRule):
+    def run(model, inputs, baselines, target, order, **kw) -> list[LayerReformulation]:
+        records = rule.records(model, inputs, baselines, target, **kw)
         out = []
         for rec in records:
             if rec.activation is None:
@@ -245,7 +252,7 @@ def _layerwise(rule: str):
             slope = _expansion_slope(rec.activation, rec.pre, rec.pre - rec.ref_pre, order)
             edges = edge_terms(rec)
             factor = slope.reshape(edges.shape[:-1])  # DeepLIFT: (z_ji - z~_ji) * g_K / (y_j - y~_j)
-            if rule == "epsilon_lrp":  # z_ji / (y_j + eps s) * g_K,  g_K = slope * (y_j - b_j)
+            if rule.of_output:  # z_ji / (y_j + eps s) * g_K,  g_K = slope * (y_j - b_j)
                 factor = factor * (rec.pre - rec.ref_pre).reshape(factor.shape) / rec_denominator(rec)
             out.append(LayerReformulation(rec.name, local_relevance(rec), edges * factor.unsqueeze(-1)))
         return out
@@ -256,16 +263,14 @@ def _layerwise(rule: str):
 _LAYERWISE_NOTE = "per-layer expansions of the activations (no model rows) not counted"
 
 
-def _layerwise_cost(rule: str) -> Callable:
+def _layerwise_cost(rule: _LayerwiseRule) -> Callable:
     """Per order, the layer records' one pass through the model's plan: ``B`` rows forward
     and swept back, and for DeepLIFT ``B`` baseline rows forward. The per-layer Taylor-mode
     passes through each activation alone run no model rows (noted, not counted)."""
     def single(inputs, baselines, order, **kw):
-        from .cost import Cost
-
         V.check_positive_int(order, "order")
         B = inputs.shape[0]
-        return Cost(forward_rows=(2 if rule == "deeplift" else 1) * B, backward_rows=B,
+        return Cost(forward_rows=(2 if rule.reference_rows else 1) * B, backward_rows=B,
                     notes=(_LAYERWISE_NOTE,))
     return _per_order_cost(single)
 
@@ -316,7 +321,7 @@ def drawn_rows_cost(draw: Callable) -> Callable:
 
 
 def noisy_copies_cost(inner: Reformulation) -> Callable:
-    """The ``cost`` of :func:`taylorattr.methods.noise_tunnel.smoothed` around ``inner``:
+    """The ``cost`` of :func:`smoothed` around ``inner``:
     the target's forward on the inputs (``B`` rows), then ``inner``'s rows on the
     ``B x nt_samples`` noisy copies (drawn here as the reformulation draws them, so an
     inner count that depends on which features move is exact)."""
@@ -325,10 +330,7 @@ def noisy_copies_cost(inner: Reformulation) -> Callable:
 
     def cost(inputs, baselines, orders, nt_type="smoothgrad", nt_samples=5, stdevs=1.0, seed=0,
              **kw):
-        from .baselines import Baseline
-        from .methods.noise_tunnel import draw_noise
-
-        noise = draw_noise(inputs, nt_samples, stdevs, seed)
+        noise = noise_tunnel.draw_noise(inputs, nt_samples, stdevs, seed)
         rows = (inputs.unsqueeze(1) + noise).reshape((-1,) + tuple(inputs.shape[1:]))
         if not isinstance(baselines, Baseline) and baselines is not None:
             baselines = V.broadcast_baselines(baselines, inputs).repeat_interleave(nt_samples, 0)
@@ -340,8 +342,6 @@ _OCCLUSION_OPTIONS = frozenset({"patch", "stride", "chunk_size", "show_progress"
 
 def _shapley_rule(model, inputs, baselines, target, orders, feature_mask=None, chunk_size=None,
                   show_progress=False):
-    from .shapley_rule import shapley_attribution
-
     return {K: shapley_attribution(model, inputs, baselines, target, K, groups=feature_mask,
                                    chunk_size=chunk_size, show_progress=show_progress)
             for K in orders}
@@ -349,8 +349,6 @@ def _shapley_rule(model, inputs, baselines, target, orders, feature_mask=None, c
 
 def _shapley_rule_cost(inputs, baselines, order, feature_mask=None, chunk_size=None,
                        show_progress=False):
-    from .shapley_rule import shapley_attribution_cost
-
     return shapley_attribution_cost(inputs, baselines, order, feature_mask, chunk_size=chunk_size)
 
 
@@ -365,11 +363,11 @@ OCCLUSION_1 = Reformulation(_fixed_patch(_occlusion_orders), _OCCLUSION_OPTIONS,
 OCCLUSION_PATCH = Reformulation(_occlusion_orders, _OCCLUSION_OPTIONS,
                                 claim="Thm 3 (corrected): g_K of moving the patch alone",
                                 cost=_occlusion_cost)
-DEEPLIFT = Reformulation(_per_order(_layerwise("deeplift")), layerwise=True,
-                         claim="Thm 4, per layer", cost=_layerwise_cost("deeplift"))
-EPSILON_LRP = Reformulation(_per_order(_layerwise("epsilon_lrp")), frozenset({"epsilon"}),
+DEEPLIFT = Reformulation(_per_order(_layerwise(_DEEPLIFT_RULE)), layerwise=True,
+                         claim="Thm 4, per layer", cost=_layerwise_cost(_DEEPLIFT_RULE))
+EPSILON_LRP = Reformulation(_per_order(_layerwise(_EPSILON_LRP_RULE)), frozenset({"epsilon"}),
                             layerwise=True, claim="supplement, per layer",
-                            cost=_layerwise_cost("epsilon_lrp"))
+                            cost=_layerwise_cost(_EPSILON_LRP_RULE))
 INTEGRATED_GRADIENTS = Reformulation(
     _per_order(lambda model, inputs, baselines, target, order:
                taylor_attribution(model, inputs, baselines, target, order)),
@@ -383,3 +381,58 @@ SHAPLEY_RULE = Reformulation(
     claim="Shapley rule: each monomial phi(kappa) shared equally, 1/|S|, by its support S "
           "(expansion at x; exact for K <= 4)",
     cost=_per_order_cost(_shapley_rule_cost))
+
+
+def smoothed(inner_reformulation):
+    """The tunnel's reformulation from the inner method's (a non-layer-wise
+    :class:`~taylorattr.methods.reformulations.Reformulation`): the inner reformulation at each
+    noisy input (the noise of :func:`taylorattr.methods.noise_tunnel.draw_noise` with the same ``nt_samples``, ``stdevs``,
+    ``seed``), combined by ``nt_type``. Targets are resolved on the clean inputs, as the
+    method does; a point baseline is repeated for each noisy copy."""
+    if inner_reformulation.layerwise:
+        raise ValueError("inner_reformulation must give attributions shaped like the inputs, "
+                         "not per-layer terms")
+
+    def compute(model, inputs, baselines, target, orders, nt_type="smoothgrad", nt_samples=5,
+                stdevs=1.0, seed=0, **kw):
+        V.check_model(model)
+        noise_tunnel.check_nt_type(nt_type)
+        x = V.check_inputs(inputs).detach()
+        with torch.no_grad():
+            t = V.resolve_target(target, V.model_output(model, x))
+        noise = noise_tunnel.draw_noise(x, nt_samples, stdevs, seed)
+        rows = (x.unsqueeze(1) + noise).reshape((-1,) + tuple(x.shape[1:]))
+        tr = None if t is None else t.repeat_interleave(nt_samples)
+        if not isinstance(baselines, Baseline) and baselines is not None:
+            baselines = V.broadcast_baselines(baselines, x).repeat_interleave(nt_samples, 0)
+        out = inner_reformulation.orders(model, rows, baselines, tr, orders, **kw)
+        result = {}
+        for K, a in out.items():
+            a = a.view(noise.shape)
+            result[K] = noise_tunnel.combine(a.sum(1), (a * a).sum(1), nt_samples, nt_type)
+        return result
+
+    return Reformulation(compute, frozenset(noise_tunnel.TUNNEL_OPTIONS[:-1]) | inner_reformulation.options,
+                         claim=f"the inner reformulation ({inner_reformulation.claim}) at each "
+                               "noisy input, combined as the method combines the attributions")
+
+
+def gradient_shap_reformulation():
+    """GradientShap's Taylor reformulation (a
+    :class:`~taylorattr.methods.reformulations.Reformulation`): Theorem 5 at each noisy input
+    towards its reference, averaged over the draws of :func:`draw` with the same options."""
+    def compute(model, inputs, baselines, target, orders, n_samples=50, stdevs=0.0,
+                noise_std=None, seed=0):
+        V.check_model(model)
+        x = V.check_inputs(inputs).detach()
+        with torch.no_grad():
+            t = V.resolve_target(target, V.model_output(model, x))
+        draws = gradient_shap.draw(x, baselines, n_samples, stdevs, noise_std, seed)
+        noisy, refs, _ = gradient_shap.noisy_rows(x, draws)
+        tr = None if t is None else t.repeat_interleave(draws.n_samples)
+        return {K: taylor_attribution(model, noisy, refs, tr, K).view(draws.baselines.shape)
+                .mean(1) for K in orders}
+
+    return Reformulation(compute, frozenset({"n_samples", "stdevs", "noise_std", "seed"}),
+                         claim="Thm 5 at each noisy input towards its drawn reference, averaged "
+                               "over the same draws (the method integrated over alpha)")

@@ -1,7 +1,7 @@
 """Interaction map of an image: the G x G matrix ``J_K(A, B)`` beside the image, with the
 strongest group pairs drawn as arcs between the centres of their patches.
 
-Only draws a computed :class:`taylorattr.pair_interactions.Interactions`; computes nothing else.
+Only draws a computed :class:`taylorattr.taylor.pair_interactions.Interactions`; computes nothing else.
 Red is a positive interaction (moving A and B to the baseline together lowers the output by
 more than the two moves apart), blue a negative one; arc width grows with ``|J_K|``.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from .pair_interactions import Interactions
+from ..taylor.pair_interactions import Interactions
 from .plotting import _new_figure, _save
 
 __all__ = ["interaction_map", "strongest_pairs"]
@@ -48,7 +48,7 @@ def interaction_map(image: torch.Tensor, result: Interactions, sample: int = 0,
     Returns the matplotlib Figure; with ``path`` also writes it as PNG atomically.
     """
     if not isinstance(result, Interactions):
-        raise TypeError(f"result must be an Interactions (from taylorattr.pair_interactions), got "
+        raise TypeError(f"result must be an Interactions (from taylorattr.taylor.pair_interactions), got "
                         f"{type(result).__name__}")
     if not isinstance(image, torch.Tensor) or image.dim() not in (2, 3):
         raise ValueError("image must be a [H, W], [1, H, W] or [3, H, W] tensor")

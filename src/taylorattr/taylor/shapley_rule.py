@@ -33,10 +33,11 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
-from . import _validation as V
-from .pair_interactions import autograd_chunk, resolve_groups
-from .taylor import _ig_shares, _prepare, _select, taylor_attribution_cost
-from .taylor_mode import propagate
+from .. import _validation as V
+from ..groups import resolve_groups
+from .mode import propagate
+from .pair_interactions import autograd_chunk
+from .terms import _ig_shares, _prepare, _select, taylor_attribution_cost
 
 __all__ = ["MAX_ORDER", "shapley_attribution", "shapley_attribution_cost"]
 
@@ -98,11 +99,11 @@ def _correction_passes(order: int, B: int, n: int, G: int, chunk_size) -> tuple[
 
 def shapley_attribution_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, groups=None,
                              *, chunk_size: int | None = None):
-    """The rows :func:`shapley_attribution` runs (a :class:`~taylorattr.cost.Cost`): those
+    """The rows :func:`shapley_attribution` runs (a :class:`~taylorattr.runtime.cost.Cost`): those
     of :func:`taylorattr.taylor_attribution_cost` and, for ``order >= 3``, one order-K
     Taylor-mode row per (sample, player), ``chunk_size`` copies per pass, each swept back
     three times per order ``3..K``. Runs no model."""
-    from .cost import Cost
+    from ..runtime.cost import Cost
 
     _check_order(order)
     if chunk_size is not None:

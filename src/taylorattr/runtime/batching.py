@@ -19,7 +19,7 @@ seen). The chunk is then the largest ``c`` with
   available memory, at most 2 GiB on CPU, half of the free memory on CUDA), and
 * ``A(c) <= `` half the largest heap allocation of the C allocator and ``M(c) <=`` twice
   it (glibc's dynamic mmap threshold and trim threshold: larger blocks take the
-  mmap/munmap path and are faulted in again on every chunk; see :mod:`taylorattr.allocator`;
+  mmap/munmap path and are faulted in again on every chunk; see :mod:`taylorattr.runtime.allocator`;
   no such limit once ``tune_allocator()`` has raised them).
 
 That size is used as it is by default, so repeated calls split the work identically and
@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ._validation import check_positive_int
+from .._validation import check_positive_int
 from .allocator import allocator_info
 
 __all__ = ["ChunkPlan", "ChunkRows", "balanced_size", "chunk_rows", "clear_cache", "default_memory_budget",
@@ -394,7 +394,7 @@ def series_rows(model, inputs: torch.Tensor, order: int) -> int | None:
     ``[K, B, m, ...]``, so its largest block is about ``K`` times a forward's; above the
     mmap threshold every pass faults its blocks in anew (3x the time measured on the
     C-sg CNN). None where there is no such limit: CUDA, a raised threshold
-    (:func:`taylorattr.allocator.tune_allocator`), not glibc, a model in train mode
+    (:func:`taylorattr.runtime.allocator.tune_allocator`), not glibc, a model in train mode
     with batch statistics (not probed), or one that cannot run on copies of one row (its
     forward tied to the batch, e.g. per-sample attention masks)."""
     heap = allocator_info().largest_heap_allocation

@@ -38,10 +38,11 @@ from fractions import Fraction
 import torch
 from tqdm.auto import tqdm
 
-from . import _validation as V
-from .pair_interactions import autograd_chunk, resolve_groups
-from .taylor import _prepare, _select
-from .taylor_mode import propagate
+from .. import _validation as V
+from ..groups import resolve_groups
+from .mode import propagate
+from .pair_interactions import autograd_chunk
+from .terms import _prepare, _select
 
 __all__ = ["integrated_hessians", "path_weights"]
 

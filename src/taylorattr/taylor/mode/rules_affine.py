@@ -1,6 +1,6 @@
 """Affine layers, arithmetic and shape operations: ``y = A x + b`` acts on the primal
 with ``b`` and on every coefficient without it (``y_k = A x_k``); products and quotients
-with Jets are Cauchy products (:func:`taylorattr.taylor_mode.jet.binary`)."""
+with Jets are Cauchy products (:func:`taylorattr.taylor.mode.jet.binary`)."""
 from __future__ import annotations
 
 import operator

@@ -6,14 +6,14 @@ Every long entry point runs rows through the model in three kinds of passes:
 * **backward rows**: rows whose explained output is also differentiated (one reverse
   sweep per row; each such row is a forward row too);
 * **Taylor-mode rows**: one series row per (sample, direction) of a Taylor-mode pass of
-  order ``K`` (:func:`taylorattr.taylor_mode.propagate`), ``taylor_passes`` passes in all,
+  order ``K`` (:func:`taylorattr.taylor.mode.propagate`), ``taylor_passes`` passes in all,
   and ``taylor_backward_rows`` of them swept backward (counted once per sweep).
 
 The counts come from the method's own plan (its windows, steps, samples, references,
 permutations, directions, squares) *before* anything runs, and equal the rows the model
 then sees (``tests/test_cost.py`` checks this with :class:`RowCounter`). The automatic
 chunk size's one-off memory probe (a few rows per model and row shape,
-:mod:`taylorattr.batching`) is not counted. The estimate is
+:mod:`taylorattr.runtime.batching`) is not counted. The estimate is
 
 .. math::
 
@@ -31,6 +31,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 from torch import nn
+
+from .._validation import check_inputs, check_positive_int, model_output
+from .batching import chunk_rows
 
 __all__ = ["GPU_SCALE_ROWS", "Cost", "CostError", "Rates", "RowCounter",
            "check_budget", "estimate", "format_seconds", "measure_rates", "stage_estimate",
@@ -221,10 +224,9 @@ def _best_of(fn, device, repeats: int = 3) -> float:
 
 def _rows_per_call(model, x: torch.Tensor, run, backward: bool, max_rows: int | None,
                    probe_seconds: float) -> int:
-    """Rows per probe call: the stage's own chunk (:func:`taylorattr.batching.chunk_rows`,
+    """Rows per probe call: the stage's own chunk (:func:`taylorattr.runtime.batching.chunk_rows`,
     the size its chunked passes use), at most ``max_rows`` (the stage's rows), and few
     enough that one call takes about ``probe_seconds`` (extrapolated from a 2-row call)."""
-    from .batching import chunk_rows
 
     chunk = int(chunk_rows(model, x[:1], backward))
     two = x[:1].expand((2,) + tuple(x.shape[1:])).contiguous()
@@ -240,18 +242,18 @@ def _rows_per_call(model, x: torch.Tensor, run, backward: bool, max_rows: int | 
 
 def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order: int = 0,
                   probe_rows: int | None = None, taylor_directions: int = 4,
-                  max_rows: int | None = None, probe_seconds: float = 0.5) -> Rates:
+                  max_rows: int | None = None, probe_seconds: float = 0.5,
+                  taylor_pass=None) -> Rates:
     """Time the model on copies of the first row of ``x``: forward without gradient and,
     with ``backward``, forward + reverse sweep, each at the rows per call the stage's
     chunked passes use (the automatic chunk size, at most ``max_rows``, and about
     ``probe_seconds`` per call; ``probe_rows`` fixes it), since the seconds per row depend
     on the call size (per-call overheads, and on CPU whether a chunk's blocks take glibc's
     mmap path); with ``taylor_order``, one Taylor-mode pass of ``taylor_directions``
-    directions. Best of three after a warm-up (:func:`probe_sizes` picks sizes like a
+    directions, run by ``taylor_pass(x1, directions, order)`` (the Taylor layer's
+    :func:`taylorattr.taylor.mode.timing_pass`: this layer knows no Taylor mode). Best of three after a warm-up (:func:`probe_sizes` picks sizes like a
     stage's own).
     """
-    from ._validation import check_inputs, check_positive_int, model_output
-
     x = check_inputs(x).detach()
     if max_rows is not None:
         check_positive_int(max_rows, "max_rows")
@@ -283,17 +285,13 @@ def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order
         t_b = max(t_fb - t_f, 0.0)
     t_T = None
     if taylor_order:
-        from .taylor_mode import propagate, trace
-
-        gm = trace(model)
+        if not callable(taylor_pass):
+            raise ValueError("taylor_order needs taylor_pass, a callable (x, directions, order) "
+                             "that runs one Taylor-mode pass: taylorattr.taylor.mode.timing_pass"
+                             "(model)")
         m = check_positive_int(taylor_directions, "taylor_directions")
         dirs = torch.randn((1, m) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
-
-        def taylor():
-            with torch.no_grad():
-                propagate(gm, x[:1], dirs, taylor_order)
-
-        t_T = _best_of(taylor, x.device) / m
+        t_T = _best_of(lambda: taylor_pass(x[:1], dirs, taylor_order), x.device) / m
     return Rates(t_f, t_b, t_T, taylor_order, str(x.device), n_f)
 
 
@@ -308,10 +306,11 @@ def probe_sizes(cost: Cost) -> dict:
 
 
 def estimate(cost: Cost, model=None, x: torch.Tensor | None = None, *,
-             rates: Rates | None = None, probe_seconds: float = 0.5) -> Cost:
+             rates: Rates | None = None, probe_seconds: float = 0.5, taylor_pass=None) -> Cost:
     """``cost`` with ``seconds`` and ``device`` filled in from ``rates`` (measured here on
     ``model`` and ``x`` when not given, at the stage's own sizes (:func:`probe_sizes`) and
-    about ``probe_seconds`` per probe call)."""
+    about ``probe_seconds`` per probe call; ``taylor_pass`` times its Taylor-mode rows, see
+    :func:`measure_rates`)."""
     if not isinstance(cost, Cost):
         raise TypeError(f"cost must be a Cost, got {type(cost).__name__}")
     if rates is None:
@@ -319,7 +318,8 @@ def estimate(cost: Cost, model=None, x: torch.Tensor | None = None, *,
             raise ValueError("estimate needs rates, or model and x to measure them on")
         rates = measure_rates(model, x, backward=cost.backward_rows > 0,
                               taylor_order=cost.order if cost.taylor_rows else 0,
-                              probe_seconds=probe_seconds, **probe_sizes(cost))
+                              probe_seconds=probe_seconds, taylor_pass=taylor_pass,
+                              **probe_sizes(cost))
     if (cost.taylor_rows or cost.taylor_backward_rows) and (rates.taylor is None or rates.order != cost.order):
         raise ValueError(f"rates were measured without order-{cost.order} Taylor-mode rows; "
                          f"measure_rates(..., taylor_order={cost.order})")
@@ -339,13 +339,13 @@ def summed(costs) -> Cost | None:
 
 
 def stage_estimate(label: str, costs, model, x: torch.Tensor, *,
-                   rates: Rates | None = None) -> Cost:
+                   rates: Rates | None = None, taylor_pass=None) -> Cost:
     """The summed, timed cost of one stage (e.g. ``"bbox on resnet18"``): ``costs`` is a
     Cost or an iterable of them (one per unit); the label is prefixed to the units' own."""
     total = summed([costs] if isinstance(costs, Cost) else costs)
     if total is None:
         raise ValueError("costs must hold at least one Cost")
-    total = estimate(total, model, x, rates=rates)
+    total = estimate(total, model, x, rates=rates, taylor_pass=taylor_pass)
     return replace(total, label=f"{label}: {total.label}" if total.label else label)
 
 

@@ -1,4 +1,4 @@
-"""Rules for the smooth surrogates of :mod:`taylorattr.smoothing` that are not plain
+"""Rules for the smooth surrogates of :mod:`taylorattr.taylor.smoothing` that are not plain
 compositions of supported ops (the softplus-based ones are traced through): log-sum-exp
 pooling runs its own code on Jets,
 
@@ -6,7 +6,7 @@ pooling runs its own code on Jets,
 """
 from __future__ import annotations
 
-from .. import series as S
+from ... import series as S
 from ..smoothing import SmoothMaxPool
 from .jet import Jet
 from .registry import builtin

@@ -38,7 +38,7 @@ import os
 import warnings
 from dataclasses import dataclass
 
-from ._validation import check_positive_int
+from .._validation import check_positive_int
 
 __all__ = ["AllocatorInfo", "allocator_info", "tune_allocator"]
 

@@ -46,7 +46,7 @@ def _new_figure(size: tuple[float, float]):
 
 def _save(fig, path: str | Path, dpi: int = 150) -> Path:
     """Write ``fig`` as PNG atomically (temporary file, then rename); returns the path."""
-    from ._io import atomic_path
+    from .._io import atomic_path
 
     out = Path(path)
     with atomic_path(out) as tmp:  # creates the folder

@@ -4,7 +4,7 @@ A :class:`MethodSpec` carries everything about a method besides its code: its cl
 display label(s), baseline kind (from the class), the paper's verdicts and Table 3
 numbers, its Taylor reformulation, its plot marker and the experiments it takes part
 in. Adding a method is one file under ``taylorattr/methods/`` and one :func:`register`
-call (the library's own rows are in :mod:`taylorattr.catalog`); nothing else names it::
+call (the library's own rows are in :mod:`taylorattr.registry.catalog`); nothing else names it::
 
     from taylorattr import registry
     registry.register(registry.MethodSpec("halved_gi", HalvedGI, label="GI/2", marker="x"))
@@ -33,10 +33,10 @@ from typing import Any
 
 import torch
 
-from . import _validation as V
-from . import reformulations as R
-from .baselines import Baseline, Point, as_baseline
-from .methods import AttributionMethod, Explanation
+from .. import _validation as V
+from ..baselines import Baseline, Point, as_baseline
+from ..methods import AttributionMethod, Explanation, noise_tunnel
+from ..methods import reformulations as R
 
 __all__ = ["EXPERIMENTS", "LAYOUT_OPTIONS", "METHODS", "BoundMethod", "MethodSpec", "PaperFacts",
            "Variant", "reformulate", "reformulate_orders", "register", "unregister", "variants"]
@@ -232,7 +232,7 @@ class BoundMethod:
         baselines = self._baselines(baseline)
         if not show_progress:
             return method._run(inputs, baselines, target, opts, False, False)
-        from ._progress import model_rows_bar
+        from ..runtime.progress import model_rows_bar
 
         label = f"{desc}: {self.label}" if desc else self.label
         with model_rows_bar(model, label, _planned_rows(method, inputs, baselines, opts)) as bar:
@@ -288,11 +288,11 @@ def _planned_rows(method, inputs, baselines, opts) -> int | None:
 
 def _describe(value) -> str:
     if isinstance(value, torch.Tensor):
-        from ._io import fingerprint
+        from .._io import fingerprint
 
         return f"tensor{tuple(value.shape)}:{fingerprint([('t', value)])}"
     if isinstance(value, Baseline):
-        from .baselines import describe
+        from ..baselines import describe
 
         return describe(value)
     return repr(value)
@@ -304,6 +304,7 @@ def _describe(value) -> str:
 _ROWS: dict[str, MethodSpec] = {}
 #: Registry name -> :class:`MethodSpec` (read-only view; use :func:`register`).
 METHODS: Mapping[str, MethodSpec] = MappingProxyType(_ROWS)
+noise_tunnel.resolve_names_in(METHODS)  # NoiseTunnel(model, "saliency") reads the live table
 
 
 def register(spec: MethodSpec, *, replace: bool = False) -> MethodSpec:
@@ -361,7 +362,7 @@ def _sweep(method, reform, model, inputs, baselines, target, orders, kwargs) -> 
     deltas together; attributions split back into the tuple)."""
     if isinstance(inputs, torch.Tensor):
         return reform.orders(model, inputs, baselines, target, orders, **kwargs)
-    from .inputs import whole_batch_view
+    from ..inputs import whole_batch_view
 
     if reform.options & LAYOUT_OPTIONS:
         raise ValueError(f"inputs: reformulate('{method}') groups features by each input's "
@@ -386,7 +387,7 @@ def reformulate(method: str, model, inputs: torch.Tensor, baselines=0.0, target=
     all inputs' deltas together and the attributions come back as a tuple). Returns an
     attribution shaped like ``inputs``, except for the layer-wise methods
     (``deeplift``, ``epsilon_lrp``), which return one
-    :class:`~taylorattr.reformulations.LayerReformulation` per layer followed by a
+    :class:`~taylorattr.methods.reformulations.LayerReformulation` per layer followed by a
     nonlinearity. Extra keyword arguments: those the reformulation takes (``patch``,
     ``stride``, ``chunk_size``, ``show_progress`` for occlusion; ``n_samples``,
     ``noise_std``, ``seed`` for Expected Gradients, whose ``baselines`` is a distribution
@@ -417,5 +418,3 @@ def reformulate_orders(method: str, model, inputs: torch.Tensor, baselines=0.0, 
 
 
 __all__ += ["Point", "principle_count"]
-
-from . import catalog as _catalog  # noqa: F401  (the rows: one per method)

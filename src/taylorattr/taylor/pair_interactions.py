@@ -41,12 +41,13 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from . import _validation as V
-from .taylor import _default_chunk, _prepare, _select
-from .taylor_mode import propagate
+from .. import _validation as V
+from ..groups import default_groups, resolve_groups
+from .mode import propagate
+from .terms import _default_chunk, _prepare, _select
 
-__all__ = ["Interactions", "autograd_chunk", "default_groups", "interactions",
-           "interactions_cost", "resolve_groups"]
+__all__ = ["Interactions", "autograd_chunk", "interactions",
+           "interactions_cost"]
 
 ROUTES = ("auto", "pairs", "gradient")
 
@@ -83,45 +84,6 @@ class Interactions:
     def own_total(self, order: int | None = None) -> torch.Tensor:
         """``g_K(delta_A)``, ``[B, G]``: the order-K reformulation of occluding each group."""
         return self.own[:, :self._order(order)].sum(1)
-
-
-def resolve_groups(groups, sample_shape: tuple[int, ...], name: str = "groups") -> torch.Tensor:
-    """Check an integer id tensor broadcastable to one sample; returns it expanded, ``long``.
-
-    Ids must be ``0..G-1`` (``G = max + 1``; an id that is never used is an empty group).
-    """
-    if not isinstance(groups, torch.Tensor):
-        raise TypeError(f"{name} must be an integer tensor of group ids shaped like one sample "
-                        f"{tuple(sample_shape)}, got {type(groups).__name__}")
-    if groups.dtype.is_floating_point or groups.is_complex() or groups.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got dtype {groups.dtype}")
-    try:
-        ids = torch.broadcast_to(groups, sample_shape)
-    except RuntimeError:
-        raise ValueError(f"{name} of shape {tuple(groups.shape)} does not broadcast to one sample "
-                         f"of shape {tuple(sample_shape)}; give one id per feature (like Captum's "
-                         "feature_mask, without the batch axis)") from None
-    if ids.numel() and int(ids.min()) < 0:
-        raise ValueError(f"{name} must hold ids 0..G-1, got the negative id {int(ids.min())}")
-    return ids.to(torch.long).contiguous()
-
-
-def default_groups(sample_shape: tuple[int, ...], max_groups: int) -> torch.Tensor:
-    """Square patches (at most ``max_groups``) for ``[C, H, W]`` samples, else every feature
-    when there are at most ``max_groups``; otherwise a ValueError naming ``groups``."""
-    from .reformulations import occlusion_groups
-
-    n = math.prod(sample_shape)
-    if len(sample_shape) == 3:
-        h, w = sample_shape[1:]
-        side = next(p for p in range(1, max(h, w) + 1)
-                    if math.ceil(h / p) * math.ceil(w / p) <= max_groups)
-        return occlusion_groups(tuple(sample_shape), side)
-    if n <= max_groups:
-        return torch.arange(n).view(sample_shape)
-    raise ValueError(f"groups is required for samples of shape {tuple(sample_shape)} with {n} "
-                     f"features (> max_groups={max_groups}): pass groups=<integer id tensor shaped "
-                     "like one sample>, or raise max_groups to pair every feature")
 
 
 def autograd_chunk(order: int, batch: int, n_features: int) -> int:
@@ -197,7 +159,7 @@ def interactions(model, inputs: torch.Tensor, baselines=0.0, target=None, groups
     """Exact pair interactions ``J^k(A, B)`` of feature groups, k = 1..order.
 
     Args:
-        model: an ``nn.Module`` the Taylor engine supports (:mod:`taylorattr.taylor_mode`).
+        model: an ``nn.Module`` the Taylor engine supports (:mod:`taylorattr.taylor.mode`).
         inputs: ``[B, ...]`` float32/float64.
         baselines: scalar, tensor broadcastable to ``inputs``, or one baseline per sample.
         target: None (argmax class), an int, or a ``[B]`` tensor.
@@ -247,11 +209,11 @@ def interactions(model, inputs: torch.Tensor, baselines=0.0, target=None, groups
 
 def interactions_cost(inputs: torch.Tensor, groups=None, order: int = 2, *, route: str = "auto",
                       max_groups: int = 64, chunk_size: int | None = None):
-    """The rows :func:`interactions` runs (a :class:`~taylorattr.cost.Cost`), from its
+    """The rows :func:`interactions` runs (a :class:`~taylorattr.runtime.cost.Cost`), from its
     plan: two forwards of the batch; the gradient route one order-``K`` Taylor-mode row per
     (sample, group), each swept backward ``K - 1`` times; the pairs route one row per
     (sample, group) and one per (sample, pair). Runs no model."""
-    from .cost import Cost
+    from ..runtime.cost import Cost
 
     V.check_positive_int(order, "order")
     if route not in ROUTES:

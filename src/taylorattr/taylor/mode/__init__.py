@@ -44,6 +44,8 @@ from Jet arithmetic (+ - * /), jet.unary(series_fn) and jet.linear(fn):
 """
 from __future__ import annotations
 
+import torch
+
 from . import (  # noqa: F401 (they register their rules)
     rules_affine,
     rules_attention,
@@ -56,4 +58,17 @@ from .jet import BatchSecond, Jet, UnsupportedOperation
 from .registry import register_taylor_rule, supported_ops, supported_ops_markdown
 
 __all__ = ["BatchSecond", "Jet", "UnsupportedOperation", "piecewise_linear_ops", "propagate",
-           "register_taylor_rule", "supported_ops", "supported_ops_markdown", "trace"]
+           "register_taylor_rule", "supported_ops", "supported_ops_markdown", "timing_pass",
+           "trace"]
+
+
+def timing_pass(model):
+    """A callable ``(x, directions, order)`` running one Taylor-mode pass of ``model`` (traced
+    once, here): what :func:`taylorattr.runtime.cost.measure_rates` times."""
+    gm = trace(model)
+
+    def run(x, directions, order):
+        with torch.no_grad():
+            propagate(gm, x, directions, order)
+
+    return run

@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import _io
+from .. import _io
 
 __all__ = ["Section", "markdown_table", "markdown_to_html", "tidy_markdown", "write_report"]
 

@@ -1,0 +1,184 @@
+r"""Feature groups: the one home of window, patch, mask and player ids.
+
+A *grouping* of a sample of shape ``S`` is an integer tensor ``ids`` shaped like ``S`` (or
+broadcastable to it) with values ``0..G-1``: feature ``j`` belongs to group ``ids[j]``.
+Every method that moves features together (Occlusion's windows, Captum's ``feature_mask``,
+the players of the Shapley family, the groups of ``taylor_terms`` and ``interactions``)
+builds its ids here:
+
+* :func:`window_ids`: windows of ``patch`` tiling a sample (stride = patch), Occlusion's
+  layout (an int patch on ``[C, H, W]`` covers all channels of a pixel; a window past the
+  edge is cut there); :func:`window_geometry`, :func:`window_masks` and
+  :func:`count_windows` describe overlapping windows too;
+* :func:`resolve_groups`: a user's ids broadcastable to one sample, checked;
+* :func:`mask_ids`: Captum's ``feature_mask`` for (tuple) inputs, ``[1 or B, N]``;
+* :func:`player_ids`: the players of the Shapley family (a mask, a patch or every feature);
+* :func:`default_groups`: at most ``max_groups`` square patches (or every feature).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .inputs import Layout
+
+__all__ = ["count_windows", "default_groups", "mask_ids", "player_ids", "resolve_groups",
+           "window_geometry", "window_ids", "window_masks", "window_shape"]
+
+
+def _as_tuple(value, name: str, length: int) -> tuple[int, ...]:
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an int or a tuple of ints, got bool")
+    if isinstance(value, int):
+        value = (value,) * length
+    elif isinstance(value, (tuple, list)):
+        if not value or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise TypeError(f"{name} must be an int or a non-empty tuple of ints, got {value!r}")
+        value = tuple(value)
+        if len(value) != length:
+            raise ValueError(f"{name} must have {length} entries (one per occluded dimension), "
+                             f"got {value!r}")
+    else:
+        raise TypeError(f"{name} must be an int or a tuple of ints, got {type(value).__name__}")
+    if any(v < 1 for v in value):
+        raise ValueError(f"{name} entries must be >= 1, got {value!r}")
+    return value
+
+
+def window_shape(patch, n_feature_dims: int) -> tuple[int, ...]:
+    """``patch`` as one size per occluded dimension. An int occludes the last two
+    dimensions of ``[C, H, W]`` samples (all channels of a pixel together) and the last
+    one otherwise; a tuple names the last ``len(patch)`` dimensions."""
+    d = len(patch) if isinstance(patch, (tuple, list)) else max(1, n_feature_dims - 1)
+    if d > n_feature_dims:
+        raise ValueError(f"patch {patch!r} has {d} entries but samples have only "
+                         f"{n_feature_dims} feature dimensions")
+    return _as_tuple(patch, "patch", d)
+
+
+def window_masks(sizes, patch, stride) -> list[torch.Tensor]:
+    """Per occluded dimension, a bool matrix ``[n_windows, L]``: row k marks window k."""
+    masks = []
+    for size, p, s in zip(sizes, patch, stride):
+        n = math.ceil((size - p) / s) + 1
+        starts = torch.arange(n) * s
+        pos = torch.arange(size)
+        masks.append((pos >= starts[:, None]) & (pos < (starts[:, None] + p)))
+    return masks
+
+
+def count_windows(shape: tuple[int, ...], patch, stride=None) -> int:
+    """The windows of one sample of ``shape`` (without the batch), as :class:`Occlusion`
+    lays them out: ``prod(ceil((L - p) / s) + 1)`` over the occluded dimensions."""
+    patch_t, stride_t, sizes = window_geometry(shape, patch, stride)
+    return math.prod(math.ceil((n - p) / s) + 1 for n, p, s in zip(sizes, patch_t, stride_t))
+
+
+def window_ids(sample_shape: tuple[int, ...], patch) -> torch.Tensor:
+    """Window id of every feature when windows of ``patch`` tile a sample (stride = patch),
+    shaped like one sample: the layout of :class:`Occlusion` (an int patch groups all
+    channels of a pixel of ``[C, H, W]`` samples; windows past the edge are cut there)."""
+    patch_t, _, sizes = window_geometry(tuple(sample_shape), patch, None)
+    ids = torch.zeros((), dtype=torch.long)
+    for mask in window_masks(sizes, patch_t, patch_t):
+        ids = ids.unsqueeze(-1) * mask.shape[0] + mask.long().argmax(0)
+    return ids.expand(tuple(sample_shape)).contiguous()
+
+
+def window_geometry(shape: tuple[int, ...], patch, stride) -> tuple[tuple, tuple, tuple]:
+    """``(patch, stride, sizes)`` per occluded dimension of samples of ``shape``, checked."""
+    patch_t = window_shape(patch, len(shape))
+    d = len(patch_t)
+    stride_t = patch_t if stride is None else _as_tuple(stride, "stride", d)
+    sizes = tuple(shape[len(shape) - d:])
+    if any(p > n for p, n in zip(patch_t, sizes)):
+        raise ValueError(f"patch {patch_t} exceeds the occluded dimensions {sizes} of inputs")
+    if any(s > p for s, p in zip(stride_t, patch_t)):
+        raise ValueError(f"stride {stride_t} must not exceed patch {patch_t} "
+                         "(a larger stride leaves features never occluded)")
+    return patch_t, stride_t, sizes
+
+
+def resolve_groups(groups, sample_shape: tuple[int, ...], name: str = "groups") -> torch.Tensor:
+    """Check an integer id tensor broadcastable to one sample; returns it expanded, ``long``.
+
+    Ids must be ``0..G-1`` (``G = max + 1``; an id that is never used is an empty group).
+    """
+    if not isinstance(groups, torch.Tensor):
+        raise TypeError(f"{name} must be an integer tensor of group ids shaped like one sample "
+                        f"{tuple(sample_shape)}, got {type(groups).__name__}")
+    if groups.dtype.is_floating_point or groups.is_complex() or groups.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got dtype {groups.dtype}")
+    try:
+        ids = torch.broadcast_to(groups, sample_shape)
+    except RuntimeError:
+        raise ValueError(f"{name} of shape {tuple(groups.shape)} does not broadcast to one sample "
+                         f"of shape {tuple(sample_shape)}; give one id per feature (like Captum's "
+                         "feature_mask, without the batch axis)") from None
+    if ids.numel() and int(ids.min()) < 0:
+        raise ValueError(f"{name} must hold ids 0..G-1, got the negative id {int(ids.min())}")
+    return ids.to(torch.long).contiguous()
+
+
+def default_groups(sample_shape: tuple[int, ...], max_groups: int) -> torch.Tensor:
+    """Square patches (at most ``max_groups``) for ``[C, H, W]`` samples, else every feature
+    when there are at most ``max_groups``; otherwise a ValueError naming ``groups``."""
+    n = math.prod(sample_shape)
+    if len(sample_shape) == 3:
+        h, w = sample_shape[1:]
+        side = next(p for p in range(1, max(h, w) + 1)
+                    if math.ceil(h / p) * math.ceil(w / p) <= max_groups)
+        return window_ids(tuple(sample_shape), side)
+    if n <= max_groups:
+        return torch.arange(n).view(sample_shape)
+    raise ValueError(f"groups is required for samples of shape {tuple(sample_shape)} with {n} "
+                     f"features (> max_groups={max_groups}): pass groups=<integer id tensor shaped "
+                     "like one sample>, or raise max_groups to pair every feature")
+
+
+def mask_ids(feature_mask, layout: Layout, batch: int, device) -> torch.Tensor:
+    """The masks of every input broadcast to ``[1 or B, *shape_i]``, joined: ``[1 or B, N]``."""
+    masks = layout.per_input(feature_mask, "feature_mask", lambda v: isinstance(v, torch.Tensor))
+    out, rows = [], 1
+    for i, (m, shape) in enumerate(zip(masks, layout.shapes)):
+        name = "feature_mask" if len(masks) == 1 else f"feature_mask[{i}]"
+        if not isinstance(m, torch.Tensor):
+            raise TypeError(f"{name} must be an integer tensor, got {type(m).__name__}")
+        if m.dtype.is_floating_point or m.is_complex() or m.dtype == torch.bool:
+            raise TypeError(f"{name} must hold integer group ids, got dtype {m.dtype}")
+        if m.dim() != len(shape) + 1 or m.shape[0] not in (1, batch):
+            raise ValueError(f"{name} must have the input's {len(shape) + 1} dimensions with a "
+                             f"first dimension of 1 or {batch} (the batch), broadcastable to "
+                             f"[{batch}, {', '.join(map(str, shape))}]; got {tuple(m.shape)}")
+        try:
+            full = torch.broadcast_to(m, (m.shape[0],) + shape)
+        except RuntimeError:
+            raise ValueError(f"{name} of shape {tuple(m.shape)} does not broadcast to the input "
+                             f"[{batch}, {', '.join(map(str, shape))}]") from None
+        out.append(full.reshape(m.shape[0], -1).to(device, torch.long))
+        rows = max(rows, m.shape[0])
+    return torch.cat([o.expand(rows, -1) for o in out], 1)
+
+
+def player_ids(feature_mask, x: torch.Tensor, patch=None) -> tuple[torch.Tensor, int]:
+    """``(ids [n_features] long, G)``: the player of every feature of a sample, from ids
+    broadcastable to one sample (or Captum's ``[1, ...]`` form with a batch axis of 1), or
+    the square windows of ``patch`` (Occlusion's layout); every feature alone by default."""
+    shape = tuple(x.shape[1:])
+    if patch is not None:
+        if feature_mask is not None:
+            raise ValueError("give at most one of feature_mask and patch (both define players)")
+        feature_mask = window_ids(shape, patch)
+    if feature_mask is None:
+        n = math.prod(shape)
+        return torch.arange(n, device=x.device), n
+    if isinstance(feature_mask, torch.Tensor) and feature_mask.dim() == x.dim() \
+            and feature_mask.shape[0] == 1:  # Captum's form, with a batch axis of 1
+        feature_mask = feature_mask[0]
+    ids = resolve_groups(feature_mask, shape, "feature_mask").reshape(-1).to(x.device)
+    G = int(ids.max()) + 1
+    if torch.bincount(ids, minlength=G).min() == 0:
+        raise ValueError(f"feature_mask must use every id 0..{G - 1} (a player without features "
+                         "has no value); renumber the groups")
+    return ids, G

@@ -1,4 +1,0 @@
-"""``python -m taylorattr.taylor_mode > docs/supported_ops.md`` regenerates the support table."""
-from . import supported_ops_markdown
-
-print(supported_ops_markdown())
