@@ -45,8 +45,8 @@ from dataclasses import dataclass
 import torch
 from torch import fx, nn
 
-__all__ = ["CaptureError", "CoreGraph", "DEFAULT_KEEP", "UnsupportedOps", "capture", "op_name",
-           "refuse"]
+__all__ = ["DEFAULT_KEEP", "CaptureError", "CoreGraph", "UnsupportedOps", "capture", "copy_graph",
+           "op_name", "refuse", "where"]
 
 aten = torch.ops.aten
 _TORCH_DIR = os.path.dirname(torch.__file__)
