@@ -338,12 +338,20 @@ def test_unsupported_operation_is_named():
     with pytest.raises(UnsupportedOperation, match="ELU"):
         ta.taylor_terms(nn.Sequential(nn.Linear(3, 2), nn.ELU()).to(DT).eval(), torch.randn(2, 3, dtype=DT))
 
+
+
+def test_shape_ops_that_touch_the_batch_axis_are_exact():
     class Squeezed(nn.Module):  # with B = 1, squeeze() also drops the batch axis
         def forward(self, x):
             return torch.sigmoid(x.unsqueeze(1).squeeze().reshape(x.shape[0], -1))
 
-    with pytest.raises(UnsupportedOperation, match="squeeze without a dim"):
-        ta.taylor_terms(Squeezed().to(DT).eval(), torch.randn(1, 3, dtype=DT), order=2)
+    # the captured graph runs every coefficient with the shapes of the value: exact
+    x = torch.randn(1, 3, dtype=DT)
+    got = ta.taylor_terms(Squeezed().to(DT).eval(), x, order=2, target=0).orders[0]
+    s = torch.sigmoid(x[0, 0])
+    d1, d2 = s * (1 - s), s * (1 - s) * (1 - 2 * s)  # closed-form derivatives of sigmoid
+    torch.testing.assert_close(got, torch.stack([d1 * x[0, 0], -d2 / 2 * x[0, 0] ** 2]),
+                               rtol=1e-12, atol=1e-14)
 
 
 def test_train_mode_warns():

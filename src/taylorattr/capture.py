@@ -105,18 +105,19 @@ class CoreGraph:
         self.source = source
         sig = program.graph_signature
         graph = fx.Graph()
-        out = graph.graph_copy(program.graph, {})
+        copies: dict = {}
+        out = graph.graph_copy(program.graph, copies)
         graph.output(out)
         self.module = fx.GraphModule(program.graph_module, graph)
+        by_name = {n.name: copies[n] for n in program.graph.nodes if n.op == "placeholder"}
         self.lifted: dict[str, _Lifted] = {}
         kinds = [("parameter", sig.inputs_to_parameters), ("buffer", sig.inputs_to_buffers),
                  ("constant", getattr(sig, "inputs_to_lifted_tensor_constants", {})),
                  ("constant", getattr(sig, "inputs_to_lifted_custom_objs", {}))]
         for kind, table in kinds:
             for name, fqn in table.items():
-                self.lifted[name] = _Lifted(kind, fqn)
-        user = set(sig.user_inputs)
-        self.inputs = [n for n in graph.nodes if n.op == "placeholder" and n.name in user]
+                self.lifted[by_name[name].name] = _Lifted(kind, fqn)
+        self.inputs = [by_name[name] for name in sig.user_inputs]
         for node in list(graph.nodes):
             if node.op == "call_function" and node.target in _GUARDS and not node.users:
                 graph.erase_node(node)

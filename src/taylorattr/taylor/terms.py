@@ -164,14 +164,14 @@ def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, st
     if structure or not isinstance(inputs, torch.Tensor):
         view = whole_batch_view(model, inputs, baselines, **(structure or {}))
         with view.active():
-            gm = trace(view.model)
+            gm = trace(view.model, view.x)
         model, inputs, baselines, layout = gm, view.x, view.baselines, view.layout
         V.check_inputs(inputs, "inputs" if structure is None or "layer" not in structure
                        else "the layer's activations")
     else:
         V.check_inputs(inputs)
         baselines = V.broadcast_baselines(baselines, inputs)
-        gm = trace(model)
+        gm = trace(model, inputs)
     if order >= 2:
         kinks = piecewise_linear_ops(gm)
         if kinks:

@@ -53,13 +53,13 @@ from . import (  # noqa: F401 (they register their rules)
     rules_pointwise,
     rules_surrogates,
 )
-from .interpreter import piecewise_linear_ops, propagate, trace
+from .interpreter import TaylorProgram, piecewise_linear_ops, propagate, trace, trace_fx
 from .jet import BatchSecond, Jet, UnsupportedOperation
 from .registry import register_taylor_rule, supported_ops, supported_ops_markdown
 
-__all__ = ["BatchSecond", "Jet", "UnsupportedOperation", "piecewise_linear_ops", "propagate",
-           "register_taylor_rule", "supported_ops", "supported_ops_markdown", "timing_pass",
-           "trace"]
+__all__ = ["BatchSecond", "Jet", "TaylorProgram", "UnsupportedOperation", "piecewise_linear_ops",
+           "propagate", "register_taylor_rule", "supported_ops", "supported_ops_markdown",
+           "timing_pass", "trace", "trace_fx"]
 
 
 def timing_pass(model):
@@ -67,7 +67,7 @@ def timing_pass(model):
     once, here): what :func:`taylorattr.runtime.cost.measure_rates` times."""
     gm = trace(model)
 
-    def run(x, directions, order):
+    def run(x, directions, order):  # the first call captures the graph for x
         with torch.no_grad():
             propagate(gm, x, directions, order)
 

@@ -1,19 +1,26 @@
-"""Running a traced model on Jets: ``propagate(model, x, v, K)`` returns
+"""Running a model on Jets: ``propagate(model, x, v, K)`` returns
 
     f(x + t v_r) = sum_{k=0..K} c_k t^k,   c_k = D^k f(x)[v_r, ..., v_r] / k!
 
-for every direction ``v_r`` at once. Each node whose arguments depend on the input is
-dispatched to its rule (:mod:`taylorattr.taylor.mode.registry`); every other node runs as
-usual. A refusal names the op, its source line and what the user can do.
+for every direction ``v_r`` at once. ``trace(model)`` gives a :class:`TaylorProgram`: by
+default the model captured as core ATen operations (:mod:`taylorattr.capture`, one capture
+per input signature, run by :mod:`taylorattr.taylor.mode.core`); a model that uses a module
+type, function or tensor method with a user rule (``ta.register_taylor_rule``) is traced
+with torch.fx instead and each node dispatched to its rule
+(:mod:`taylorattr.taylor.mode.registry`), as is a model ``torch.export`` cannot capture but
+torch.fx can. A refusal names every op without a rule, its source line and what to do.
 """
 from __future__ import annotations
 
 import builtins
+import os
 
 import torch
 from torch import fx, nn
 
 from ... import _fx
+from ...capture import CaptureError, CoreGraph, capture
+from . import core
 from . import registry as R
 from .jet import BatchSecond, Jet, UnsupportedOperation, any_jet, is_jet
 from .rules_pointwise import (
@@ -34,15 +41,102 @@ ADVICE_ARGS = ("What you can do: the op is supported with other arguments (keep 
                "analyse ta.smooth(model, beta) instead.")
 
 
-def trace(model: nn.Module) -> fx.GraphModule:
+def trace_fx(model: nn.Module) -> fx.GraphModule:
     """Trace ``model`` with torch.fx, keeping polynomial activations, registered module
     types and registered functions whole; defaulted forward arguments fixed."""
     return _fx.trace(model, "Taylor-mode propagation", UnsupportedOperation,
                      leaf_modules=R.leaf_modules(), autowrap_functions=R.user_functions())
 
 
-def piecewise_linear_ops(gm: fx.GraphModule) -> list[str]:
-    """Names of the piecewise-linear operations (ReLU, max-pool, ...) in a traced model."""
+def _uses_user_rules(model: nn.Module) -> bool:
+    """Whether the model needs the fx route: a module type with a user rule occurs in it, or
+    a user rule for a Python function or tensor method exists."""
+    if any(e.family == "user" for e in R.METHOD_RULES.values()):
+        return True
+    if any(e.family == "user" and not isinstance(k, torch._ops.OpOverload)
+           for k, e in R.FUNCTION_RULES.items()):
+        return True
+    user_types = tuple(k for k, e in R.MODULE_RULES.items() if e.family == "user")
+    return bool(user_types) and any(isinstance(m, user_types) for m in model.modules())
+
+
+class TaylorProgram(nn.Module):
+    """What :func:`trace` returns: the model (calling it runs the model) and its captures,
+    one :class:`~taylorattr.capture.CoreGraph` per input signature (one for every batch
+    size where the batch axis exports as dynamic), or its torch.fx graph (``fx``) on the
+    user-rule route. A model with a ``taylor_core_graph(inputs)`` method (a smoothed
+    model) supplies its own graphs."""
+
+    def __init__(self, model, fx_module: fx.GraphModule | None = None,
+                 graph: CoreGraph | None = None):
+        super().__init__()
+        self.model = model
+        self.fx = fx_module
+        self._graphs: list[tuple[object, CoreGraph]] = []
+        self.last: CoreGraph | None = graph
+        if graph is not None:
+            self._graphs.append((None, graph))
+
+    def forward(self, *args, **kwargs):
+        return self.model(*args, **kwargs)
+
+    @staticmethod
+    def _key(x: torch.Tensor, graph: CoreGraph | None):
+        dynamic = graph is not None and graph.batch_dynamic and x.shape[0] >= 2
+        return (("B",) if dynamic else (x.shape[0],)) + tuple(x.shape[1:]), x.dtype, x.device.type
+
+    def graph(self, x: torch.Tensor) -> CoreGraph:
+        """The core graph for inputs shaped like ``x`` (captured on first use)."""
+        for key, graph in self._graphs:
+            if key is None or key == self._key(x, graph):
+                self.last = graph
+                return graph
+        own = getattr(self.model, "taylor_core_graph", None)
+        graph = own(x) if own is not None else capture(self.model, (x.detach(),))
+        self._graphs.append((self._key(x, graph), graph))
+        self.last = graph
+        return graph
+
+
+def trace(model, inputs: torch.Tensor | None = None) -> TaylorProgram:
+    """The model ready for :func:`propagate` (a :class:`TaylorProgram`); with ``inputs`` its
+    core graph for them is captured now. ``model``: an ``nn.Module``, an
+    ``ExportedProgram`` or the path of a ``.pt2`` file (``torch.export.save``)."""
+    if isinstance(model, TaylorProgram):
+        if inputs is not None and model.fx is None:
+            model.graph(inputs)
+        return model
+    if isinstance(model, (str, os.PathLike, torch.export.ExportedProgram)):
+        graph = capture(model)
+        return TaylorProgram(graph.program.module(), graph=graph)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, an ExportedProgram or a .pt2 path, got "
+                        f"{type(model).__name__}")
+    if _uses_user_rules(model) and not hasattr(model, "taylor_core_graph"):
+        return TaylorProgram(model, fx_module=trace_fx(model))
+    program = TaylorProgram(model)
+    if inputs is not None:
+        try:
+            program.graph(inputs)
+        except CaptureError as exc:
+            try:
+                return TaylorProgram(model, fx_module=trace_fx(model))
+            except UnsupportedOperation:
+                raise exc from None
+    return program
+
+
+def piecewise_linear_ops(model) -> list[str]:
+    """Names of the piecewise-linear operations (ReLU, max-pool, ...) in a traced model (a
+    :class:`TaylorProgram` with a captured graph, or a torch.fx graph)."""
+    if isinstance(model, TaylorProgram):
+        if model.fx is None:
+            return [] if model.last is None else core.piecewise_nodes(model.last)
+        model = model.fx
+    return _piecewise_fx(model)
+
+
+def _piecewise_fx(gm: fx.GraphModule) -> list[str]:
     found = []
     for node in gm.graph.nodes:
         if node.op == "call_module" and isinstance(gm.get_submodule(node.target), PIECEWISE_MODULES):
@@ -150,15 +244,24 @@ class TaylorInterpreter(fx.Interpreter):
         return _call(entry, args, kwargs)
 
 
-def propagate(model: nn.Module | fx.GraphModule, inputs: torch.Tensor, directions: torch.Tensor,
-              order: int) -> Jet:
+def propagate(model, inputs: torch.Tensor, directions: torch.Tensor, order: int) -> Jet:
     """Taylor coefficients of ``t -> model(inputs + t * v)`` for every direction ``v``.
 
-    ``inputs``: ``[B, *s]``; ``directions``: ``[B, m, *s]``. Returns a :class:`Jet` whose
-    ``primal`` is ``model(inputs)`` and whose ``series[k-1, b, r]`` is
+    ``model``: an ``nn.Module``, a :class:`TaylorProgram` from :func:`trace` (reuses its
+    captures), or a torch.fx ``GraphModule`` (interpreted as traced). ``inputs``:
+    ``[B, *s]``; ``directions``: ``[B, m, *s]``. Returns a :class:`Jet` whose ``primal`` is
+    ``model(inputs)`` and whose ``series[k-1, b, r]`` is
     ``D^k model(inputs[b])[v_br, ..., v_br] / k!`` for ``k = 1..order``.
     """
-    gm = model if isinstance(model, fx.GraphModule) else trace(model)
+    if isinstance(model, fx.GraphModule) and not isinstance(model, TaylorProgram):
+        return _propagate_fx(model, inputs, directions, order)
+    program = trace(model)
+    if program.fx is not None:
+        return _propagate_fx(program.fx, inputs, directions, order)
+    return core.propagate_core(program.graph(inputs), inputs, directions, order)
+
+
+def _propagate_fx(gm: fx.GraphModule, inputs, directions, order) -> Jet:
     series = torch.zeros((order,) + tuple(directions.shape), dtype=inputs.dtype, device=inputs.device)
     series[0] = directions
     out = TaylorInterpreter(gm).run(Jet(inputs, series, affine=True))
