@@ -38,12 +38,14 @@ from __future__ import annotations
 import copy
 import operator
 import os
+import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 from torch import fx, nn
+from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
 __all__ = ["DEFAULT_KEEP", "CaptureError", "CoreGraph", "UnsupportedOps", "capture", "copy_graph",
            "op_name", "refuse", "where"]
@@ -126,7 +128,7 @@ class CoreGraph:
         self.refresh()
         first = self.inputs[0].meta.get("val") if self.inputs else None
         self.batch_dynamic = (first is not None and first.dim() > 0
-                              and not isinstance(first.shape[0], int))
+                              and not is_concrete_int(first.shape[0]))
 
     def refresh(self) -> None:
         """Recompute :attr:`nodes` and the input dependence after editing ``module.graph``."""
@@ -314,8 +316,13 @@ def capture(model, example_inputs: tuple | torch.Tensor | None = None,
         except Exception as exc:  # noqa: BLE001 - export raises many kinds of errors
             error = exc
     else:
-        raise CaptureError(f"torch.export could not capture {type(model).__name__}: "
-                           f"{type(error).__name__}: {str(error).strip().splitlines()[0] if str(error).strip() else ''}. "
+        frames = [f for f in traceback.extract_tb(error.__traceback__)
+                  if not f.filename.startswith(_TORCH_DIR) and f.filename != __file__]
+        at = f" at {frames[-1].filename}:{frames[-1].lineno} ({(frames[-1].line or '').strip()})" \
+            if frames else ""
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise CaptureError(f"torch.export could not capture {type(model).__name__}{at}: "
+                           f"{type(error).__name__}: {first}. "
                            "What you can do: make forward's control flow independent of the input "
                            "values (see torch.export's documentation), or export the model yourself "
                            "and pass the ExportedProgram / .pt2 file.") from error

@@ -699,9 +699,24 @@ ADVICE = ("What you can do: register an exact rule for each with "
           "lists the operations with rules), or replace the op in the model by supported ones.")
 
 
+#: Ops that draw random numbers: a capture cannot replay the eager model's draws.
+RANDOM = {aten.rand, aten.randn, aten.rand_like, aten.randn_like, aten.randint,
+          aten.randint_like, aten.randperm, aten.bernoulli, aten.normal, aten.uniform,
+          aten.multinomial, aten.exponential, aten.poisson}
+
+
 def check(graph: CoreGraph) -> None:
-    """Raise one :class:`UnsupportedOperation` listing every op without a rule."""
-    refuse(graph, graph.unsupported(supported), "Taylor mode", ADVICE, UnsupportedOperation)
+    """Raise one :class:`UnsupportedOperation` listing every op without a rule (and every
+    random op, input-dependent or not: its draws differ from the eager model's)."""
+    if getattr(graph, "checked", False):
+        return
+    found = graph.unsupported(supported)
+    for node in graph.nodes:
+        if _packet(node.target) in RANDOM:
+            found.setdefault(f"{op_name(node.target)} (random numbers drawn in forward: make "
+                             "them a buffer)", []).append(node)
+    refuse(graph, found, "Taylor mode", ADVICE, UnsupportedOperation)
+    graph.checked = True
 
 
 def piecewise_nodes(graph: CoreGraph) -> list[str]:
@@ -719,7 +734,7 @@ def _primal(v):
 def _handle(node, args, kwargs):
     if node.target is operator.getitem:
         return args[0][args[1]]
-    if _constant_result(node):
+    if _constant_result(node) or not _jets((args, kwargs)):  # e.g. fed only by masks
         return node.target(*_map(args, _primal), **_map(kwargs, _primal))
     rule = _entry(node.target)
     if rule is None:
@@ -731,11 +746,69 @@ def _handle(node, args, kwargs):
     return out
 
 
+MIXING_ADVICE = (
+    "Taylor terms are per sample, so each sample must be computed on its own; this op mixes "
+    "the samples of the batch (as softmax/var/einsum over the batch dimension, or a batch-first "
+    "tensor fed to MultiheadAttention(batch_first=False), do). What you can do: keep the batch "
+    "dimension out of it, or give the op a per-sample rule with ta.register_taylor_rule; for a "
+    "ReLU/max-pool network analyse ta.smooth(model) instead.")
+
+
+def _batch_axes(node, inputs: torch.Tensor, graph: CoreGraph) -> list[int]:
+    """The axes of ``node``'s value that may be its batch axis: those of the symbolic batch
+    size in a dynamic capture, else those of size ``B``."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return []
+    batch = graph.inputs[0].meta["val"].shape[0]
+    if graph.batch_dynamic:
+        return [i for i, n in enumerate(val.shape) if str(n) == str(batch)]
+    return [i for i, n in enumerate(val.shape) if n == inputs.shape[0]]
+
+
+def _coupled(jet: CoreJet, axes: list[int]) -> bool:
+    """Whether samples other than 0 move along every candidate batch axis."""
+    first = jet.series[0, 0]
+    return bool(axes) and all(bool((first.narrow(a, 1, first.shape[a] - 1).abs() > 0).any())
+                              for a in axes)
+
+
+def check_samples_separate(graph: CoreGraph, inputs: torch.Tensor) -> None:
+    """Refuse a graph in which one sample's value depends on another sample's input: one
+    first-order pass along a direction that moves sample 0 only. In a dynamic capture the
+    batch axis of every node is known (its symbolic size) and the first node where another
+    sample moves is named; otherwise the output (batch axis first) decides and the first
+    node with a moving axis of size ``B`` is named. Done once per graph."""
+    if getattr(graph, "samples_separate", False) or inputs.dim() == 0 or inputs.shape[0] < 2:
+        return
+    direction = torch.zeros_like(inputs)
+    direction[0] = torch.randn_like(inputs[0])
+    suspects = []
+
+    def watch(node, args, kwargs):
+        out = _handle(node, args, kwargs)
+        if is_jet(out) and not suspects and _coupled(out, _batch_axes(node, inputs, graph)):
+            if graph.batch_dynamic:
+                raise UnsupportedOperation(f"{graph.describe(node)}: {MIXING_ADVICE}")
+            suspects.append(node)
+        return out
+
+    with torch.no_grad():
+        out = graph.run(CoreJet(inputs.detach(), direction[None, None], 1, affine=True),
+                        handler=watch)
+    if is_jet(out) and out.primal.dim() > 0 and out.primal.shape[0] == inputs.shape[0] \
+            and _coupled(out, [0]):
+        node = suspects[0] if suspects else graph.output_node
+        raise UnsupportedOperation(f"{graph.describe(node)}: {MIXING_ADVICE}")
+    graph.samples_separate = True
+
+
 def propagate_core(graph: CoreGraph, inputs: torch.Tensor, directions: torch.Tensor,
                    order: int) -> Jet:
     """Taylor coefficients of ``t -> model(inputs + t v)`` for every direction, on a captured
     graph. ``directions``: ``[B, m, *s]``; returns a :class:`Jet` (``series`` ``[K, B, m, ...]``)."""
     check(graph)
+    check_samples_separate(graph, inputs)
     x = CoreJet(inputs, directions.transpose(0, 1).unsqueeze(0), order, affine=True)
     out = graph.run(x, handler=_handle)
     if not is_jet(out):

@@ -122,7 +122,7 @@ def trace(model, inputs: torch.Tensor | None = None) -> TaylorProgram:
             try:
                 return TaylorProgram(model, fx_module=trace_fx(model))
             except UnsupportedOperation:
-                raise exc from None
+                raise UnsupportedOperation(str(exc)) from exc
     return program
 
 
