@@ -97,8 +97,9 @@ def test_copy_is_deep_and_every_kink_is_replaced():
     smoothed = ta.smooth(model, 10.0)
     assert smoothed.output_gap is None
     assert isinstance(model.act, nn.ReLU) and isinstance(model.pool, nn.MaxPool2d)  # unchanged
-    assert piecewise_linear_ops(trace(model))
-    assert piecewise_linear_ops(trace(smoothed)) == []
+    x = torch.randn(2, 1, 8, 8, dtype=DT)
+    assert piecewise_linear_ops(trace(model, x))
+    assert piecewise_linear_ops(trace(smoothed, x)) == []
     kinds = " ".join(smoothed.replaced)
     for name in ("act (ReLU)", "pool (MaxPool2d)", "act6 (ReLU6)", "leaky (LeakyReLU)", "functional"):
         assert name in kinds
@@ -142,9 +143,11 @@ def test_bad_arguments_are_named():
             ta.smooth(model, beta)
     with pytest.raises(TypeError, match="model"):
         ta.smooth(lambda x: x, 1.0)
-    with pytest.raises(ValueError, match="ceil_mode"):
-        ta.smooth(nn.Sequential(nn.MaxPool2d(2, ceil_mode=True)), 1.0)
-    with pytest.raises(TypeError, match="Hardtanh"):
-        ta.smooth(nn.Sequential(nn.Linear(2, 2), nn.Hardtanh()), 1.0)
+    with pytest.raises(ValueError, match="return_indices"):
+        ta.smooth(nn.Sequential(nn.MaxPool2d(2, return_indices=True)), 1.0)
+    with pytest.raises(TypeError, match="MaxPool3d"):
+        ta.smooth(nn.Sequential(nn.MaxPool3d(2)), 1.0)
+    with pytest.raises(ValueError, match="inputs="):
+        ta.smooth(model, "auto")
     with pytest.raises(TypeError, match="inputs"):
         ta.smooth(model, 1.0, inputs=torch.zeros(2, 1, 8, 8, dtype=torch.int64))

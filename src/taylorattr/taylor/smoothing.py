@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import math
+import operator
 import warnings
 from numbers import Real
 
@@ -34,9 +35,10 @@ from torch import fx, nn
 
 from .. import _fx
 from .. import _validation as V
+from ..capture import CaptureError, capture, op_name, where
 
-__all__ = ["SmoothLeakyReLU", "SmoothMaxPool", "SmoothReLU", "SmoothReLU6", "SmoothedModel",
-           "smooth"]
+__all__ = ["AUTO_BETAS", "SmoothClamp", "SmoothHardswish", "SmoothLeakyReLU", "SmoothMaxPool",
+           "SmoothPReLU", "SmoothReLU", "SmoothReLU6", "SmoothedModel", "smooth", "smooth_graph"]
 
 
 class SmoothReLU(nn.Module):
@@ -70,6 +72,51 @@ class SmoothLeakyReLU(SmoothReLU):
         return a * x + (1.0 - a) * F.softplus(x, self.beta)
 
 
+class SmoothClamp(SmoothReLU):
+    """``clamp(x, lo, hi) = lo + relu(x - lo) - relu(x - hi)`` with each ReLU smoothed (one
+    bound: ``lo + relu(x - lo)`` or ``hi - relu(hi - x)``); Hardtanh is ``clamp(x, -1, 1)``."""
+
+    def __init__(self, beta: float, lo: float | None, hi: float | None):
+        super().__init__(beta)
+        self.lo, self.hi = lo, hi
+
+    def forward(self, x):
+        return self.apply_to(x, F.softplus)
+
+    def apply_to(self, x, softplus):
+        """The surrogate with ``softplus(t, beta)`` given (tensors or Taylor-mode Jets)."""
+        if self.lo is None:
+            return -softplus(-x + self.hi, self.beta) + self.hi
+        y = softplus(x - self.lo, self.beta) + self.lo
+        return y if self.hi is None else y - softplus(x - self.hi, self.beta)
+
+
+class SmoothHardswish(SmoothClamp):
+    """``hardswish(x) = x relu6(x + 3) / 6`` with the ReLU6 smoothed; ``gate_only``:
+    Hardsigmoid ``relu6(x + 3) / 6``."""
+
+    def __init__(self, beta: float, gate_only: bool = False):
+        super().__init__(beta, 0.0, 6.0)
+        self.gate_only = gate_only
+
+    def apply_to(self, x, softplus):
+        gate = super().apply_to(x + 3.0, softplus) * (1.0 / 6.0)
+        return gate if self.gate_only else x * gate
+
+
+class SmoothPReLU(SmoothReLU):
+    """``prelu(x) = a x + (1 - a) relu(x)`` (learned slopes ``a`` per channel) smoothed."""
+
+    def __init__(self, beta: float, weight: torch.Tensor):
+        super().__init__(beta)
+        self.weight = nn.Parameter(weight.detach().clone())
+
+    def forward(self, x):
+        a = self.weight.view(-1, *[1] * (x.dim() - 2)) if x.dim() > 1 and self.weight.numel() > 1 \
+            else self.weight
+        return a * x + (1.0 - a) * F.softplus(x, self.beta)
+
+
 class SmoothMaxPool(nn.Module):
     """Log-sum-exp pooling with temperature ``1/beta`` (1-d or 2-d, max-pool geometry):
 
@@ -80,10 +127,11 @@ class SmoothMaxPool(nn.Module):
     Taylor mode runs the same :meth:`log_sum_exp` on Jets (its rule in
     :mod:`taylorattr.taylor.mode.rules_surrogates`)."""
 
-    def __init__(self, beta: float, dims: int, kernel_size, stride=None, padding=0, dilation=1):
+    def __init__(self, beta: float, dims: int, kernel_size, stride=None, padding=0, dilation=1,
+                 ceil_mode: bool = False):
         super().__init__()
         pair = (lambda v: (v,) * dims if isinstance(v, int) else tuple(v))
-        self.beta, self.dims = float(beta), dims
+        self.beta, self.dims, self.ceil_mode = float(beta), dims, bool(ceil_mode)
         self.kernel_size, self.padding, self.dilation = pair(kernel_size), pair(padding), pair(dilation)
         self.stride = self.kernel_size if stride is None or stride == [] else pair(stride)
 
@@ -95,11 +143,16 @@ class SmoothMaxPool(nn.Module):
         """The pooling written once for tensors and Jets: ``values`` are ``x``'s values,
         ``exp``/``log``/``pad``/``index`` the operations on ``x``'s kind."""
         pool = F.max_pool1d if self.dims == 1 else F.max_pool2d
-        shift = pool(values, self.kernel_size, self.stride, self.padding, self.dilation)
-        pads = [p for p in reversed(self.padding) for _ in range(2)]
+        shift = pool(values, self.kernel_size, self.stride, self.padding, self.dilation,
+                     ceil_mode=self.ceil_mode)
+        out = shift.shape[-self.dims:]
+        pads = []
+        for d in reversed(range(self.dims)):  # ceil_mode: the last window may pass the end
+            size = values.shape[d - self.dims] + 2 * self.padding[d]
+            need = (out[d] - 1) * self.stride[d] + self.dilation[d] * (self.kernel_size[d] - 1) + 1
+            pads += [self.padding[d], self.padding[d] + max(0, need - size)]
         if any(pads):
             x = pad(x, pads, value=float("-inf"))
-        out = shift.shape[-self.dims:]
         total = None
         for offset in _offsets(self.kernel_size):
             where = [slice(None)] * (values.dim() - self.dims)
@@ -123,18 +176,25 @@ def _surrogate(m: nn.Module, beta: float) -> nn.Module | None:
         return SmoothReLU(beta)
     if isinstance(m, nn.ReLU6):
         return SmoothReLU6(beta)
+    if isinstance(m, nn.Hardtanh):
+        return SmoothClamp(beta, m.min_val, m.max_val)
+    if isinstance(m, (nn.Hardswish, nn.Hardsigmoid)):
+        return SmoothHardswish(beta, gate_only=isinstance(m, nn.Hardsigmoid))
     if isinstance(m, nn.LeakyReLU):
         return SmoothLeakyReLU(beta, m.negative_slope)
+    if isinstance(m, nn.PReLU):
+        return SmoothPReLU(beta, m.weight)
     if isinstance(m, (nn.MaxPool1d, nn.MaxPool2d)):
-        if m.ceil_mode or m.return_indices:
-            raise ValueError(f"model: {type(m).__name__} with ceil_mode or return_indices has no "
-                             "smooth surrogate here; use ceil_mode=False")
+        if m.return_indices:
+            raise ValueError(f"model: {type(m).__name__} with return_indices has no smooth "
+                             "surrogate (the indices have no smooth counterpart)")
         dims = 1 if isinstance(m, nn.MaxPool1d) else 2
-        return SmoothMaxPool(beta, dims, m.kernel_size, m.stride, m.padding, m.dilation)
-    if isinstance(m, (nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d, nn.Hardtanh,
-                      nn.PReLU)):
+        return SmoothMaxPool(beta, dims, m.kernel_size, m.stride, m.padding, m.dilation,
+                             m.ceil_mode)
+    if isinstance(m, (nn.MaxPool3d, nn.AdaptiveMaxPool1d, nn.AdaptiveMaxPool2d)):
         raise TypeError(f"model: {type(m).__name__} has no smooth surrogate in ta.smooth "
-                         "(ReLU, ReLU6, LeakyReLU and MaxPool1d/2d have one)")
+                         "(ReLU, ReLU6, LeakyReLU, PReLU, Hardtanh, Hardswish, Hardsigmoid, "
+                         "clamp and MaxPool1d/2d have one)")
     return None
 
 
@@ -154,12 +214,12 @@ def _functional(node: fx.Node, beta: float) -> nn.Module | None:
     if node.target in (F.max_pool1d, F.max_pool2d):
         names = ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
         given = dict(zip(names, args)) | kwargs
-        if given.get("ceil_mode") or given.get("return_indices"):
-            raise ValueError("model: F.max_pool with ceil_mode or return_indices has no smooth "
-                             "surrogate here")
+        if given.get("return_indices"):
+            raise ValueError("model: F.max_pool with return_indices has no smooth surrogate")
         dims = 1 if node.target is F.max_pool1d else 2
         return SmoothMaxPool(beta, dims, given["kernel_size"], given.get("stride"),
-                             given.get("padding", 0), given.get("dilation", 1))
+                             given.get("padding", 0), given.get("dilation", 1),
+                             bool(given.get("ceil_mode", False)))
     return None
 
 
@@ -192,10 +252,77 @@ def _smooth_functional(model: nn.Module, beta: float) -> nn.Module:
     return gm
 
 
+_GRAPH_KINKS = ("relu", "hardtanh", "clamp", "clamp_min", "clamp_max", "leaky_relu",
+                "max_pool2d_with_indices")
+
+
+def _graph_surrogate(node: fx.Node, beta: float) -> nn.Module | None:
+    """The surrogate for a piecewise-linear core ATen node (None: none here)."""
+    name = getattr(getattr(node.target, "overloadpacket", None), "__name__", "")
+    args, kw = node.args, node.kwargs
+    if name == "relu":
+        return SmoothReLU(beta)
+    if name == "hardtanh":
+        return SmoothClamp(beta, float(args[1]) if len(args) > 1 else -1.0,
+                           float(args[2]) if len(args) > 2 else 1.0)
+    if name in ("clamp", "clamp_min", "clamp_max"):
+        lo = args[1] if len(args) > 1 else kw.get("min")
+        hi = args[2] if len(args) > 2 else kw.get("max")
+        if name == "clamp_max":
+            lo, hi = None, lo
+        if isinstance(lo, fx.Node) or isinstance(hi, fx.Node):
+            return None  # tensor bounds
+        return SmoothClamp(beta, None if lo is None else float(lo), None if hi is None else float(hi))
+    if name == "leaky_relu":
+        return SmoothLeakyReLU(beta, float(args[1]) if len(args) > 1 else 0.01)
+    if name == "max_pool2d_with_indices":
+        if any(u.target is not operator.getitem or u.args[1] != 0 for u in node.users):
+            return None  # the indices are used
+        kernel = args[1]
+        stride = args[2] if len(args) > 2 and args[2] else kernel
+        return SmoothMaxPool(beta, 2, kernel, stride, args[3] if len(args) > 3 else 0,
+                             args[4] if len(args) > 4 else 1, bool(args[5]) if len(args) > 5 else False)
+    return None
+
+
+def smooth_graph(graph, beta: float) -> list[str]:
+    """Replace every input-dependent piecewise-linear node of a captured graph
+    (:class:`taylorattr.capture.CoreGraph`) that has a surrogate; returns their names
+    (``module (Type): op``). What remains is listed by Taylor mode's piecewise warning."""
+    replaced = []
+    g = graph.module.graph
+    for node in list(graph.nodes):
+        if not graph.depends_on_input(node) or not any(
+                getattr(getattr(node.target, "overloadpacket", None), "__name__", "") == k
+                for k in _GRAPH_KINKS):
+            continue
+        surrogate = _graph_surrogate(node, beta)
+        if surrogate is None:
+            continue
+        with g.inserting_after(node):
+            new = g.call_function(surrogate, (node.args[0],))
+        if "max_pool" in str(node.target):
+            for user in list(node.users):
+                user.replace_all_uses_with(new)
+                g.erase_node(user)
+        else:
+            node.replace_all_uses_with(new)
+        new.meta = {k: v for k, v in node.meta.items() if k != "val"}
+        g.erase_node(node)
+        replaced.append(f"{where(new).split(',')[0]}: {op_name(node.target)} (graph)")
+    graph.refresh()
+    return replaced
+
+
 class SmoothedModel(nn.Module):
     """A smoothed copy of a model. ``module``: the copy; ``beta``; ``replaced``: the names of
     the kinks replaced; ``output_gap``: ``max |f_smooth - f|`` on the inputs given to
-    :func:`smooth` (``None`` without inputs); :meth:`gap` measures it on other inputs."""
+    :func:`smooth` (``None`` without inputs); :meth:`gap` measures it on other inputs.
+
+    Kinks that no module swap reaches (functional calls torch.fx cannot see, Hardswish
+    written out, clamps) are replaced in the model's captured core-ATen graph
+    (:func:`smooth_graph`), one capture per input signature (:meth:`taylor_core_graph`);
+    calling the smoothed model runs that graph where it differs from ``module``."""
 
     def __init__(self, module: nn.Module, original: nn.Module, beta: float, replaced: list[str]):
         super().__init__()
@@ -204,30 +331,111 @@ class SmoothedModel(nn.Module):
         self.beta = beta
         self.replaced = replaced
         self.output_gap: float | None = None
+        self.__dict__["_graphs"] = []
+
+    def taylor_core_graph(self, inputs: torch.Tensor):
+        """The smoothed core graph for inputs shaped like ``inputs`` (captured on first use)."""
+        for key, graph in self._graphs:
+            if key == _graph_key(inputs, graph):
+                return graph
+        graph = capture(self.module, (inputs.detach(),))
+        names = smooth_graph(graph, self.beta)
+        graph.rewritten = bool(names)
+        self.replaced += [n for n in names if n not in self.replaced]
+        self._graphs.append((_graph_key(inputs, graph), graph))
+        return graph
+
+    def set_beta(self, beta: float) -> None:
+        """Change the sharpness of every surrogate (modules and captured graphs) in place."""
+        self.beta = float(beta)
+        for m in self.module.modules():
+            if isinstance(m, (SmoothReLU, SmoothMaxPool)):
+                m.beta = self.beta
+        for _, graph in self._graphs:
+            for node in graph.nodes:
+                if isinstance(node.target, (SmoothReLU, SmoothMaxPool)):
+                    node.target.beta = self.beta
 
     def forward(self, inputs):
+        if isinstance(inputs, torch.Tensor) and self.__dict__.get("_graph_route", True):
+            try:
+                graph = self.taylor_core_graph(inputs)
+            except CaptureError:
+                self.__dict__["_graph_route"] = False
+            else:
+                if graph.rewritten:
+                    return graph.run(inputs)
         return self.module(inputs)
 
     @torch.no_grad()
     def gap(self, inputs: torch.Tensor) -> float:
         """``max |f_smooth(inputs) - f(inputs)|`` over every sample and output."""
         V.check_inputs(inputs)
-        return float((self.module(inputs) - self.original(inputs)).abs().max())
+        return float((self(inputs) - self.original(inputs)).abs().max())
 
 
-def smooth(model: nn.Module, beta: float, inputs: torch.Tensor | None = None) -> SmoothedModel:
-    """A copy of ``model`` with every ReLU / ReLU6 / LeakyReLU / max-pool replaced by its
-    smooth surrogate of sharpness ``beta`` (module docstring); ``model`` is not changed.
+def _graph_key(x: torch.Tensor, graph) -> tuple:
+    dynamic = graph.batch_dynamic and x.shape[0] >= 2
+    return (("B",) if dynamic else (x.shape[0],)) + tuple(x.shape[1:]), x.dtype, x.device.type
+
+
+#: The sharpness values ``beta="auto"`` tries, smallest first.
+AUTO_BETAS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
+
+
+def _auto_beta(smoothed: SmoothedModel, model, inputs, baselines, tolerance: float) -> None:
+    """The smallest beta of :data:`AUTO_BETAS` whose output gap is at most ``tolerance``
+    times ``|df| = max_c |f(x) - f(x~)|`` on every sample:
+
+        max_c |f_beta(x_b) - f(x_b)| <= tolerance * max_c |f(x_b) - f(x~_b)|   for all b
+    """
+    with torch.no_grad():
+        f = model(inputs)
+        df = (f - model(V.broadcast_baselines(baselines, inputs))).abs().flatten(1).amax(1)
+        for beta in AUTO_BETAS:
+            smoothed.set_beta(beta)
+            gap = (smoothed(inputs) - f).abs().flatten(1).amax(1)
+            if bool((gap <= tolerance * df).all()):
+                break
+        else:
+            warnings.warn(f"ta.smooth(beta='auto'): no beta up to {AUTO_BETAS[-1]:g} brings the "
+                          f"output gap below {tolerance:g} x |df| (largest gap/|df| "
+                          f"{float((gap / df).max()):.3g}); using beta={AUTO_BETAS[-1]:g}",
+                          stacklevel=3)
+    smoothed.output_gap = float(gap.max())
+    smoothed.relative_gap = float((gap / df).max())
+    smoothed.tolerance = tolerance
+
+
+def smooth(model: nn.Module, beta: float | str, inputs: torch.Tensor | None = None, *,
+           baselines=0.0, tolerance: float = 0.05) -> SmoothedModel:
+    """A copy of ``model`` with every ReLU / ReLU6 / LeakyReLU / PReLU / Hardtanh /
+    Hardswish / Hardsigmoid / clamp / max-pool replaced by its smooth surrogate of sharpness
+    ``beta`` (module docstring); ``model`` is not changed.
 
     Args:
         model: an ``nn.Module``.
-        beta: sharpness > 0; the surrogate tends to the kink as ``beta`` grows.
-        inputs: optional ``[B, ...]`` inputs on which ``output_gap`` is measured.
+        beta: sharpness > 0 (the surrogate tends to the kink as ``beta`` grows), or
+            ``"auto"``: the smallest of :data:`AUTO_BETAS` whose output gap on ``inputs``
+            is at most ``tolerance * |df|`` for every sample, with ``|df|`` the largest
+            output change ``|f(x) - f(baselines)|`` of that sample; the result's ``beta``,
+            ``output_gap`` and ``relative_gap`` (largest gap / |df|) report the choice.
+        inputs: optional ``[B, ...]`` inputs on which ``output_gap`` is measured (required
+            for ``beta="auto"``).
+        baselines, tolerance: the baselines of ``|df|`` and the tolerance for ``"auto"``.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    auto = isinstance(beta, str) and beta == "auto"
+    if auto:
+        if inputs is None:
+            raise ValueError("beta='auto' needs inputs= (the inputs on which the output gap "
+                             "is measured)")
+        if isinstance(tolerance, bool) or not isinstance(tolerance, Real) or not tolerance > 0:
+            raise ValueError(f"tolerance must be a number > 0, got {tolerance!r}")
+        beta = AUTO_BETAS[0]
     if isinstance(beta, bool) or not isinstance(beta, Real):
-        raise TypeError(f"beta must be a real number > 0, got {type(beta).__name__}")
+        raise TypeError(f"beta must be a real number > 0 or 'auto', got {type(beta).__name__}")
     if not math.isfinite(beta) or beta <= 0:
         raise ValueError(f"beta must be a finite number > 0, got {beta!r}")
     copy_ = copy.deepcopy(model)
@@ -250,6 +458,9 @@ def smooth(model: nn.Module, beta: float, inputs: torch.Tensor | None = None) ->
     result = SmoothedModel(smoothed, model, float(beta), replaced)
     result.train(model.training)
     if inputs is not None:
-        result.output_gap = result.gap(inputs)
+        V.check_inputs(inputs)
+        if auto:
+            _auto_beta(result, model, inputs, baselines, float(tolerance))
+        else:
+            result.output_gap = result.gap(inputs)
     return result
-

@@ -29,6 +29,7 @@ come first; they receive CoreJets, which offer the same arithmetic, ``unary`` an
 """
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable
@@ -41,8 +42,8 @@ from ...capture import CoreGraph, op_name, refuse
 from . import registry as R
 from .jet import Jet, UnsupportedOperation
 
-__all__ = ["CORE_RULES", "PIECEWISE_CORE", "CoreJet", "check", "core_rule", "piecewise_nodes",
-           "propagate_core"]
+__all__ = ["CORE_RULES", "PIECEWISE_CORE", "CoreJet", "check", "constant_pad", "core_rule",
+           "piecewise_nodes", "propagate_core"]
 
 aten = torch.ops.aten
 
@@ -201,6 +202,11 @@ def core_rule(*ops):
 
 
 def _entry(target):
+    if isinstance(target, torch.nn.Module):  # a surrogate put in by ta.smooth
+        for cls in type(target).__mro__:
+            if cls in CORE_RULES:
+                return functools.partial(CORE_RULES[cls], target)
+        return None
     user = R.FUNCTION_RULES.get(target)
     if user is not None and user.family == "user":
         return user.rule
@@ -331,7 +337,8 @@ def _convolution(x, weight, bias, *rest):
 
 
 @core_rule(aten.constant_pad_nd)
-def _pad(x, pad, value=0.0):
+def constant_pad(x, pad, value=0.0):
+    """Padding is affine: the pad value goes to the value only."""
     return joint_linear(aten.constant_pad_nd, (x, pad, value), {},
                         strip=lambda a, k: ((a[0], a[1], 0.0), k))
 
