@@ -24,10 +24,13 @@ group-level (``[B, G]``) and need one expansion per group along ``-delta`` restr
 """
 from __future__ import annotations
 
+import os
 import warnings
+import weakref
 from dataclasses import dataclass, replace
 
 import torch
+from torch import nn
 from tqdm.auto import tqdm
 
 from .. import _validation as V
@@ -156,6 +159,8 @@ def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, st
     """:func:`_prepare` that also returns the layout of the inputs (tuple inputs, ``additional_forward_args`` and ``layer`` in
     ``structure`` are mapped to one tensor by :func:`taylorattr.inputs.whole_batch_view`: the
     expansion direction is all inputs' deltas together)."""
+    if isinstance(model, (str, os.PathLike, torch.export.ExportedProgram)):
+        model = trace(model)  # a torch.export program (.pt2 file): its own module
     V.check_model(model)
     V.check_positive_int(order, "order")
     if chunk_size is not None:
@@ -173,18 +178,49 @@ def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, st
         baselines = V.broadcast_baselines(baselines, inputs)
         gm = trace(model, inputs)
     if order >= 2:
-        kinks = piecewise_linear_ops(gm)
-        if kinks:
-            warnings.warn(
-                f"model contains piecewise-linear operations ({', '.join(kinks[:5])}); their "
-                f"derivatives of order >= 2 are zero almost everywhere, so the order-{order} terms "
-                "reduce to first order inside each linear region. Use a smooth surrogate "
-                "(e.g. nn.Softplus) to see higher-order terms.", stacklevel=3)
+        _warn_piecewise(model, gm, order)
     inputs = inputs.detach()
     with torch.no_grad():
         target = V.resolve_target(target, V.model_output(model, inputs))
         f_base = V.select_output(V.model_output(model, baselines, name="model (at baselines)"), target)
     return gm, inputs, inputs - baselines, target, f_base, layout
+
+
+_WARNED: weakref.WeakSet = weakref.WeakSet()
+
+
+def _warn_piecewise(model, gm, order: int) -> None:
+    """Warn once per model that has piecewise-linear operations (ReLU, clamp, max-pool, ...)."""
+    kinks = piecewise_linear_ops(gm)
+    if not kinks or (isinstance(model, nn.Module) and model in _WARNED):
+        return
+    if isinstance(model, nn.Module):
+        _WARNED.add(model)
+    more = f" and {len(kinks) - 5} more" if len(kinks) > 5 else ""
+    warnings.warn(
+        f"model contains piecewise-linear operations ({'; '.join(kinks[:5])}{more}); their "
+        f"derivatives of order >= 2 are zero almost everywhere, so the order-{order} terms "
+        "reduce to first order inside each linear region. To see higher-order terms, analyse "
+        "a smooth surrogate: ta.smooth(model, beta='auto', inputs=x) (it reports the beta it "
+        "chose and the output gap). This warning is shown once per model.", stacklevel=4)
+
+
+def _warn_degenerate(output_change: torch.Tensor, total: torch.Tensor, order: int) -> None:
+    """Warn when the expansion explains almost nothing of ``f(x) - f(x~)``: ``|g_K| < 0.1
+    |df|`` on a sample whose ``df`` is not negligible (e.g. a scale-invariant model, a
+    bias-free layer followed by a normalisation, expanded towards a zero baseline)."""
+    scale = output_change.abs()
+    weak = (total.abs() < 0.1 * scale) & (scale > 1e-6 * (1 + scale.max()))
+    if bool(weak.any()):
+        samples = weak.nonzero().flatten().tolist()
+        warnings.warn(
+            f"the order-{order} expansion explains under 10% of f(x) - f(x~) for sample(s) "
+            f"{samples[:10]} (error = {float((output_change - total)[weak].abs().max()):.3g}, "
+            f"|df| = {float(scale[weak].max()):.3g}): the model may be (nearly) invariant along "
+            "x - x~, as a bias-free layer followed by a normalisation is under scaling at a zero "
+            "baseline. Use a baseline that is not a multiple of the input: a blurred input, the "
+            "mean of a reference set (taylorattr.baselines.ReferenceSet) or noise "
+            "(taylorattr.baselines.Noise).", stacklevel=3)
 
 
 def _structure(additional_forward_args, layer, attribute_to_layer_input) -> dict | None:
@@ -311,8 +347,10 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
     fields.
 
     Args:
-        model: an ``nn.Module`` mapping ``[B, ...]`` to ``[B, C]`` or ``[B]``, traceable by
-            torch.fx and built from the operations listed in :mod:`taylorattr.taylor.mode`.
+        model: an ``nn.Module`` mapping ``[B, ...]`` to ``[B, C]`` or ``[B]`` (captured with
+            ``torch.export`` as core ATen operations, docs/supported_ops.md), a
+            ``torch.export.ExportedProgram``, or the path of a ``.pt2`` file saved with
+            ``torch.export.save`` (the model without its source code).
         inputs: ``[B, ...]`` float32/float64 tensor.
         baselines: scalar, tensor broadcastable to ``inputs``, or one baseline per sample.
         target: ``None`` (argmax class), an int, or a ``[B]`` tensor; ``None`` for ``[B]`` outputs.
@@ -362,6 +400,7 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
     else:
         independent = torch.zeros_like(first)
     output_change = f_x - f_base
+    _warn_degenerate(output_change, total, order)
     separable = (first + independent).flatten(1).sum(1)
     return TaylorTerms(
         order=order,

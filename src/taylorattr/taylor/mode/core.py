@@ -197,8 +197,17 @@ def core_rule(*ops):
     def deco(rule):
         for op in ops:
             CORE_RULES[op] = rule
+            _name(op)
         return rule
     return deco
+
+
+def _name(op) -> None:
+    """Record a core op with a rule for the support table (surrogate module types are
+    listed under their own family)."""
+    if isinstance(op, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+        R.CORE_NAMES.add(str(op).replace("aten::", "aten.") if "::" in str(op)
+                         else f"aten.{op.__name__}")
 
 
 def _entry(target):
@@ -311,7 +320,7 @@ def _make_additive(op):
 
 for _op in (aten.cat, aten.stack, aten.where, aten.slice_scatter, aten.select_scatter,
             aten.copy, aten.index_put, aten.masked_scatter, aten.diagonal_scatter):
-    CORE_RULES[_op] = _make_additive(_op)
+    core_rule(_op)(_make_additive(_op))
 
 
 @core_rule(aten._to_copy)
@@ -377,9 +386,9 @@ def _add_rule(op):
     return rule
 
 
-CORE_RULES[aten.add] = _add_rule("add")
-CORE_RULES[aten.sub] = _add_rule("sub")
-CORE_RULES[aten.rsub] = _add_rule("rsub")
+core_rule(aten.add)(_add_rule("add"))
+core_rule(aten.sub)(_add_rule("sub"))
+core_rule(aten.rsub)(_add_rule("rsub"))
 core_rule(aten.mul)(lambda a, b: binary(a, b, "mul"))
 
 
@@ -446,8 +455,8 @@ def _expm1(x):
     return x.unary(S.exp) - 1.0
 
 
-CORE_RULES[aten.log2] = lambda x: x.unary(S.log) * (1 / math.log(2))
-CORE_RULES[aten.log10] = lambda x: x.unary(S.log) * (1 / math.log(10))
+core_rule(aten.log2)(lambda x: x.unary(S.log) * (1 / math.log(2)))
+core_rule(aten.log10)(lambda x: x.unary(S.log) * (1 / math.log(10)))
 core_rule(aten.gelu)(lambda x, approximate="none": x.unary(lambda c: S.gelu(c, approximate)))
 core_rule(aten.silu)(lambda x: x * x.unary(S.sigmoid))
 core_rule(aten.softplus)(lambda x, beta=1, threshold=20: x.unary(
@@ -563,8 +572,8 @@ def _extreme(take_max: bool):
     return rule
 
 
-CORE_RULES[aten.amax] = _extreme(True)
-CORE_RULES[aten.amin] = _extreme(False)
+core_rule(aten.amax)(_extreme(True))
+core_rule(aten.amin)(_extreme(False))
 
 
 def _max_rule(take_max: bool):
@@ -576,8 +585,8 @@ def _max_rule(take_max: bool):
     return rule
 
 
-CORE_RULES[aten.max] = _max_rule(True)
-CORE_RULES[aten.min] = _max_rule(False)
+core_rule(aten.max)(_max_rule(True))
+core_rule(aten.min)(_max_rule(False))
 
 # ---------------------------------------------------------------- softmax and norms
 

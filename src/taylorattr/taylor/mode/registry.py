@@ -28,6 +28,8 @@ FAMILIES = {
     "normalisation": "Normalisation",
     "attention": "Attention, softmax and multilinear products",
     "surrogates": "Smooth surrogates made by `ta.smooth`",
+    "core": "Core ATen operations of a captured graph (the default route: `torch.export` "
+            "lowers every model to these; `aten.<op>` covers all its overloads)",
     "user": "Registered by the user (`ta.register_taylor_rule`)",
 }
 
@@ -43,6 +45,8 @@ class Entry:
 
 
 MODULE_RULES: dict[type, Entry] = {}
+#: Display names of the core ATen operations with a rule in :mod:`.core` (filled there).
+CORE_NAMES: set[str] = set()
 FUNCTION_RULES: dict[Callable, Entry] = {}
 METHOD_RULES: dict[str, Entry] = {}
 
@@ -155,6 +159,7 @@ def supported_ops() -> dict[str, list[str]]:
         out[entry.family].add(_display(key))
     for key, entry in METHOD_RULES.items():
         out[entry.family].add(_display(key))
+    out["core"].update(CORE_NAMES)
     return {f: sorted(names) for f, names in out.items() if names}
 
 
