@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import weakref
 
 import torch
 from torch import fx, nn
@@ -98,6 +99,15 @@ class TaylorProgram(nn.Module):
         return graph
 
 
+#: Model -> (structure signature, its TaylorProgram): captures are reused across calls
+#: while the model's modules, their types and train/eval modes stay the same.
+_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _signature(model: nn.Module) -> tuple:
+    return tuple((name, id(m), type(m), m.training) for name, m in model.named_modules())
+
+
 def trace(model, inputs: torch.Tensor | None = None) -> TaylorProgram:
     """The model ready for :func:`propagate` (a :class:`TaylorProgram`); with ``inputs`` its
     core graph for them is captured now. ``model``: an ``nn.Module``, an
@@ -114,7 +124,13 @@ def trace(model, inputs: torch.Tensor | None = None) -> TaylorProgram:
                         f"{type(model).__name__}")
     if _uses_user_rules(model) and not hasattr(model, "taylor_core_graph"):
         return TaylorProgram(model, fx_module=trace_fx(model))
-    program = TaylorProgram(model)
+    signature = _signature(model)
+    cached = _PROGRAMS.get(model)
+    if cached is not None and cached[0] == signature:
+        program = cached[1]
+    else:
+        program = TaylorProgram(model)
+        _PROGRAMS[model] = (signature, program)
     if inputs is not None:
         try:
             program.graph(inputs)
