@@ -159,6 +159,10 @@ def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, st
     """:func:`_prepare` that also returns the layout of the inputs (tuple inputs, ``additional_forward_args`` and ``layer`` in
     ``structure`` are mapped to one tensor by :func:`taylorattr.inputs.whole_batch_view`: the
     expansion direction is all inputs' deltas together)."""
+    if isinstance(model, (str, os.PathLike)) and not os.path.isfile(model):
+        raise TypeError(f"model must be a callable (an nn.Module), a torch.export program or "
+                        f"the path of a .pt2 file saved with torch.export.save; got {model!r}, "
+                        "which is no file")
     if isinstance(model, (str, os.PathLike, torch.export.ExportedProgram)):
         model = trace(model)  # a torch.export program (.pt2 file): its own module
     V.check_model(model)
