@@ -36,7 +36,7 @@ from ..groups import player_ids
 from ._base import AttributionMethod
 from ._passes import check_optional_positive_int, chunk_ranges, default_chunk_rows
 
-__all__ = ["MAX_EXACT_PLAYERS", "ShapleyValues", "coalition_values"]
+__all__ = ["MAX_EXACT_PLAYERS", "SampledShapley", "ShapleyValues", "coalition_values"]
 
 #: The most players the exact enumeration takes (``2^16`` coalitions per sample).
 MAX_EXACT_PLAYERS = 16
@@ -46,10 +46,12 @@ _METHODS = ("auto", "exact", "sampling")
 def coalition_values(model, x, base, target, ids, coalitions, chunk: int | None = None,
                      show_progress: bool = False, desc: str = "coalitions") -> torch.Tensor:
     """``v(S) = f(x_S, x~_rest)`` for boolean coalitions ``[B, R, G]`` (or ``[R, G]``, shared by
-    the batch): returns ``[B, R]``, the explained output of every coalition's input."""
+    the batch): returns ``[B, R]``, the explained output of every coalition's input. ``ids``:
+    the player of every feature, ``[n]`` or ``[1 or B, n]`` (:func:`~taylorattr.groups.player_ids`)."""
     batch, feat = x.shape[0], tuple(x.shape[1:])
     if coalitions.dim() == 2:
         coalitions = coalitions.unsqueeze(0).expand(batch, -1, -1)
+    ids = ids[None] if ids.dim() == 1 else ids
     n_rows = coalitions.shape[1]
     chunk = chunk or default_chunk_rows(x, backward=False)
     out = torch.empty(batch, n_rows, dtype=x.dtype, device=x.device)
@@ -57,11 +59,44 @@ def coalition_values(model, x, base, target, ids, coalitions, chunk: int | None 
     per = max(1, chunk // batch)
     with torch.no_grad():
         for r0, r1 in chunk_ranges(n_rows, per, show_progress, desc):
-            keep = coalitions[:, r0:r1][..., ids]  # [B, r, n_features]
+            part = coalitions[:, r0:r1]
+            index = ids[:, None, :].expand(batch, r1 - r0, -1)
+            keep = torch.gather(part, 2, index)  # [B, r, n_features]
             rows = torch.where(keep, xf, bf).reshape((-1,) + feat)
             tr = None if target is None else target.repeat_interleave(r1 - r0)
             out[:, r0:r1] = select_output(model(rows), tr).view(batch, r1 - r0).to(x.dtype)
     return out
+
+
+class SampledShapley(AttributionMethod):
+    """The Shapley family's base: after each ``attribute`` call, :attr:`standard_error` holds
+    the standard error of every sampled attribution (the attributions' structure), or None
+    when nothing was sampled (exact enumeration, or ``sampler="captum"``)."""
+
+    #: Standard errors of the last call's attributions (None: exact, or not estimated).
+    standard_error = None
+
+    def attribute(self, inputs, baselines=0.0, target=None, **kwargs):
+        """As :meth:`AttributionMethod.attribute`; also sets :attr:`standard_error`."""
+        self._errors, self._error_layout = [], None
+        try:
+            out = super().attribute(inputs, baselines, target, **kwargs)
+            errors, layout = self._errors, self._error_layout
+            if not errors or any(e is None for e in errors):
+                self.standard_error = None
+            else:
+                se = torch.cat(errors)
+                self.standard_error = se if layout is None else layout.result(layout.split(se))
+        finally:
+            self._errors = []
+        return out
+
+    def _record(self, se) -> None:
+        """Keep one pass's standard errors (``None``: not estimated)."""
+        if not hasattr(self, "_errors"):
+            self._errors = []
+        self._errors.append(se)
+        self._error_layout = self._layout
 
 
 def _exact(model, x, base, t, ids, G, chunk, show_progress) -> torch.Tensor:
@@ -101,12 +136,14 @@ def _sampled(model, x, base, t, fx, ids, G, perms, chunk, show_progress) -> torc
         f_base = select_output(model(base), t).to(x.dtype)
     prev = torch.cat([f_base[:, None, None].expand(-1, n, 1), v[..., :-1]], dim=2)
     gains = v - prev  # [B, n, G]: gain of the player joining at step k
-    phi = torch.zeros(x.shape[0], G, dtype=x.dtype, device=x.device)
-    phi.scatter_add_(1, perms.reshape(1, -1).expand(x.shape[0], -1), gains.reshape(x.shape[0], -1))
-    return phi / n
+    # gains per (order, player): the marginal contribution of every player in every order
+    per_order = torch.zeros_like(gains).scatter_(2, perms[None].expand_as(gains), gains)
+    phi = per_order.mean(1)
+    se = per_order.std(1) / math.sqrt(n) if n > 1 else None
+    return phi, se
 
 
-class ShapleyValues(AttributionMethod):
+class ShapleyValues(SampledShapley):
     """Shapley values of the baseline-removal game, exact (``G <= 16``) or sampled.
 
     Equals an enumeration of all coalitions (``method="exact"``) and Captum's
@@ -127,7 +164,8 @@ class ShapleyValues(AttributionMethod):
         chunk = check_optional_positive_int(perturbations_per_eval, "perturbations_per_eval")
         if method not in _METHODS:
             raise ValueError(f"method must be one of {list(_METHODS)}, got {method!r}")
-        ids, G = player_ids(feature_mask, x, patch)
+        ids, G = player_ids(feature_mask, x, patch, self._layout)
+        se = None
         exact = method == "exact" or (method == "auto" and G <= MAX_EXACT_PLAYERS
                                       and permutations is None)
         if exact:
@@ -144,8 +182,10 @@ class ShapleyValues(AttributionMethod):
                 perms = draw_permutations(G, check_positive_int(n_samples, "n_samples"), seed)
             else:
                 perms = _check_permutations(permutations, G)
-            phi = _sampled(self.model, x, base, t, fx, ids, G, perms, chunk, show_progress)
-        return phi[:, ids].view_as(x), base.unsqueeze(1)
+            phi, se = _sampled(self.model, x, base, t, fx, ids, G, perms, chunk, show_progress)
+        index = ids.expand(x.shape[0], -1)
+        self._record(None if se is None else se.gather(1, index).view_as(x))
+        return phi.gather(1, index).view_as(x), base.unsqueeze(1)
 
 
     def _cost(self, x, options):
