@@ -180,6 +180,8 @@ def _kkt_solve(A: torch.Tensor, b: torch.Tensor, df: torch.Tensor, keep: torch.T
     rhs = torch.cat([b, df[:, None]], 1)
     inverse = torch.linalg.pinv(kkt, hermitian=True)
     phi = (inverse @ rhs[..., None])[:, :G, 0]
+    if keep is not None:
+        phi = phi * keep  # exactly 0 (the pseudo-inverse leaves rounding there)
     return phi, inverse[:, :G, :G]
 
 
