@@ -85,9 +85,7 @@ def bench_kernel(quick: bool, payload: dict) -> None:
     ref_se = ref_method.standard_error
     print(f"reference: {5000 if quick else 20000} orders, relative standard error "
           f"{float((ref_se.norm(dim=1) / ref.norm(dim=1)).mean()):.4f}")
-    f = lambda a: torch.softmax(model(torch.tensor(a, dtype=DT)), -1)[:, target].detach().numpy()
     logit = lambda a: model(torch.tensor(a, dtype=DT))[:, target].detach().numpy()
-    del f
     seeds = range(3 if quick else 5)
     rows, results = [], {}
     for budget in (1024, 4096):
@@ -96,16 +94,15 @@ def bench_kernel(quick: bool, payload: dict) -> None:
         gaps, cover = [], []
         for seed in seeds:
             ks = KernelShap(model)
-            (a, delta), t = timed(lambda: ks.attribute(x, base, target=target, n_samples=budget,
-                                                       seed=seed, return_convergence_delta=True))
+            (a, delta), t = timed(lambda ks=ks, n=budget, s=seed: ks.attribute(
+                x, base, target=target, n_samples=n, seed=s, return_convergence_delta=True))
             errs["ours"].append(rel(a, ref))
             secs["ours"].append(t)
             gaps.append(float((delta.abs() / (a.sum(1).abs())).max()))
             se = (ks.standard_error ** 2 + ref_se ** 2).sqrt()
             cover.append(float(((a - ref).abs() <= 1.96 * se).double().mean()))
-            a, t = timed(lambda: KernelShap(model).attribute(x, base, target=target,
-                                                              n_samples=budget, seed=seed,
-                                                              sampler="captum"))
+            a, t = timed(lambda n=budget, s=seed: KernelShap(model).attribute(
+                x, base, target=target, n_samples=n, seed=s, sampler="captum"))
             errs["captum-style"].append(rel(a, ref))
             secs["captum-style"].append(t)
             explainer = shap.KernelExplainer(logit, base[:1].numpy())
@@ -113,8 +110,8 @@ def bench_kernel(quick: bool, payload: dict) -> None:
                 np.random.seed(seed)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    out, t = timed(lambda: explainer.shap_values(x.numpy(), nsamples=budget - 1,
-                                                                 l1_reg=l1, silent=True))
+                    out, t = timed(lambda e=explainer, n=budget, l1=l1: e.shap_values(
+                        x.numpy(), nsamples=n - 1, l1_reg=l1, silent=True))
                 errs[label].append(rel(torch.tensor(np.asarray(out)), ref))
                 secs[label].append(t)
         mean = {k: float(torch.stack(v).mean()) for k, v in errs.items()}
@@ -147,19 +144,99 @@ def bench_permutation(quick: bool, payload: dict) -> None:
     rows = [("exact", f"{float(rel(exact, torch.tensor(out)).max()):.1e}", f"{t_ours:.3f}",
              f"{t_shap:.3f}", f"{t_ours / t_shap:.2f}")]
     for orders in (10, 100):
-        a, t_ours = timed(lambda: ShapleyValues(model).attribute(
-            x, base.expand_as(x), target=target, method="sampling", n_samples=orders, seed=0))
+        a, t_ours = timed(lambda k=orders: ShapleyValues(model).attribute(
+            x, base.expand_as(x), target=target, method="sampling", n_samples=k, seed=0))
         rows_per = orders * x.shape[1] + 1
         np.random.seed(0)
-        out, t_shap = timed(lambda: shap.explainers.Permutation(logit, masker)(
-            x.numpy(), max_evals=rows_per).values)
+        out, t_shap = timed(lambda r=rows_per: shap.explainers.Permutation(logit, masker)(
+            x.numpy(), max_evals=r).values)
         rows.append((f"{orders} orders ({rows_per} rows): ours err / shap err",
-                     f"{float(rel(a, exact).mean()):.4f} / "
-                     f"{float(rel(torch.tensor(out), exact).mean()):.4f}",
+                     (f"{float(rel(a, exact).mean()):.4f} / "
+                      f"{float(rel(torch.tensor(out), exact).mean()):.4f}"),
                      f"{t_ours:.3f}", f"{t_shap:.3f}", f"{t_ours / t_shap:.2f}"))
     print_table("2. Shapley values, wine MLP (13 features)", rows,
                 ("case", "error (vs exact)", "ours s", "shap s", "ours/shap s"))
     payload["permutation"] = rows
+
+
+def _path_explainer():
+    """path_explain's torch explainer, loaded from its file (its package imports TensorFlow)."""
+    import importlib.metadata
+    import importlib.util
+
+    dist = importlib.metadata.distribution("path-explain")
+    path = Path(dist.locate_file("path_explain/explainers/path_explainer_torch.py"))
+    spec = importlib.util.spec_from_file_location("path_explainer_torch", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.PathExplainerTorch
+
+
+def bench_hessians(quick: bool, payload: dict) -> None:
+    import taylorattr as ta
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(30, 32), nn.Sigmoid(), nn.Linear(32, 16), nn.Sigmoid(),
+                        nn.Linear(16, 1), nn.Flatten(0)).to(DT).eval()
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(2, 30, dtype=DT, generator=gen)
+    base = torch.zeros_like(x)
+    truth = ta.network_integrated_hessians(net, x, base, n_steps=48)
+    err = lambda g: float((g.double() - truth).norm() / truth.norm())
+    rows, ours = [], {}
+    for n in (4, 8, 12, 16):
+        (g, e), t = timed(lambda n=n: ta.network_integrated_hessians(net, x, base, n_steps=n,
+                                                                     return_error=True))
+        ours[n] = (t, err(g))
+        rows.append((f"network IH, {n}x{n} Gauss-Legendre", f"{t:.3f}", f"{err(g):.2e}",
+                     f"{float(e.norm() / truth.norm()):.1e}"))
+    for K in (2, 4, 8):
+        g, t = timed(lambda K=K: ta.polynomial_integrated_hessians(net, x, base, order=K))
+        rows.append((f"polynomial IH, K={K}", f"{t:.3f}", f"{err(g):.2e}", ""))
+    Explainer = _path_explainer()
+    import copy
+
+    net32 = nn.Sequential(*copy.deepcopy(list(net)[:-1])).float()  # [B, 1] outputs, float32
+    explainer = Explainer(net32)
+    x32 = x.float().requires_grad_(True)
+    for samples in ((49, 400) if quick else (49, 400, 1600, 4900)):
+        out, t = timed(lambda k=samples: explainer.interactions(
+            x32, base[:1].float(), num_samples=k, use_expectation=False, verbose=False))
+        rows.append((f"path_explain num_samples={samples}", f"{t:.3f}",
+                     f"{err(out.detach()):.2e}", ""))
+    print_table("3. Integrated Hessians, 30-32-16-1 sigmoid MLP, batch 2 (reference: 48x48 "
+                "nodes, float64)", rows, ("route", "seconds", "rel. error", "error estimate"))
+    payload["hessians"] = rows
+
+
+def bench_interactions(quick: bool, payload: dict) -> None:
+    import shapiq
+
+    import taylorattr as ta
+
+    model, X = tabular_mlp("wine")
+    x, base = X[:2], X.mean(0, keepdim=True).expand(2, -1)
+    exact, t_ours = timed(lambda: ta.shapley_interactions(model, x, base, target=0))
+    rows = []
+    for b in range(2):
+        def game(c, b=b):
+            keep = torch.tensor(c, dtype=torch.bool)
+            with torch.no_grad():
+                return model(torch.where(keep, x[b], base[b]))[:, 0].numpy()
+        theirs, t_shapiq = timed(lambda g=game: shapiq.ExactComputer(
+            n_players=13, game=g)("SII", order=2).get_n_order_values(2))
+        diff = float(np.abs(exact[b].numpy() - theirs).max())
+        rows.append((f"exact SII, sample {b}: max |ours - shapiq|", f"{diff:.1e}",
+                     f"{t_ours / 2:.3f}", f"{t_shapiq:.3f}"))
+    for orders in (50, 500):
+        s, t = timed(lambda k=orders: ta.shapley_interactions(model, x, base, target=0,
+                                                              method="sampling", n_samples=k))
+        e = float((s - exact).norm() / exact.norm())
+        rows.append((f"sampled SII, {orders} orders ({orders * 24 + 1} rows)", f"{e:.3f}",
+                     f"{t:.3f}", ""))
+    print_table("4. Pairwise Shapley interactions, wine MLP (13 players)", rows,
+                ("case", "difference / rel. error", "ours s", "shapiq s"))
+    payload["interactions"] = rows
 
 
 def main(argv=None) -> None:
@@ -170,7 +247,8 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     payload: dict = {}
-    parts = {"kernel": bench_kernel, "permutation": bench_permutation}
+    parts = {"kernel": bench_kernel, "permutation": bench_permutation,
+             "hessians": bench_hessians, "interactions": bench_interactions}
     for name, fn in parts.items():
         if args.only in (None, name):
             fn(args.quick, payload)

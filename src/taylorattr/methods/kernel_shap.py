@@ -58,7 +58,7 @@ import warnings
 
 import torch
 
-from .._validation import check_bool, check_positive_int, check_seed, select_output
+from .._validation import check_bool, check_positive_int, check_seed
 from ..groups import player_ids
 from ._passes import check_optional_positive_int
 from .shapley_values import SampledShapley, coalition_values
@@ -197,9 +197,7 @@ def _pooled_strata(stratum: torch.Tensor, n_units: int) -> torch.Tensor:
         if held >= 2:
             g, held = g + 1, 0
     if held and g > 0:  # a last group with a single pair joins the one before it
-        for value in label:
-            if label[value] == g:
-                label[value] = g - 1
+        label = {value: min(lab, g - 1) for value, lab in label.items()}
     for value, lab in label.items():
         group[stratum == value] = lab
     return group
@@ -371,6 +369,6 @@ class KernelShap(SampledShapley):
         n = options.get("n_samples")
         n = default_n_samples(G) if n is None else check_positive_int(n, "n_samples")
         if sampler == "paired":
-            enumerated, sampled, U = _plan(G, max(n - 1, 0))
+            enumerated, _, U = _plan(G, max(n - 1, 0))
             n = 1 + sum(math.comb(G, s) for s in enumerated) + 2 * U
         return Cost(forward_rows=x.shape[0] * n), 1
