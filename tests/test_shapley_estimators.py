@@ -277,3 +277,30 @@ def test_network_integrated_hessians_equal_a_fine_grid():
     assert ta.integrated_hessians is ta.polynomial_integrated_hessians
     poly = ta.polynomial_integrated_hessians(net, x, base, order=8)
     assert float((poly - truth).abs().max()) < 1e-2 * scale
+
+
+# ---------------------------------------------------------------- truncation error reports
+
+def test_truncation_reports_against_enumeration_and_quadrature():
+    net = _sigmoid_mlp()
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(2, 5, dtype=DT, generator=g)
+    base = x - 1.5 * torch.randn(2, 5, dtype=DT, generator=g)
+    head = nn.Sequential(net, nn.Unflatten(0, (-1, 1)))  # [B, 1]: target 0 for the slow loop
+    exact = torch.stack([_slow_shapley(head, x[b], base[b], 0, torch.arange(5))
+                         for b in range(2)])
+    relative = []
+    for K in (1, 2, 3, 4):
+        report = ta.shapley_rule_error(net, x, base, order=K)
+        torch.testing.assert_close(report.exact, exact, rtol=0, atol=1e-12)
+        torch.testing.assert_close(report.approximation,
+                                   ta.shapley_attribution(net, x, base, order=K))
+        torch.testing.assert_close(report.relative,
+                                   (report.approximation - exact).norm(dim=1) / exact.norm(dim=1))
+        relative.append(float(report.relative.mean()))
+    assert relative[3] < relative[0], relative  # K = 4 closer than K = 1 here
+    ih = ta.integrated_hessians_error(net, x, base, order=4)
+    truth = _quadrature_ih(net, x, base, nodes=60)
+    torch.testing.assert_close(ih.exact, truth, rtol=0, atol=1e-9)
+    torch.testing.assert_close(ih.error, ta.polynomial_integrated_hessians(net, x, base, order=4)
+                               - truth, rtol=0, atol=1e-9)

@@ -39,6 +39,8 @@ _EXPORTS = {
     "polynomial_integrated_hessians": "taylorattr.taylor.path_hessians",
     "network_integrated_hessians": "taylorattr.methods.integrated_hessians",
     "shapley_interactions": "taylorattr.methods.shapley_interactions",
+    "shapley_rule_error": "taylorattr.methods.truncation",
+    "integrated_hessians_error": "taylorattr.methods.truncation",
     "shapley_attribution": "taylorattr.taylor.shapley_rule",
     "interaction_map": "taylorattr.reporting.interaction_plot",
     "tune_allocator": "taylorattr.runtime.allocator",
