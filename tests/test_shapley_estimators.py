@@ -96,6 +96,17 @@ def test_kernel_shap_sums_to_df_and_converges_to_exact_shapley():
     assert errors[160] < 0.05, errors
 
 
+def test_unranked_coalitions_are_the_lexicographic_combinations():
+    from taylorattr.methods.kernel_shap import _unrank
+
+    for G, s in ((6, 2), (9, 4), (12, 1)):
+        combos = list(itertools.combinations(range(G), s))
+        expected = torch.zeros(len(combos), G, dtype=torch.bool)
+        for r, c in enumerate(combos):
+            expected[r, list(c)] = True
+        assert torch.equal(_unrank(G, s, torch.arange(len(combos))), expected)
+
+
 def test_kernel_shap_default_budget_and_warning():
     model = _mlp(n=12)
     x, base = _data(n=12, batch=1)
