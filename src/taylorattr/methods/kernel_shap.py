@@ -23,10 +23,10 @@ the attributions sum to ``df`` to float precision.
    of a pair have opposite errors). A stratum is a size pair ``{s, G - s}``; it receives
    ``U p_h`` pairs in expectation, ``p_h`` its share of the remaining kernel weight, by
    systematic sampling (the counts differ from ``U p_h`` by less than one). ``S`` is uniform
-   among the coalitions of size ``s`` (``s`` <= ``G - s``), drawn without replacement in
-   strata of at most 200,000 coalitions (``s != G / 2``), and each coalition of a pair has
-   weight ``W_h / (2 U p_h)`` (``W_h = K_s + K_{G-s}``, or ``K_s`` for ``s = G / 2``): an
-   unbiased estimate of ``A`` and ``b``. Paired sampling makes the estimate exact on games
+   among the coalitions of size ``s`` (``s`` <= ``G - s``), drawn without replacement where
+   the stratum's pairs are at least 1% of its coalitions (``s != G / 2``), and each
+   coalition of a pair has weight ``W_h / (2 U p_h)`` (``W_h = K_s + K_{G-s}``, or ``K_s``
+   for ``s = G / 2``): an unbiased estimate of ``A`` and ``b``. Paired sampling makes the estimate exact on games
    without interactions of three or more players (a quadratic control variate changed the
    error by less than 1e-14 relative): what error remains comes from those.
 
@@ -76,8 +76,9 @@ END_POINT_WEIGHT = 1_000_000.0
 SAMPLERS = ("paired", "captum")
 #: SHAP's default budget: ``2 G + 2048`` rows, or every coalition when fewer.
 _BASE_ROWS = 2048
-#: Strata of at most this many coalitions are sampled without replacement.
-_DISTINCT_LIMIT = 200_000
+#: A stratum is sampled without replacement when its pairs are at least 1 / this of its
+#: coalitions.
+_DISTINCT_SHARE = 100
 
 
 def default_n_samples(n_players: int) -> int:
@@ -164,8 +165,8 @@ def paired_design(G: int, rows: int, batch: int, seed: int):
         for value in torch.unique(size[b]).tolist():
             where = (size[b] == value).nonzero()[:, 0]
             total = math.comb(G, value)
-            if 2 * value == G or total > _DISTINCT_LIMIT or len(where) > total:
-                continue
+            if 2 * value == G or len(where) * _DISTINCT_SHARE < total or len(where) > total:
+                continue  # (drawn with replacement, duplicates are rare: under 1 in 200)
             pick = torch.randperm(total, generator=gen)[:len(where)]
             first[b, where] = _unrank(G, value, pick)
     pair_w = (w_h[h] / (2 * U * share[h])).to(torch.float64)  # each coalition of the pair
@@ -184,7 +185,7 @@ def _unrank(G: int, s: int, ranks: torch.Tensor) -> torch.Tensor:
     out = torch.zeros(m, G, dtype=torch.bool)
     left = torch.full((m,), s, dtype=torch.long)
     r = ranks.clone()
-    cap = _DISTINCT_LIMIT + 1  # counts above every rank compare alike
+    cap = math.comb(G, s) + 1  # counts above every rank compare alike
     table = torch.tensor([[min(math.comb(n, k), cap) if k >= 0 else 0 for k in range(-1, s)]
                           for n in range(G)], dtype=torch.long)  # table[n, k + 1] = C(n, k)
     for i in range(G):
