@@ -194,6 +194,11 @@ def test_per_sample_scalar_and_tuple_masks_equal_enumeration():
             slow = _slow_shapley(model, x[b], base[b], 0, joined)[joined]
             torch.testing.assert_close(torch.cat([a0[b], a1[b].flatten()]), slow,
                                        rtol=1e-9, atol=1e-9)
+        if cls is KernelShap:  # every coalition enumerated: zero error, in the inputs' structure
+            assert [tuple(e.shape) for e in m.standard_error] == [(2, 2), (2, 2, 2)]
+            assert all(bool((e == 0).all()) for e in m.standard_error)
+        else:
+            assert m.standard_error is None  # exact enumeration
     with pytest.raises(TypeError, match="tuple of 2"):
         ShapleyValues(Two()).attribute(parts, bases, target=0, feature_mask=masks[0])
     with pytest.raises(ValueError, match="first dimension must be 1"):

@@ -73,30 +73,28 @@ class SampledShapley(AttributionMethod):
     the standard error of every sampled attribution (the attributions' structure), or None
     when nothing was sampled (exact enumeration, or ``sampler="captum"``)."""
 
-    #: Standard errors of the last call's attributions (None: exact, or not estimated).
+    #: Standard errors of the last ``attribute`` call's attributions (None: not estimated).
     standard_error = None
+    _errors = None  # the passes' standard errors during an ``attribute`` call
 
     def attribute(self, inputs, baselines=0.0, target=None, **kwargs):
         """As :meth:`AttributionMethod.attribute`; also sets :attr:`standard_error`."""
-        self._errors, self._error_layout = [], None
+        self._errors, self._error_layout, self.standard_error = [], None, None
         try:
             out = super().attribute(inputs, baselines, target, **kwargs)
             errors, layout = self._errors, self._error_layout
-            if not errors or any(e is None for e in errors):
-                self.standard_error = None
-            else:
+            if errors and all(e is not None for e in errors):
                 se = torch.cat(errors)
                 self.standard_error = se if layout is None else layout.result(layout.split(se))
         finally:
-            self._errors = []
+            self._errors = None
         return out
 
     def _record(self, se) -> None:
-        """Keep one pass's standard errors (``None``: not estimated)."""
-        if not hasattr(self, "_errors"):
-            self._errors = []
-        self._errors.append(se)
-        self._error_layout = self._layout
+        """Keep one pass's standard errors (``None``: not estimated) during ``attribute``."""
+        if self._errors is not None:
+            self._errors.append(se)
+            self._error_layout = self._layout
 
 
 def _exact(model, x, base, t, ids, G, chunk, show_progress) -> torch.Tensor:
