@@ -126,7 +126,7 @@ def _coverage(estimates, errors, truth):
     return float((z <= 1.96).double().mean())
 
 
-@pytest.mark.parametrize("method", ["kernel", "permutation"])
+@pytest.mark.parametrize("method", ["kernel", "permutation", "antithetic"])
 def test_standard_errors_cover_the_exact_value(method):
     """95% intervals from the standard errors hold the exact Shapley value in about 95% of
     the (seed, sample, player) cases."""
@@ -137,12 +137,36 @@ def test_standard_errors_cover_the_exact_value(method):
     for seed in range(60):
         m = KernelShap(model) if method == "kernel" else ShapleyValues(model)
         options = ({"n_samples": 200} if method == "kernel"
-                   else {"method": "sampling", "n_samples": 40})
+                   else {"method": "sampling", "n_samples": 40,
+                         "antithetic": method == "antithetic"})
         est.append(m.attribute(x, base, target=0, seed=seed, **options))
         err.append(m.standard_error)
         assert m.standard_error.shape == x.shape and bool((m.standard_error > 0).all())
     cover = _coverage(est, err, exact)
     assert 0.9 <= cover <= 0.985, cover
+
+
+def test_paired_draws_are_exact_on_a_quadratic_network():
+    """Without interactions of three or more players, an order and its reverse (and a
+    coalition and its complement) average to the Shapley value: one antithetic pair of
+    orders, and KernelSHAP with a determined budget, equal the enumeration."""
+    net = poly_net(9, (0.3, 1.0, -0.7), hidden=4, seed=5)  # degree 2
+    g = torch.Generator().manual_seed(6)
+    x, base = torch.randn(2, 9, generator=g, dtype=DT), torch.randn(2, 9, generator=g, dtype=DT)
+    exact = ShapleyValues(net).attribute(x, base)
+    one_pair = ShapleyValues(net).attribute(x, base, method="sampling", n_samples=1,
+                                            antithetic=True, seed=3)
+    torch.testing.assert_close(one_pair, exact, rtol=0, atol=1e-12)
+    rows = []
+    hook = net.register_forward_hook(lambda m, args, out: rows.append(args[0].shape[0]))
+    ShapleyValues(net).attribute(x, base, method="sampling", n_samples=3, antithetic=True)
+    hook.remove()
+    planned = ShapleyValues(net).cost(x, method="sampling", n_samples=3, antithetic=True)
+    assert sum(rows) == planned.forward_rows == 2 + 2 * 3 * 2 * 9 + 2  # f(x), orders, f(x~)
+    plain = ShapleyValues(net).attribute(x, base, method="sampling", n_samples=2, seed=3)
+    assert float((plain - exact).abs().max()) > 1e-3  # without the reverse it is not exact
+    kernel = KernelShap(net).attribute(x, base, n_samples=40, seed=2)  # of 511 coalitions
+    torch.testing.assert_close(kernel, exact, rtol=0, atol=1e-10)
 
 
 def test_num_features_keeps_k_players_and_completeness():
