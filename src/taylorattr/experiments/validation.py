@@ -29,6 +29,7 @@ import torch
 
 from .. import _io
 from ..baselines import Point
+from ..methods import IntegratedGradients
 from ..metrics.statistics import bootstrap_correlation_ci, pearson
 from ..registry import variants
 from ..taylor.terms import taylor_attribution
@@ -162,7 +163,7 @@ def run_validation(ws: Workspace, models=("poly", "m_sg", "c_sg"), orders=(2,),
         return torch.cat([per_unit[(m, k, i)][name] for i in range(len(batches))])
 
     approx = len(methods)
-    ig = next((k for k, mt in enumerate(methods) if mt.label == "IG"), None)
+    ig = next((k for k, mt in enumerate(methods) if mt.spec.cls is IntegratedGradients), None)
     for m in models:
         mlabel = paper.model_label(m)
         for K in orders:
