@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from torch import nn
 import tqdm.auto
+from torch import nn
 
 from .batching import probing
 
