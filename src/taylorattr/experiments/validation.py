@@ -19,6 +19,9 @@ method, order, batch) is a resumable unit under ``out/validation/units``.
 reports every cell as mean ± spread (sample standard deviation) over the seeds, the
 correlations as Pearson's r and Spearman's rho averaged over seeds with a 95% bootstrap
 interval over the digits, and the figure "eps_bar vs pre-activation movement".
+
+Why one module: the single run, the multi-seed study and their tables read the same
+units and keys; split, the study would re-derive the run's unit keys.
 """
 from __future__ import annotations
 

@@ -21,6 +21,10 @@ strictly. A bound method turns the experiment's baseline into what its class tak
 (``baseline_kind``): a point method gets the point, an implicit-baseline method
 (Gradient*Input, epsilon-LRP) ignores it, a distribution method (Expected Gradients)
 uses the distribution in its settings (or the caller's, when it is one).
+
+Why one module: a row (:class:`MethodSpec`), its bound form (:class:`BoundMethod`) and
+the functions that resolve and reformulate by row read one table; splitting them would
+split that table's invariants.
 """
 from __future__ import annotations
 
