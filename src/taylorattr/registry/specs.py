@@ -21,6 +21,10 @@ strictly. A bound method turns the experiment's baseline into what its class tak
 (``baseline_kind``): a point method gets the point, an implicit-baseline method
 (Gradient*Input, epsilon-LRP) ignores it, a distribution method (Expected Gradients)
 uses the distribution in its settings (or the caller's, when it is one).
+
+Why one module: a row (:class:`MethodSpec`), its bound form (:class:`BoundMethod`) and
+the functions that resolve and reformulate by row read one table; splitting them would
+split that table's invariants.
 """
 from __future__ import annotations
 
@@ -35,12 +39,15 @@ from typing import Any
 import torch
 
 from .. import _validation as V
-from ..baselines import Baseline, Point, as_baseline
+from .._io import fingerprint
+from ..baselines import Baseline, Point, as_baseline, describe
+from ..inputs import whole_batch_view
 from ..methods import AttributionMethod, Explanation, noise_tunnel
 from ..methods import reformulations as R
+from ..runtime.progress import model_rows_bar
 
 __all__ = ["EXPERIMENTS", "LAYOUT_OPTIONS", "METHODS", "BoundMethod", "MethodSpec", "PaperFacts",
-           "Variant", "reformulate", "reformulate_orders", "register", "resolve", "slug",
+           "Variant", "of_class", "reformulate", "reformulate_orders", "register", "resolve", "slug",
            "unregister", "variants"]
 
 #: Where a method can take part: the principle audit, the validation table (needs a
@@ -239,7 +246,6 @@ class BoundMethod:
         baselines = self._baselines(baseline)
         if not show_progress:
             return method._run(inputs, baselines, target, opts, False, False)
-        from ..runtime.progress import model_rows_bar
 
         label = f"{desc}: {self.label}" if desc else self.label
         with model_rows_bar(model, label, _planned_rows(method, inputs, baselines, opts)) as bar:
@@ -295,12 +301,8 @@ def _planned_rows(method, inputs, baselines, opts) -> int | None:
 
 def _describe(value) -> str:
     if isinstance(value, torch.Tensor):
-        from .._io import fingerprint
-
         return f"tensor{tuple(value.shape)}:{fingerprint([('t', value)])}"
     if isinstance(value, Baseline):
-        from ..baselines import describe
-
         return describe(value)
     return repr(value)
 
@@ -339,6 +341,17 @@ def variants(experiment: str) -> list[tuple[MethodSpec, Variant]]:
     return [(spec, v) for spec in _ROWS.values() for v in spec.variants
             if experiment in v.experiments
             and (experiment != "validation" or spec.reformulation is not None)]
+
+
+def of_class(cls: type) -> MethodSpec:
+    """The registry row of the method class ``cls`` (the first registered, where several
+    rows share a class): how code that needs one particular method finds its row without
+    naming it."""
+    found = next((spec for spec in _ROWS.values() if spec.cls is cls), None)
+    if found is None:
+        raise ValueError(f"cls: {getattr(cls, '__name__', cls)!r} has no registry row; "
+                         "register(MethodSpec(...)) it first")
+    return found
 
 
 def slug(label) -> str:
@@ -406,7 +419,6 @@ def _sweep(method, reform, model, inputs, baselines, target, orders, kwargs) -> 
     deltas together; attributions split back into the tuple)."""
     if isinstance(inputs, torch.Tensor):
         return reform.orders(model, inputs, baselines, target, orders, **kwargs)
-    from ..inputs import whole_batch_view
 
     if reform.options & LAYOUT_OPTIONS:
         raise ValueError(f"inputs: reformulate('{method}') groups features by each input's "
