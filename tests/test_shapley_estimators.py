@@ -97,7 +97,7 @@ def test_kernel_shap_sums_to_df_and_converges_to_exact_shapley():
 
 
 def test_unranked_coalitions_are_the_lexicographic_combinations():
-    from taylorattr.methods.kernel_shap import _unrank
+    from taylorattr.methods.kernel_design import _unrank
 
     for G, s in ((6, 2), (9, 4), (12, 1)):
         combos = list(itertools.combinations(range(G), s))
