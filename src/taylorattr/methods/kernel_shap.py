@@ -230,14 +230,16 @@ class KernelShap(SampledShapley):
         zd = z.double()
         A = torch.einsum("bs,bsi,bsj->bij", w, zd, zd)
         b = torch.einsum("bs,bsi,bs->bi", w, zd, y)
-        keep = None
+        # a player without features (of a sample) has value 0: fixed, not estimated
+        keep = torch.zeros(batch, G, dtype=torch.bool).scatter_(
+            1, ids.cpu().expand(batch, -1), True)
         if num_features is not None:
             k = check_positive_int(num_features, "num_features")
             if k < G:
-                full, _ = _kkt_solve(A, b, df, None)
+                full, _ = _kkt_solve(A, b, df, keep)
                 top = full.abs().topk(k, 1).indices
-                keep = torch.zeros(batch, G, dtype=torch.bool).scatter_(1, top, True)
-        phi, inverse = _kkt_solve(A, b, df, keep)
+                keep &= torch.zeros(batch, G, dtype=torch.bool).scatter_(1, top, True)
+        phi, inverse = _kkt_solve(A, b, df, None if bool(keep.all()) else keep)
         resid = y - (zd @ phi[..., None])[..., 0]
         se = _standard_errors(z, w, resid, unit, stratum, inverse)
         return phi.to(x.device, x.dtype), se.to(x.device, x.dtype)
