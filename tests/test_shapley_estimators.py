@@ -194,8 +194,7 @@ def test_per_sample_scalar_and_tuple_masks_equal_enumeration():
             torch.testing.assert_close(a[b], slow, rtol=1e-9, atol=1e-9)
         if cls is KernelShap:  # sampled, ids 0..4 with one unused per sample: still complete
             ragged = torch.tensor([[0, 0, 1, 2, 2, 4], [0, 1, 1, 4, 2, 3]])
-            got, delta = cls(model).attribute(x, base, target=2, feature_mask=ragged,
-                                              n_samples=12, return_convergence_delta=True)
+            got = cls(model).attribute(x, base, target=2, feature_mask=ragged, n_samples=12)
             per_player = [torch.zeros(5, dtype=DT).index_add_(0, ragged[b], got[b]) /
                           torch.bincount(ragged[b], minlength=5).clamp(min=1) for b in range(2)]
             with torch.no_grad():
