@@ -5,21 +5,28 @@ propagate(model, x, v, order=K) returns the coefficients of
 
     f(x + t v_r) = sum_{k=0..K} c_k t^k,   c_k = D^k f(x)[v_r, ..., v_r] / k!
 
-for every direction at once. The model is traced with torch.fx (defaulted forward
-arguments fixed at their defaults) and interpreted with a Jet in place of each tensor
-that depends on the input: the primal x_0 (shared by all directions) and the higher
-coefficients [K, B, m, ...]. Affine layers act on the coefficients without their bias;
-nonlinearities use the exact recurrences of taylorattr.series; products are Cauchy
-products. The cost grows like K (affine layers) plus K^2 (recurrences and products),
-not the ~2.5x per order of nested jvp.
+for every direction at once. The model is captured once per input signature with
+torch.export and lowered to PyTorch's core ATen operations (taylorattr.capture; Python
+control flow that does not depend on data runs, parameters are read live), and every
+node that depends on the input is run on a CoreJet (taylor/mode/core.py): the value and
+its coefficients. Ops linear in the input (views, permutes, convolutions, pooling, cat,
+where) act on the coefficients through torch.vmap, so shapes, static batch sizes and
+permutes or unbinds that move the batch axis mean what they mean for the value; products
+are Cauchy products; nonlinearities use the exact recurrences of taylorattr.series;
+LayerNorm and softmax keep their own exact rules. The cost grows like K (linear ops) plus
+K^2 (recurrences and products), not the ~2.5x per order of nested jvp. One first-order
+check per capture refuses a model in which one sample's output depends on another's input.
 
-Supported: the modules, functions and tensor methods listed by supported_ops()
-(docs/supported_ops.md), any module with `elementwise = True` and polynomial `coeffs`,
-and everything registered with register_taylor_rule. Piecewise-linear ops (ReLU,
+Supported: the core operations listed by supported_ops() (docs/supported_ops.md) and
+everything registered with register_taylor_rule; anything PyTorch decomposes into them
+(Hardswish, Upsample, batch_norm, GELU, stochastic depth in eval, TransformerEncoderLayer,
+scaled_dot_product_attention, ...) needs nothing more. Piecewise-linear ops (ReLU, clamp,
 max-pool) are exact inside their linear region, so their terms of order >= 2 vanish;
-taylorattr.smooth(model, beta) replaces them by smooth surrogates. Any other operation
-on an input-dependent tensor raises UnsupportedOperation naming the op, its source
-line and what to do.
+taylorattr.smooth(model, beta) (or beta="auto" with inputs=) replaces them by smooth
+surrogates. Operations without a rule are refused in one UnsupportedOperation listing
+each op, its count, its first source line and what to do. A model that uses a module type,
+function or tensor method with a user rule runs on the older torch.fx route, whose module,
+function and method rules are listed in the other families below.
 
 Registering a rule for your own module (kept whole while tracing), function or tensor
 method: the rule receives Jets for input-dependent arguments and returns a Jet built
@@ -41,6 +48,9 @@ from Jet arithmetic (+ - * /), jet.unary(series_fn) and jet.linear(fn):
     remove = ta.register_taylor_rule(Asinh, asinh_rule, pointwise=True)
     terms = ta.taylor_terms(model_using_Asinh, x, order=3)
     remove()                               # forget the rule again
+
+The same rule registered for the core op, ta.register_taylor_rule(torch.ops.aten.asinh.default,
+lambda x: asinh_rule(None, x)), serves every model on the default route.
 """
 from __future__ import annotations
 
