@@ -1,0 +1,96 @@
+"""taylorattr.capture: the captured core-ATen graph runs like the model (also for another
+batch size and from a .pt2 file), its input-dependence analysis against the graph by hand,
+and one error listing every op an engine refuses."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from taylorattr.capture import CaptureError, UnsupportedOps, capture, op_name, refuse
+
+DT = torch.float64
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.head = nn.Linear(4, 2)
+        self.register_buffer("table", torch.arange(4, dtype=DT))
+
+    def forward(self, x):
+        h = F.hardswish(self.bn(self.conv(x)))
+        if h.shape[-1] > 2:  # control flow on shapes only: export runs it
+            h = h[..., 1:]
+        pos = torch.sin(self.table)  # a constant: does not depend on x
+        return self.head(h.mean((2, 3)) + pos)
+
+
+def _net():
+    torch.manual_seed(0)
+    model = Net().to(DT).eval()
+    with torch.no_grad():
+        model.bn.running_mean.uniform_(-0.2, 0.2)
+        model.bn.running_var.uniform_(0.5, 1.5)
+    return model
+
+
+def test_captured_graph_runs_like_the_model_for_any_batch_and_from_a_file(tmp_path):
+    model = _net()
+    x = torch.randn(3, 3, 7, 7, dtype=DT)
+    graph = capture(model, (x,))
+    assert graph.batch_dynamic
+    for batch in (x, torch.randn(5, 3, 7, 7, dtype=DT)):
+        torch.testing.assert_close(graph.run(batch), model(batch), rtol=1e-14, atol=1e-14)
+    with torch.no_grad():  # parameters are read live
+        model.head.bias.add_(1.0)
+    torch.testing.assert_close(graph.run(x), model(x), rtol=1e-14, atol=1e-14)
+    path = tmp_path / "net.pt2"
+    torch.export.save(torch.export.export(model, (x,)), str(path))
+    torch.testing.assert_close(capture(str(path)).run(x), model(x), rtol=1e-14, atol=1e-14)
+    with pytest.raises(FileNotFoundError, match="pt2"):
+        capture(str(tmp_path / "missing.pt2"))
+
+
+def test_input_dependence_and_handler():
+    model = _net()
+    x = torch.randn(2, 3, 7, 7, dtype=DT)
+    graph = capture(model, (x,))
+    by_name = {op_name(n.target): graph.depends_on_input(n) for n in graph.nodes}
+    assert by_name["aten.convolution.default"] and by_name["aten.addmm.default"]
+    assert not by_name["aten.sin.default"]  # the positional table is a constant
+    # a handler sees exactly the input-dependent nodes (and those fed by them)
+    seen = []
+
+    def handler(node, args, kwargs):
+        seen.append(node)
+        return node.target(*args, **kwargs)
+
+    torch.testing.assert_close(graph.run(x, handler=handler), model(x))
+    assert {op_name(n.target) for n in seen} >= {"aten.convolution.default", "aten.addmm.default"}
+    assert all(graph.depends_on_input(n) for n in seen)
+    assert "aten.sin.default" not in {op_name(n.target) for n in seen}
+
+
+def test_refusal_lists_every_op_with_count_and_line():
+    graph = capture(_net(), (torch.randn(2, 3, 7, 7, dtype=DT),))
+    found = graph.unsupported(lambda n: op_name(n.target) not in
+                              ("aten.convolution.default", "aten.clamp.default"))
+    with pytest.raises(UnsupportedOps) as info:
+        refuse(graph, found, "An engine", "What you can do: nothing.")
+    message = str(info.value)
+    assert "2 operation(s)" in message and "aten.clamp.default (x2)" in message
+    assert "conv (Conv2d)" in message and "test_capture.py" in message
+    assert set(info.value.ops) == {"aten.convolution.default", "aten.clamp.default"}
+
+
+def test_data_dependent_control_flow_is_refused_with_its_line():
+    class Branchy(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x
+            return -x
+
+    with pytest.raises(CaptureError, match=r"test_capture.py:\d+ \(if x.sum"):
+        capture(Branchy(), (torch.randn(2, 3),))
