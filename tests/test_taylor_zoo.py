@@ -167,3 +167,30 @@ def test_degenerate_expansion_is_flagged():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a baseline that is not a multiple of x
         ta.taylor_terms(model, x, x + 0.1 * torch.randn_like(x), order=2, target=0)
+
+
+def test_user_rule_for_a_core_op():
+    from taylorattr import series as S
+
+    class Asinh(nn.Module):
+        def forward(self, x):
+            return torch.asinh(x).sum(1, keepdim=True)
+
+    def rule(x):  # d/dx asinh(x) = (1 + x^2)^(-1/2)
+        def series_fn(c):
+            slope = S.power(S.polynomial(c, [1.0, 0.0, 1.0]), -0.5)
+            return S.compose(c, torch.asinh(c[0]), lambda k, _: slope[k])
+        return x.unary(series_fn)
+
+    x = torch.randn(2, 3, dtype=DT)
+    with pytest.raises(UnsupportedOperation, match="aten.asinh"):
+        ta.taylor_terms(Asinh().to(DT).eval(), x, order=2, target=0)
+    remove = ta.register_taylor_rule(torch.ops.aten.asinh.default, rule)
+    try:
+        orders = ta.taylor_terms(Asinh().to(DT).eval(), x, order=2, target=0).orders
+    finally:
+        remove()
+    d1 = (1 + x**2) ** -0.5  # closed forms, baseline 0: P_1 = f' x, P_2 = -f'' x^2 / 2
+    d2 = -x * (1 + x**2) ** -1.5
+    torch.testing.assert_close(orders, torch.stack([(d1 * x).sum(1), -(d2 * x**2).sum(1) / 2], 1),
+                               rtol=1e-12, atol=1e-14)
