@@ -537,10 +537,11 @@ core_rule(aten.maximum)(lambda a, b: _select_max(a, b, True))
 core_rule(aten.minimum)(lambda a, b: _select_max(a, b, False))
 
 
-def _pool_with_indices(op):
+def _pool_with_indices(op, spatial: int):
+    """Max pooling: each output takes the coefficients of its window's arg-max (indices
+    into the flattened spatial axes)."""
     def rule(x, *args):
         primal, idx = op(x.primal, *args)
-        spatial = idx.dim() - 2 if x.primal.dim() == idx.dim() else idx.dim() - 1
         start = x.primal.dim() - spatial
 
         def pick(t):
@@ -550,8 +551,8 @@ def _pool_with_indices(op):
     return rule
 
 
-for _op in (aten.max_pool2d_with_indices, aten.max_pool3d_with_indices):
-    core_rule(_op)(_pool_with_indices(_op))
+core_rule(aten.max_pool2d_with_indices)(_pool_with_indices(aten.max_pool2d_with_indices, 2))
+core_rule(aten.max_pool3d_with_indices)(_pool_with_indices(aten.max_pool3d_with_indices, 3))
 
 
 def _extreme(take_max: bool):
