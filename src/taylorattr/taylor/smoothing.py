@@ -223,20 +223,31 @@ def _functional(node: fx.Node, beta: float) -> nn.Module | None:
     return None
 
 
-def _smooth_functional(model: nn.Module, beta: float) -> nn.Module:
-    """Reroute functional kinks found by torch.fx to surrogate submodules (if any). A model
-    torch.fx cannot trace keeps its functional calls (with a warning): Taylor mode could not
-    trace it either."""
+#: Functional kinks torch.fx may show that :func:`_functional` does not reroute: the
+#: captured graph's rewrite (:func:`smooth_graph`) handles them.
+_LEFT_FUNCTIONS = {F.hardtanh, F.hardswish, F.hardsigmoid, torch.clamp, torch.clip,
+                   torch.clamp_min, torch.clamp_max, torch.maximum, torch.minimum, torch.abs,
+                   F.prelu, F.max_pool3d, F.adaptive_max_pool1d, F.adaptive_max_pool2d,
+                   torch.max_pool2d, torch.max_pool1d}
+_LEFT_METHODS = {"clamp", "clamp_", "clip", "clip_", "clamp_min", "clamp_max", "abs", "maximum",
+                 "minimum"}
+
+
+def _smooth_functional(model: nn.Module, beta: float) -> tuple[nn.Module, bool]:
+    """Reroute functional kinks found by torch.fx to surrogate submodules (if any). Returns
+    the model and whether torch.fx saw it whole with no kink left (else the captured
+    graph's rewrite is needed when the smoothed model runs)."""
     try:
         gm = _fx.trace(model, "ta.smooth", ValueError, leaf_modules=(SmoothMaxPool,))
-    except ValueError as exc:
-        warnings.warn(f"ta.smooth replaced the kink modules only; functional ReLU/max-pool calls "
-                      f"were not checked: {exc}", stacklevel=3)
-        return model
-    count = 0
+    except ValueError:
+        return model, False
+    count, complete = 0, True
     for node in list(gm.graph.nodes):
         surrogate = _functional(node, beta)
         if surrogate is None:
+            if (node.op == "call_function" and node.target in _LEFT_FUNCTIONS) or \
+                    (node.op == "call_method" and node.target in _LEFT_METHODS):
+                complete = False
             continue
         name = f"smooth_{count}"
         count += 1
@@ -246,10 +257,10 @@ def _smooth_functional(model: nn.Module, beta: float) -> nn.Module:
         node.replace_all_uses_with(new)
         gm.graph.erase_node(node)
     if not count:
-        return model
+        return model, complete
     gm.graph.lint()
     gm.recompile()
-    return gm
+    return gm, complete
 
 
 _GRAPH_KINKS = ("relu", "hardtanh", "clamp", "clamp_min", "clamp_max", "leaky_relu",
@@ -322,7 +333,8 @@ class SmoothedModel(nn.Module):
     Kinks that no module swap reaches (functional calls torch.fx cannot see, Hardswish
     written out, clamps) are replaced in the model's captured core-ATen graph
     (:func:`smooth_graph`), one capture per input signature (:meth:`taylor_core_graph`);
-    calling the smoothed model runs that graph where it differs from ``module``."""
+    calling the smoothed model runs that graph where it differs from ``module`` (calls
+    run ``module`` alone when torch.fx saw the whole copy and no kink was left)."""
 
     def __init__(self, module: nn.Module, original: nn.Module, beta: float, replaced: list[str]):
         super().__init__()
@@ -341,6 +353,8 @@ class SmoothedModel(nn.Module):
         graph = capture(self.module, (inputs.detach(),))
         names = smooth_graph(graph, self.beta)
         graph.rewritten = bool(names)
+        if names:  # kinks only the capture shows: calls run the rewritten graph from now on
+            self.__dict__["_graph_route"] = True
         self.replaced += [n for n in names if n not in self.replaced]
         self._graphs.append((_graph_key(inputs, graph), graph))
         return graph
@@ -450,12 +464,13 @@ def smooth(model: nn.Module, beta: float | str, inputs: torch.Tensor | None = No
             parent, _, leaf = name.rpartition(".")
             setattr(copy_.get_submodule(parent) if parent else copy_, leaf, surrogate)
         replaced.append(f"{name or '(model)'} ({type(m).__name__})")
-    smoothed = _smooth_functional(copy_, float(beta))
+    smoothed, complete = _smooth_functional(copy_, float(beta))
     if smoothed is not copy_:
         replaced += [f"{n.target} ({type(smoothed.get_submodule(n.target)).__name__}, functional)"
                      for n in smoothed.graph.nodes
                      if n.op == "call_module" and str(n.target).startswith("smooth_")]
     result = SmoothedModel(smoothed, model, float(beta), replaced)
+    result.__dict__["_graph_route"] = not complete  # calls run the module where fx saw all
     result.train(model.training)
     if inputs is not None:
         V.check_inputs(inputs)
