@@ -54,9 +54,11 @@ aten = torch.ops.aten
 _TORCH_DIR = os.path.dirname(torch.__file__)
 
 #: Operations kept whole by default: their engine rules are exact and cheaper than their
-#: decompositions.
+#: decompositions (softplus: its decomposition's discarded ``exp`` branch overflows and
+#: gives NaN gradients when the captured graph is differentiated).
 DEFAULT_KEEP = (aten.native_layer_norm.default, aten._softmax.default,
-                aten._log_softmax.default, aten.gelu.default, aten.detach.default)
+                aten._log_softmax.default, aten.gelu.default, aten.softplus.default,
+                aten.detach.default)
 
 #: Ops whose value is treated as a constant by the input-dependence analysis (``detach``:
 #: the model asks for a value without derivatives, e.g. a numerically stabilising shift).
