@@ -48,6 +48,8 @@ def prepare(model: nn.Module, size: int = 64, seed: int = 0) -> nn.Module:
             tiny_constant = bool((flat == flat[0]).all()) and float(flat[0].abs()) < 1e-3
             if p.dim() <= 1 and "bias" not in name and (tiny_constant or "gamma" in name):
                 p.uniform_(0.5, 1.5, generator=g)  # layer scale, zero-init BatchNorm gains
+            elif p.dim() > 1 and tiny_constant:  # a zero-init head or projection
+                p.normal_(0.0, p[0].numel() ** -0.5, generator=g)
     for m in model.modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
             m.reset_running_stats()
