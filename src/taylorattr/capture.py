@@ -39,6 +39,7 @@ import copy
 import operator
 import os
 import traceback
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -110,7 +111,9 @@ class CoreGraph:
 
     def __init__(self, program, source: nn.Module | None):
         self.program = program
-        self.source = source
+        # the module whose live parameters feed the graph; held weakly, so that caches of
+        # captures keyed by the module do not keep it alive
+        self._source = None if source is None else weakref.ref(source)
         sig = program.graph_signature
         graph = fx.Graph()
         copies: dict = {}
@@ -135,6 +138,11 @@ class CoreGraph:
         first = self.inputs[0].meta.get("val") if self.inputs else None
         self.batch_dynamic = (first is not None and first.dim() > 0
                               and not is_concrete_int(first.shape[0]))
+
+    @property
+    def source(self) -> nn.Module | None:
+        """The captured module (None for a program or file, or once the module is gone)."""
+        return None if self._source is None else self._source()
 
     def refresh(self) -> None:
         """Recompute :attr:`nodes` and the input dependence after editing ``module.graph``."""
@@ -163,11 +171,12 @@ class CoreGraph:
         capture came from a module, else the program's state)."""
         values = {}
         state, constants = self.program.state_dict, self.program.constants
+        source = self.source
         for name, lifted in self.lifted.items():
-            if self.source is not None and lifted.kind == "parameter":
-                values[name] = self.source.get_parameter(lifted.fqn)
-            elif self.source is not None and lifted.kind == "buffer":
-                values[name] = self.source.get_buffer(lifted.fqn)
+            if source is not None and lifted.kind == "parameter":
+                values[name] = source.get_parameter(lifted.fqn)
+            elif source is not None and lifted.kind == "buffer":
+                values[name] = source.get_buffer(lifted.fqn)
             else:
                 values[name] = state[lifted.fqn] if lifted.fqn in state else constants[lifted.fqn]
         return values

@@ -38,7 +38,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ... import series as S
-from ...capture import CoreGraph, op_name, refuse
+from ...capture import CoreGraph, op_name, refuse, where
 from . import registry as R
 from .jet import Jet, UnsupportedOperation
 
@@ -738,8 +738,6 @@ def check(graph: CoreGraph) -> None:
 
 def piecewise_nodes(graph: CoreGraph) -> list[str]:
     """``op at module (Type)`` for each input-dependent piecewise-linear node."""
-    from ...capture import where
-
     return [f"{op_name(n.target)} at {where(n).split(',')[0]}" for n in graph.nodes
             if graph.depends_on_input(n) and _packet(n.target) in PIECEWISE_CORE]
 

@@ -69,11 +69,11 @@ class TaylorProgram(nn.Module):
     model) supplies its own graphs."""
 
     def __init__(self, model, fx_module: fx.GraphModule | None = None,
-                 graph: CoreGraph | None = None):
+                 graph: CoreGraph | None = None, graphs: list | None = None):
         super().__init__()
         self.model = model
         self.fx = fx_module
-        self._graphs: list[tuple[object, CoreGraph]] = []
+        self._graphs: list[tuple[object, CoreGraph]] = [] if graphs is None else graphs
         self.last: CoreGraph | None = graph
         if graph is not None:
             self._graphs.append((None, graph))
@@ -99,9 +99,10 @@ class TaylorProgram(nn.Module):
         return graph
 
 
-#: Model -> (structure signature, its TaylorProgram): captures are reused across calls
-#: while the model's modules, their types and train/eval modes stay the same.
-_PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: Model -> (structure signature, its captures): reused across calls while the model's
+#: modules, their types and train/eval modes stay the same (the captures hold the model
+#: weakly, so the entry goes with the model).
+_CAPTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _signature(model: nn.Module) -> tuple:
@@ -125,12 +126,11 @@ def trace(model, inputs: torch.Tensor | None = None) -> TaylorProgram:
     if _uses_user_rules(model) and not hasattr(model, "taylor_core_graph"):
         return TaylorProgram(model, fx_module=trace_fx(model))
     signature = _signature(model)
-    cached = _PROGRAMS.get(model)
-    if cached is not None and cached[0] == signature:
-        program = cached[1]
-    else:
-        program = TaylorProgram(model)
-        _PROGRAMS[model] = (signature, program)
+    cached = _CAPTURES.get(model)
+    if cached is None or cached[0] != signature:
+        cached = (signature, [])
+        _CAPTURES[model] = cached
+    program = TaylorProgram(model, graphs=cached[1])
     if inputs is not None:
         try:
             program.graph(inputs)
