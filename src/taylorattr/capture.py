@@ -141,8 +141,13 @@ class CoreGraph:
 
     @property
     def source(self) -> nn.Module | None:
-        """The captured module (None for a program or file, or once the module is gone)."""
+        """The captured module (None for a program or file, or once the module is gone);
+        assign another module of the same structure to read its parameters instead."""
         return None if self._source is None else self._source()
+
+    @source.setter
+    def source(self, module: nn.Module | None) -> None:
+        self._source = None if module is None else weakref.ref(module)
 
     def refresh(self) -> None:
         """Recompute :attr:`nodes` and the input dependence after editing ``module.graph``."""
