@@ -62,4 +62,4 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
         return self._propagate(x, broadcast_baselines(baselines, x), target, True).records
 
     def _propagate(self, x, b, target, records):
-        return propagate(self.model, self._get_plan(), self._rules, x, b, target, records)
+        return propagate(self.model, self._get_plan(x), self._rules, x, b, target, records)

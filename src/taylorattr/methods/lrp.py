@@ -60,7 +60,7 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
         change), the *opposite* of Captum's ``LRP.compute_convergence_delta``, which returns
         ``f(x) - sum(a)`` for LRP (while its DeepLift and IntegratedGradients return
         ``sum(a) - (f(x) - f(x~))`` like this library)."""
-        prop = propagate(self.model, self._get_plan(), self._rules, x, None, t, False)
+        prop = propagate(self.model, self._get_plan(x), self._rules, x, None, t, False)
         return x * prop.gradient, None
 
     def _cost(self, x, options):
@@ -74,4 +74,5 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
         see :func:`~taylorattr.methods.layerwise.local_relevance`.
         """
         x = check_inputs(inputs).detach()
-        return propagate(self.model, self._get_plan(), self._rules, x, None, target, True).records
+        return propagate(self.model, self._get_plan(x), self._rules, x, None, target,
+                         True).records

@@ -67,11 +67,10 @@ class LRP(LayerwiseMethod, ImplicitBaselineMethod):
         self.rule = rule
         self._rules = composite_rules(model, rule, epsilon=float(epsilon),
                                       stabilizer=float(stabilizer), gamma=float(gamma))
-        self._get_plan()
 
     def _attribute(self, x, base, t, fx, *, show_progress=False):
         """Relevances of ``f(x)``; the convergence delta is ``sum(a) - f(x)``."""
-        prop = propagate(self.model, self._get_plan(), self._rules, x, None, t, False)
+        prop = propagate(self.model, self._get_plan(x), self._rules, x, None, t, False)
         scale = prop.output.to(x.dtype).view((-1,) + (1,) * (x.dim() - 1))
         return prop.gradient * scale, None
 
