@@ -75,6 +75,10 @@ def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple]:
 
         model = efficientnet_lite0().net
     model = model.to(torch.float64)
+    with torch.no_grad():  # zero-initialised classifier heads (ViT, Mixer) explain nothing
+        for m in model.modules():
+            if isinstance(m, nn.Linear) and not m.weight.any():
+                m.weight.normal_(0.0, 0.02)
     _calibrate(model, shape, seed)
     return model.eval(), shape
 

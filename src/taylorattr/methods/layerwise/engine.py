@@ -16,11 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import fx, nn
 
 from ..._validation import model_output, resolve_target, select_output
 from ...runtime.progress import report_rows
-from .graph import location
+from .graph import location, op_name
 from .plan import Plan, get_plan
 from .records import LayerRecord, fold_batchnorm
 from .rules import Gradient, RuleSet, scaled
@@ -62,8 +63,8 @@ class _Pass(fx.Interpreter):
 
     def __init__(self, model, plan: Plan, rules: RuleSet, reference: dict | None,
                  record: bool):
-        super().__init__(plan.module, garbage_collect_values=True, graph=plan.graph)
-        self.model = model
+        super().__init__(model, garbage_collect_values=True, graph=plan.graph)
+        self.model, self.captured = model, plan.module
         self.plan, self.rules, self.reference, self.record = plan, rules, reference, record
         self.saved: dict = {}     # node -> (inputs, output) [baseline pass]
         self.acts: dict = {}      # activation node -> (output, multiplier) [main pass]
@@ -73,8 +74,8 @@ class _Pass(fx.Interpreter):
     def fetch_attr(self, target: str):
         try:
             return _attr(self.model, target)
-        except AttributeError:
-            return super().fetch_attr(target)
+        except AttributeError:  # a constant the capture lifted out of the code
+            return _attr(self.captured, target)
 
     def run(self, *args, **kwargs):
         out = super().run(*args, **kwargs)
@@ -123,6 +124,20 @@ class _Pass(fx.Interpreter):
             return wrap(v) if a.name in self.plan.live and isinstance(v, torch.Tensor) else v
         return fx.node.map_arg(n.args, load), fx.node.map_arg(n.kwargs, load)
 
+    def _activation(self, n: fx.Node, args, kwargs, pos):
+        """The activation of a record as a torch-level callable (its module, or the
+        ``torch.nn.functional``/``torch`` function of the same name), so that Taylor mode
+        can expand it; the ATen operation itself otherwise."""
+        module = self.plan.act_modules.get(n.name)
+        if module is not None:
+            return module
+        name = op_name(n.target).split(".")[1] if op_name(n.target).startswith("aten.") else ""
+        f = getattr(F, name, None) or getattr(torch, name, None)
+        if f is not None and pos == [0]:
+            rest = tuple(args[1:])
+            return (lambda y: f(y, *rest, **kwargs)) if rest or kwargs else f
+        return _Call(n.target, args, kwargs, pos[:1])
+
     def _apply(self, n: fx.Node, kind: str, rule, args, kwargs):
         pos = self.plan.positions[n.name]
         ys = [args[p] for p in pos[:rule.inputs]]
@@ -142,7 +157,7 @@ class _Pass(fx.Interpreter):
             wrapped = wrapped.contiguous()  # the graph's views assume the op's own layout
         if kind == "activation":
             self.acts[n.name] = (wrapped, m)
-            self.act_fns[n.name] = (_Call(n.target, args, kwargs, pos[:1]),
+            self.act_fns[n.name] = (self._activation(n, args, kwargs, pos),
                                     self.plan.targets.get(n.name))
         elif kind in _RECORDED and self.record:
             self.layers[n.name] = (ys[0], wrapped)

@@ -13,7 +13,9 @@ Normalisation after capture:
 * an operation with several outputs of which only the first is used (batch norm, layer
   norm, group norm, max pooling with indices, ``max.dim``) becomes one node computing that
   output (:func:`first_output`), so that every planned node produces one tensor;
-* guard nodes (``_guards_fn``, ``_assert_*``) are removed: they carry no relevance.
+* guard nodes (``_guards_fn``, ``_assert_*``) are removed: they carry no relevance;
+* a module declaring ``elementwise = True`` is one operation
+  (:func:`declared_elementwise`), whatever its forward is made of.
 
 Parameters and buffers are read from the live model at every run (the graph refers to
 them by their qualified names), so a model whose weights change needs no new capture.
@@ -77,6 +79,53 @@ class Captured:
         return self.module.graph
 
 
+_DECLARED: weakref.WeakValueDictionary[int, nn.Module] = weakref.WeakValueDictionary()
+
+
+@torch.library.custom_op("taylorattr::elementwise", mutates_args=())
+def declared_elementwise(x: torch.Tensor, key: int) -> torch.Tensor:
+    """A module declaring ``elementwise = True``, captured as one operation (its rule
+    then applies to the whole module, as to a built-in activation)."""
+    out = _DECLARED[key](x)
+    return out.clone() if out is x else out
+
+
+@declared_elementwise.register_fake
+def _(x, key):
+    return torch.empty_like(x)
+
+
+def _declared_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.key = inputs[1]
+
+
+def _declared_backward(ctx, grad):
+    (x,) = ctx.saved_tensors
+    with torch.enable_grad():
+        xx = x.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(_DECLARED[ctx.key](xx), xx, grad)
+    return g, None
+
+
+declared_elementwise.register_autograd(_declared_backward, setup_context=_declared_setup)
+
+
+def _declare(model: nn.Module) -> list[nn.Module]:
+    """Route the forward of each module declaring ``elementwise = True`` through
+    :func:`declared_elementwise` (undone by :func:`_undeclare`)."""
+    found = [m for m in model.modules() if getattr(m, "elementwise", False) is True]
+    for m in found:
+        _DECLARED[id(m)] = m
+        m.forward = lambda x, _key=id(m): torch.ops.taylorattr.elementwise(x, _key)
+    return found
+
+
+def _undeclare(found: list[nn.Module]) -> None:
+    for m in found:
+        m.__dict__.pop("forward", None)
+
+
 def _decompositions() -> dict:
     table = torch.export.default_decompositions()
     for op in KEPT_WHOLE:
@@ -86,7 +135,11 @@ def _decompositions() -> dict:
 
 def _export(model: nn.Module, x: torch.Tensor, dynamic: bool):
     shapes = ({0: torch.export.Dim("batch", min=1)},) if dynamic else None
-    ep = torch.export.export(model, (x,), dynamic_shapes=shapes, strict=False)
+    declared = _declare(model)
+    try:
+        ep = torch.export.export(model, (x,), dynamic_shapes=shapes, strict=False)
+    finally:
+        _undeclare(declared)
     return ep.run_decompositions(_decompositions()).module()
 
 

@@ -34,7 +34,7 @@ import operator
 import torch
 from torch import fx
 
-from .graph import KEPT_WHOLE, first_output
+from .graph import KEPT_WHOLE, first_output  # graph registers taylorattr::elementwise
 
 __all__ = ["KINDS", "classify", "live_positions"]
 
@@ -127,7 +127,8 @@ def live_positions(node: fx.Node, live: set) -> tuple[list[int], bool]:
 def _is_pointwise(node: fx.Node) -> bool:
     target = node.target
     return isinstance(target, torch._ops.OpOverload) and (
-        torch.Tag.pointwise in target.tags or target.overloadpacket in _KEPT)
+        torch.Tag.pointwise in target.tags or target.overloadpacket in _KEPT
+        or target.overloadpacket is torch.ops.taylorattr.elementwise)
 
 
 def classify(node: fx.Node, live: set) -> tuple[str | None, str | None]:

@@ -42,6 +42,7 @@ class UnsupportedModelError(TypeError):
 
 _EPSILON_KINDS = {"weighted", "norm", "avg_pool", "max_pool"}  # layers with an epsilon step
 _LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_PLAIN_FORWARDS = tuple(t.forward for t in _LAYERS)
 _WHAT_TO_DO = (
     "What to do: replace the listed operations by supported ones (the table below), or "
     "explain the model with a method that needs no layer rules (IntegratedGradients, "
@@ -69,7 +70,8 @@ class Plan:
     module: fx.GraphModule = None
     discrete: set = field(default_factory=set)
     live: set = field(default_factory=set)      # input-dependent node names
-    modules: dict = field(default_factory=dict)  # weighted node name -> its Linear/Conv
+    modules: dict = field(default_factory=dict)  # weighted node -> enclosing Linear/Conv
+    act_modules: dict = field(default_factory=dict)  # activation node -> its module
 
 
 def _refusal(bad: list, rules: RuleSet, model: nn.Module) -> UnsupportedModelError:
@@ -166,9 +168,12 @@ def _finish(plan: Plan, model: nn.Module) -> Plan:
         if kind == "weighted":
             path = module_of(node, _LAYERS)
             if path is not None:
+                plan.modules[node.name] = modules[path]
+                if type(modules[path]).forward not in _PLAIN_FORWARDS:
+                    path = None  # e.g. a Conv2d that pads first: no record of the module
+            if path is not None:
                 plan.weighted_order.append(node.name)
                 plan.targets[node.name] = path
-                plan.modules[node.name] = modules[path]
             users = list(node.users)
             if len(users) == 1 and kinds.get(users[0].name) == "norm" \
                     and users[0].args[0] is node:
@@ -177,7 +182,12 @@ def _finish(plan: Plan, model: nn.Module) -> Plan:
                     plan.fold[node.name] = users[0].name
                     plan.targets[users[0].name] = bn
         elif kind == "activation":
-            plan.targets[node.name] = module_path(node)[0] or str(node.target)
+            path = module_path(node)[0]
+            plan.targets[node.name] = path or op_name(node.target)
+            m = modules.get(path) if path else None
+            if m is not None and (getattr(m, "elementwise", False) is True
+                                  or type(m).__module__ == "torch.nn.modules.activation"):
+                plan.act_modules[node.name] = m
         if kind not in _EPSILON_KINDS:
             continue
         users = list(node.users)

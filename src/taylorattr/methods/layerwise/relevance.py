@@ -284,18 +284,18 @@ class Pass(Rule):
 
 
 class LayerMap(Rule):
-    """A rule per Linear/Conv module (by identity), for composites; a weighted operation
-    of no such module (:class:`OpLayer`) takes the convolution or dense rule by its op."""
+    """A rule per Linear/Conv module (by identity), for composites, applied to the
+    weighted operation itself (:class:`OpLayer`); an operation of no such module takes the
+    convolution or dense rule by its op."""
 
     def __init__(self, rules: Mapping[int, LayerRule], label: str, conv: LayerRule,
                  dense: LayerRule):
         self.rules, self.label, self.conv, self.dense = dict(rules), label, conv, dense
 
     def apply(self, fn, y, ref, scale):
-        if fn.module is not None:
-            return self.rules[id(fn.module)].apply(fn.module, y, ref, scale)
         layer = OpLayer(fn)
-        return (self.conv if layer.is_conv else self.dense).apply(layer, y, ref, scale)
+        rule = self.rules.get(id(fn.module)) or (self.conv if layer.is_conv else self.dense)
+        return rule.apply(layer, y, ref, scale)
 
 
 #: Single rules by name (constructor keyword arguments in parentheses).
