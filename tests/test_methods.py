@@ -468,7 +468,7 @@ def test_unsupported_operations_raise_errors_naming_them(cls):
     x = vectors()
     cases = [
         (nn.Sequential(nn.Linear(6, 6), nn.BatchNorm1d(6, track_running_stats=False),
-                       nn.Linear(6, 2)), ["batch_norm", "BatchNorm1d '1'", "batch"]),
+                       nn.Linear(6, 2)), ["batch_norm", "1 (BatchNorm1d)", "batch"]),
         (nn.Sequential(nn.Linear(6, 6), Sorted()), ["aten.sort", "test_methods.py", "What to do"]),
         (Branchy(), ["torch.export", "Branchy"]),
     ]

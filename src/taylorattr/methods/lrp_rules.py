@@ -64,6 +64,7 @@ class LRP(LayerwiseMethod, ImplicitBaselineMethod):
             if not (0 <= value < float("inf")):
                 raise ValueError(f"{label} must be finite and >= 0, got {value}")
         super().__init__(model)
+        self._check_plan()
         self.rule = rule
         self._rules = composite_rules(model, rule, epsilon=float(epsilon),
                                       stabilizer=float(stabilizer), gamma=float(gamma))

@@ -21,7 +21,8 @@ from torch import fx, nn
 
 from ..._validation import model_output, resolve_target, select_output
 from ...runtime.progress import report_rows
-from .graph import location, op_name
+from ...capture import where
+from .graph import op_name
 from .plan import Plan, get_plan
 from .records import LayerRecord, fold_batchnorm
 from .rules import Gradient, RuleSet, scaled
@@ -47,12 +48,6 @@ class _Call:
         return self.op(*args, **self.kwargs)
 
 
-def _attr(root, target: str):
-    for part in target.split("."):
-        root = getattr(root, part)
-    return root
-
-
 class _Pass(fx.Interpreter):
     """Runs the captured graph, applying the rules at planned nodes; parameters and
     buffers are read from the live model.
@@ -63,8 +58,7 @@ class _Pass(fx.Interpreter):
 
     def __init__(self, model, plan: Plan, rules: RuleSet, reference: dict | None,
                  record: bool):
-        super().__init__(model, garbage_collect_values=True, graph=plan.graph)
-        self.model, self.captured = model, plan.module
+        super().__init__(model, garbage_collect_values=True, graph=plan.core.module.graph)
         self.plan, self.rules, self.reference, self.record = plan, rules, reference, record
         self.saved: dict = {}     # node -> (inputs, output) [baseline pass]
         self.acts: dict = {}      # activation node -> (output, multiplier) [main pass]
@@ -72,14 +66,15 @@ class _Pass(fx.Interpreter):
         self.act_fns: dict = {}   # activation node -> (callable, label)
 
     def fetch_attr(self, target: str):
-        try:
-            return _attr(self.model, target)
-        except AttributeError:  # a constant the capture lifted out of the code
-            return _attr(self.captured, target)
+        return getattr(self.plan.core.module, target)  # constants of the capture
 
-    def run(self, *args, **kwargs):
-        out = super().run(*args, **kwargs)
-        report_rows(self.model, args[0])  # a plan never calls the model's forward hooks
+    def run(self, x):
+        lifted = self.plan.core.lifted_values()
+        placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        out = super().run(*[lifted.get(p.name, x) for p in placeholders])
+        if isinstance(out, (tuple, list)) and len(out) == 1:
+            out = out[0]  # the capture's output is a tuple
+        report_rows(self.module, x)  # a plan never calls the model's forward hooks
         return out
 
     def _discrete(self, n: fx.Node, out):
@@ -92,7 +87,7 @@ class _Pass(fx.Interpreter):
         if isinstance(out, torch.Tensor) and isinstance(ref, torch.Tensor) and \
                 out.shape == ref.shape and not torch.equal(out, ref):
             raise ValueError(
-                f"{n.target} at {location(n) or n.name}: this input-dependent mask or index "
+                f"{op_name(n.target)} at {where(n)}: this input-dependent mask or index "
                 f"differs between the inputs and the baselines, so {self.rules.method}'s "
                 "rules (one fixed selection) would not be complete; choose baselines that "
                 "select the same entries")
@@ -252,8 +247,11 @@ class LayerwiseMethod:
         return get_plan(self.model, self._rules, x)
 
     def _check_plan(self) -> None:
-        """Nothing at construction: the graph is captured at the first call's input shape
-        (``torch.export`` needs an example input), and refusals come then."""
+        """At construction only the model's type: the graph is captured at the first
+        call's input shape (``torch.export`` needs an example input), refusals come then."""
+        if not isinstance(self.model, nn.Module):
+            raise TypeError(f"model must be an nn.Module for {type(self).__name__}, "
+                            f"got {type(self.model).__name__}")
 
     def _propagate_cost(self, rows: int):
         """The :class:`~taylorattr.runtime.cost.Cost` of :func:`propagate` on ``rows`` rows (without

@@ -1,38 +1,37 @@
-"""The graph the layer-wise engine runs: the model captured as core ATen operations.
+"""The graph the layer-wise engine runs: the model as core ATen operations, from the
+project's one capture (:func:`taylorattr.capture.capture`, ``torch.export`` lowered to
+core ATen, guards dropped, batch axis dynamic where the model allows it).
 
-``torch.export`` traces ``model.forward`` at an example input (batch dimension dynamic
-where the model allows it, defaulted arguments at their defaults) and the graph is
-decomposed to core ATen, except elementwise activations (SiLU, Hardswish, Mish, ...),
-which stay whole so that each gets one rule. So every model, whatever its modules and
-functional calls (``nn.MultiheadAttention``, ``F.scaled_dot_product_attention``,
-``F.layer_norm``, torchvision's wrapped Swin functions, timm's blocks), reaches the planner
-as the same small set of operations, and coverage follows from the graph.
+So every model, whatever its modules and functional calls (``nn.MultiheadAttention``,
+``F.scaled_dot_product_attention``, ``F.layer_norm``, torchvision's wrapped Swin
+functions, timm's blocks, defaulted ``forward`` arguments), reaches the planner as the same
+small set of operations, and coverage follows from the graph. On top of the shared
+capture:
 
-Normalisation after capture:
-
+* elementwise activations (:data:`KEPT_WHOLE`: SiLU, Hardswish, Mish, ...) are kept whole,
+  so that each gets one rule, and so is every module declaring ``elementwise = True``
+  (captured as the one operation :func:`declared_elementwise`, whatever its forward is
+  made of);
 * an operation with several outputs of which only the first is used (batch norm, layer
   norm, group norm, max pooling with indices, ``max.dim``) becomes one node computing that
-  output (:func:`first_output`), so that every planned node produces one tensor;
-* guard nodes (``_guards_fn``, ``_assert_*``) are removed: they carry no relevance;
-* a module declaring ``elementwise = True`` is one operation
-  (:func:`declared_elementwise`), whatever its forward is made of.
+  output (:class:`first_output`), so that every planned node produces one tensor.
 
-Parameters and buffers are read from the live model at every run (the graph refers to
-them by their qualified names), so a model whose weights change needs no new capture.
+Parameters and buffers are read from the live model at every run.
 """
 from __future__ import annotations
 
 import operator
-import os
-import re
 import weakref
 
 import torch
 from torch import fx, nn
 
-__all__ = ["Captured", "capture", "first_output", "location", "module_path", "op_name"]
+from ...capture import DEFAULT_KEEP, CaptureError, CoreGraph, capture, copy_graph
+from ...capture import op_name as _aten_name
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
+__all__ = ["KEPT_WHOLE", "cached_capture", "capture_model", "declared_elementwise",
+           "first_output", "module_path", "op_name"]
+
 aten = torch.ops.aten
 
 #: elementwise activations kept whole (one Rescale / identity rule each)
@@ -49,7 +48,7 @@ _MULTI_OUTPUT = {aten._native_batch_norm_legit_no_training.default,
 
 class first_output:  # noqa: N801 (used like the function it wraps)
     """``op(*args)[0]`` as one callable (a multi-output operation of which only the first
-    output is used); ``op`` keeps its name in messages."""
+    output is used)."""
 
     def __init__(self, op):
         self.op = op
@@ -68,17 +67,13 @@ class first_output:  # noqa: N801 (used like the function it wraps)
         return hash(("first_output", self.op))
 
 
-class Captured:
-    """A captured graph and whether its batch dimension is dynamic."""
-
-    def __init__(self, module: fx.GraphModule, dynamic: bool):
-        self.module, self.dynamic = module, dynamic
-
-    @property
-    def graph(self) -> fx.Graph:
-        return self.module.graph
+def op_name(target) -> str:
+    """``"aten.sort.default"``: the ATen name of a node's target (through
+    :class:`first_output`)."""
+    return _aten_name(target.op if isinstance(target, first_output) else target)
 
 
+# --- modules declaring ``elementwise = True``: one operation each ---------------------
 _DECLARED: weakref.WeakValueDictionary[int, nn.Module] = weakref.WeakValueDictionary()
 
 
@@ -113,7 +108,7 @@ declared_elementwise.register_autograd(_declared_backward, setup_context=_declar
 
 def _declare(model: nn.Module) -> list[nn.Module]:
     """Route the forward of each module declaring ``elementwise = True`` through
-    :func:`declared_elementwise` (undone by :func:`_undeclare`)."""
+    :func:`declared_elementwise` while capturing (undone by :func:`_undeclare`)."""
     found = [m for m in model.modules() if getattr(m, "elementwise", False) is True]
     for m in found:
         _DECLARED[id(m)] = m
@@ -126,89 +121,43 @@ def _undeclare(found: list[nn.Module]) -> None:
         m.__dict__.pop("forward", None)
 
 
-def _decompositions() -> dict:
-    table = torch.export.default_decompositions()
-    for op in KEPT_WHOLE:
-        table.pop(op, None)
-    return table
+# --- capture ----------------------------------------------------------------------------
+def _normalise(graph: fx.Graph) -> None:
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _MULTI_OUTPUT:
+            continue
+        users = list(node.users)
+        if users and all(u.target is operator.getitem and u.args[1] == 0 for u in users):
+            with graph.inserting_after(node):
+                fused = graph.call_function(first_output(node.target), node.args, node.kwargs)
+            fused.meta = dict(node.meta)
+            fused.meta["val"] = users[0].meta.get("val")
+            for u in users:
+                u.replace_all_uses_with(fused)
+                graph.erase_node(u)
+            graph.erase_node(node)
+    graph.lint()
 
 
-def _export(model: nn.Module, x: torch.Tensor, dynamic: bool):
-    shapes = ({0: torch.export.Dim("batch", min=1)},) if dynamic else None
+def capture_model(model: nn.Module, x: torch.Tensor, error: type[Exception]) -> CoreGraph:
+    """The shared capture of ``model`` at ``x`` for the layer-wise engine (module
+    docstring); failures raise ``error``."""
+    example = x.detach()
+    if example.shape[0] == 1:  # a batch of one would be specialised
+        example = example.expand(2, *example.shape[1:]).clone()
     declared = _declare(model)
     try:
-        ep = torch.export.export(model, (x,), dynamic_shapes=shapes, strict=False)
+        core = capture(model, (example,), keep=tuple(DEFAULT_KEEP) + KEPT_WHOLE)
+    except CaptureError as exc:
+        raise error(f"the layer-wise engine captures the model with torch.export: {exc}") \
+            from exc
     finally:
         _undeclare(declared)
-    return ep.run_decompositions(_decompositions()).module()
-
-
-def _normalise(gm: fx.GraphModule) -> None:
-    graph = gm.graph
-    for node in list(graph.nodes):
-        if node.op == "call_module" and node.target == "_guards_fn" or (
-                node.op == "call_function" and "assert" in str(node.target)):
-            if not node.users:
-                graph.erase_node(node)
-            continue
-        if node.op == "call_function" and node.target in _MULTI_OUTPUT:
-            users = list(node.users)
-            if users and all(u.target is operator.getitem and u.args[1] == 0 for u in users):
-                with graph.inserting_after(node):
-                    fused = graph.call_function(first_output(node.target), node.args, node.kwargs)
-                fused.meta = dict(node.meta)
-                fused.meta["val"] = users[0].meta.get("val")
-                for u in users:
-                    u.replace_all_uses_with(fused)
-                    graph.erase_node(u)
-                graph.erase_node(node)
-    graph.lint()
-    gm.recompile()
-
-
-def capture(model: nn.Module, x: torch.Tensor, error: type[Exception]) -> Captured:
-    """Export ``model`` at ``x`` (dynamic batch if the model allows it, else at this
-    batch size); failures raise ``error`` naming the cause."""
-    example = x.detach()
-    if example.shape[0] == 1:  # export specialises a batch of one
-        example = example.expand(2, *example.shape[1:]).clone()
-    last = None
-    for dynamic in (True, False):
-        try:
-            gm = _export(model, example if dynamic else x.detach(), dynamic)
-            break
-        except Exception as exc:  # export raises many kinds of errors
-            last = exc
-    else:
-        raise error(
-            f"the layer-wise engine captures the model with torch.export; exporting "
-            f"{type(model).__name__} at an input of shape {tuple(x.shape)} failed: "
-            f"{type(last).__name__}: {str(last).strip().splitlines()[0] if str(last) else ''}. "
-            "What to do: make forward exportable (no Python branching on tensor values, "
-            "no data-dependent shapes), or explain the model with a method that needs no "
-            "graph (IntegratedGradients, GradientInput, Occlusion).") from last
-    _normalise(gm)
-    return Captured(gm, dynamic)
-
-
-def op_name(target) -> str:
-    """``"aten.sort.default"``: the ATen name of a node's target (through
-    :class:`first_output`)."""
-    return str(target.op if isinstance(target, first_output) else target)
-
-
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in \S+\n\s*(.*)')
-
-
-def location(node: fx.Node) -> str:
-    """``"model.py:12 (h = torch.sort(h))"``: the innermost line outside torch that made
-    ``node`` ("" when none is known)."""
-    trace = node.meta.get("stack_trace") or ""
-    frames = [f for f in _FRAME.findall(trace) if not f[0].startswith(_TORCH_DIR)]
-    if not frames:
-        return ""
-    path, line, code = frames[-1]
-    return f"{os.path.basename(path)}:{line} ({code.strip()})"
+    core = copy_graph(core)
+    _normalise(core.module.graph)
+    core.module.recompile()
+    core.refresh()
+    return core
 
 
 def module_path(node: fx.Node) -> tuple[str, str]:
@@ -225,13 +174,13 @@ def module_path(node: fx.Node) -> tuple[str, str]:
 _CAPTURES: weakref.WeakKeyDictionary[nn.Module, dict] = weakref.WeakKeyDictionary()
 
 
-def cached_capture(model: nn.Module, x: torch.Tensor, signature, error) -> Captured:
-    """:func:`capture`, cached per model, input row shape, dtype and device (and batch size
-    where the batch is not dynamic); re-captured when ``signature`` changes."""
+def cached_capture(model: nn.Module, x: torch.Tensor, signature, error) -> CoreGraph:
+    """:func:`capture_model`, cached per model, input row shape, dtype and device (and
+    batch size where the batch is not dynamic); captured again when ``signature`` changes."""
     table = _CAPTURES.setdefault(model, {})
     key = (signature, tuple(x.shape[1:]), x.dtype, x.device.type)
     found = table.get(key) or table.get(key + (x.shape[0],))
     if found is None:
-        found = capture(model, x, error)
-        table[key if found.dynamic else key + (x.shape[0],)] = found
+        found = capture_model(model, x, error)
+        table[key if found.batch_dynamic else key + (x.shape[0],)] = found
     return found

@@ -28,7 +28,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import fx, nn
 
-from .graph import cached_capture, location, module_path, op_name
+from ...capture import CoreGraph
+
+from ...capture import where
+from .graph import cached_capture, module_path, op_name
 from .ops import classify, live_positions
 from .rules import RuleSet
 from .table import support_summary
@@ -67,7 +70,7 @@ class Plan:
     fold: dict             # weighted node name -> the batch norm node folded into it
     weighted_order: list   # weighted nodes of Linear/Conv modules, in execution order
     targets: dict          # node name -> module path (weighted, norm, activation nodes)
-    module: fx.GraphModule = None
+    core: CoreGraph = None
     discrete: set = field(default_factory=set)
     live: set = field(default_factory=set)      # input-dependent node names
     modules: dict = field(default_factory=dict)  # weighted node -> enclosing Linear/Conv
@@ -79,8 +82,7 @@ def _refusal(bad: list, rules: RuleSet, model: nn.Module) -> UnsupportedModelErr
     first = {}
     for op, where in bad:
         first.setdefault(op, where)
-    lines = [f"  - {op} ({n}x){': first at ' + first[op] if first[op] else ''}"
-             for op, n in counts.items()]
+    lines = [f"  - {op} (x{n}), first at {first[op]}" for op, n in counts.items()]
     return UnsupportedModelError(
         f"{rules.method} cannot propagate through {len(counts)} kind(s) of operation of "
         f"{type(model).__name__} ({sum(counts.values())} occurrence(s)):\n" + "\n".join(lines)
@@ -101,11 +103,7 @@ def _check_eval(model: nn.Module) -> None:
 
 
 def _describe(node: fx.Node, reason: str) -> tuple[str, str]:
-    op = op_name(node.target)
-    path, cls = module_path(node)
-    where = location(node)
-    inside = f" in {cls} '{path}'" if path else ""
-    return f"{op}: {reason}", (where + inside).strip()
+    return f"{op_name(node.target)}: {reason}", where(node)
 
 
 def build_plan(model: nn.Module, rules: RuleSet, x: torch.Tensor) -> Plan:
@@ -116,13 +114,12 @@ def build_plan(model: nn.Module, rules: RuleSet, x: torch.Tensor) -> Plan:
     _check_eval(model)
     signature = _signature(model)
     captured = cached_capture(model, x, signature, UnsupportedModelError)
-    graph = captured.graph
-    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != 1:
+    graph = captured.module.graph
+    if len(captured.inputs) != 1:
         raise UnsupportedModelError(
             f"{rules.method} needs a model whose forward takes exactly one tensor, "
-            f"{type(model).__name__}.forward takes {len(placeholders)} arguments")
-    live = {placeholders[0].name}
+            f"{type(model).__name__}.forward takes {len(captured.inputs)} arguments")
+    live = {captured.inputs[0].name}
     kinds, positions, discrete, bad = {}, {}, set(), []
     for node in graph.nodes:
         kind, reason = classify(node, live)
@@ -144,7 +141,7 @@ def build_plan(model: nn.Module, rules: RuleSet, x: torch.Tensor) -> Plan:
         kinds[node.name] = kind
         positions[node.name] = live_positions(node, live)[0]
     plan = _finish(Plan(graph, signature, kinds, positions, {}, set(), {}, [], {},
-                        captured.module, discrete, live), model)
+                        captured, discrete, live), model)
     if bad:
         raise _refusal(bad, rules, model)
     return plan
@@ -214,7 +211,6 @@ def get_plan(model: nn.Module, rules: RuleSet, x: torch.Tensor) -> Plan:
     _check_eval(model)
     plan = plans.get(key)
     if plan is None or plan.signature != _signature(model) or \
-            plan.module is not cached_capture(model, x, plan.signature,
-                                              UnsupportedModelError).module:
+            plan.core is not cached_capture(model, x, plan.signature, UnsupportedModelError):
         plan = plans[key] = build_plan(model, rules, x)
     return plan

@@ -1,0 +1,342 @@
+"""One graph capture shared by every engine that runs a model on something other than
+tensors (Taylor mode's Jets, the layer-wise DeepLIFT/LRP rules).
+
+``capture(model, example_inputs)`` exports the model with ``torch.export`` (Python control
+flow that does not depend on data is run, not traced), lowers it to PyTorch's core ATen
+operation set (``run_decompositions``, keeping the operations in ``keep`` whole: a rule
+for them is faster or more exact than their decomposition), drops guard and assertion
+nodes, and returns a :class:`CoreGraph`:
+
+    graph nodes         n_1 .. n_N, each ``n_i = op_i(args)`` with op_i an ATen overload
+                        (``torch.ops.aten.convolution.default``) or ``operator.getitem``
+    depends_on_input    D(n) = n is a user input, or some argument of n has D
+    constants           every node with not D(n) (parameters, buffers, positional tables,
+                        masks) is computed on tensors as usual
+
+Parameters and buffers are lifted to placeholders and fed at run time: from the live
+module (so later in-place changes to its weights are seen), or from the program's state
+for an ``ExportedProgram`` / a ``.pt2`` file saved with ``torch.export.save`` (pass the
+program or the path as ``model``). The batch axis of a single input is exported as a
+dynamic dimension where the model allows it (one capture serves every batch size);
+otherwise the capture holds for the example's shapes.
+
+Engines use :meth:`CoreGraph.run` with a ``handler`` called on every input-dependent node
+(``handler(node, args, kwargs)``, the arguments already evaluated), and
+:meth:`CoreGraph.unsupported` / :func:`refuse` to report, in one error, every operation
+they have no rule for (distinct ops, count, one source location each, what to do).
+
+Example::
+
+    from taylorattr.capture import capture
+    graph = capture(model, (x,))
+    print(graph.op_counts())                       # {'aten.convolution.default': 3, ...}
+    y = graph.run(x)                               # equals model(x)
+    y = graph.run(x, handler=lambda node, args, kwargs: node.target(*args, **kwargs))
+"""
+from __future__ import annotations
+
+import copy
+import operator
+import os
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import fx, nn
+from torch.fx.experimental.symbolic_shapes import is_concrete_int
+
+__all__ = ["DEFAULT_KEEP", "CaptureError", "CoreGraph", "UnsupportedOps", "capture", "copy_graph",
+           "op_name", "refuse", "where"]
+
+aten = torch.ops.aten
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+#: Operations kept whole by default: their engine rules are exact and cheaper than their
+#: decompositions.
+DEFAULT_KEEP = (aten.native_layer_norm.default, aten._softmax.default,
+                aten._log_softmax.default, aten.gelu.default)
+
+#: Guard and assertion nodes, dropped from the captured graph.
+_GUARDS = {aten._assert_tensor_metadata.default, aten._assert_scalar.default,
+           aten.sym_constrain_range_for_size.default, aten.sym_constrain_range.default,
+           aten._assert_async.msg, aten._assert_async.default}
+
+
+class CaptureError(TypeError):
+    """The model could not be captured (``torch.export`` failed)."""
+
+
+class UnsupportedOps(TypeError):
+    """Operations an engine has no rule for; ``ops`` maps each op's name to its nodes."""
+
+    def __init__(self, message: str, ops: dict[str, list[fx.Node]]):
+        super().__init__(message)
+        self.ops = ops
+
+
+def op_name(target) -> str:
+    """``'aten.convolution.default'`` for an ATen overload; the qualified name otherwise."""
+    if isinstance(target, torch._ops.OpOverload):
+        ns, _, rest = target.name().partition("::")
+        return f"{ns}.{rest}" + ("" if "." in rest else ".default")
+    if target is operator.getitem:
+        return "getitem"
+    return f"{getattr(target, '__module__', '')}.{getattr(target, '__qualname__', repr(target))}"
+
+
+@dataclass
+class _Lifted:
+    kind: str      # "parameter", "buffer" or "constant"
+    fqn: str       # the module attribute (or the program's constant) it comes from
+
+
+class CoreGraph:
+    """A model as a graph of core ATen operations (module docstring).
+
+    Attributes: ``module`` (the ``fx.GraphModule``; its placeholders are the lifted
+    parameters/buffers/constants, then the user inputs), ``program`` (the decomposed
+    ``ExportedProgram``), ``inputs`` (the user-input placeholder nodes), ``nodes`` (the
+    ``call_function`` nodes in execution order), ``batch_dynamic`` (whether the first
+    input's axis 0 is symbolic: the capture serves every batch size).
+    """
+
+    def __init__(self, program, source: nn.Module | None):
+        self.program = program
+        self.source = source
+        sig = program.graph_signature
+        graph = fx.Graph()
+        copies: dict = {}
+        out = graph.graph_copy(program.graph, copies)
+        graph.output(out)
+        self.module = fx.GraphModule(program.graph_module, graph)
+        by_name = {n.name: copies[n] for n in program.graph.nodes if n.op == "placeholder"}
+        self.lifted: dict[str, _Lifted] = {}
+        kinds = [("parameter", sig.inputs_to_parameters), ("buffer", sig.inputs_to_buffers),
+                 ("constant", getattr(sig, "inputs_to_lifted_tensor_constants", {})),
+                 ("constant", getattr(sig, "inputs_to_lifted_custom_objs", {}))]
+        for kind, table in kinds:
+            for name, fqn in table.items():
+                self.lifted[by_name[name].name] = _Lifted(kind, fqn)
+        self.inputs = [by_name[name] for name in sig.user_inputs]
+        for node in list(graph.nodes):
+            if node.op == "call_function" and node.target in _GUARDS and not node.users:
+                graph.erase_node(node)
+        graph.eliminate_dead_code()
+        self.module.recompile()
+        self.refresh()
+        first = self.inputs[0].meta.get("val") if self.inputs else None
+        self.batch_dynamic = (first is not None and first.dim() > 0
+                              and not is_concrete_int(first.shape[0]))
+
+    def refresh(self) -> None:
+        """Recompute :attr:`nodes` and the input dependence after editing ``module.graph``."""
+        self.nodes = [n for n in self.module.graph.nodes if n.op == "call_function"]
+        live = set(self.inputs)
+        for node in self.nodes:
+            if any(a in live for a in node.all_input_nodes):
+                live.add(node)
+        self._dependent = live
+
+    def depends_on_input(self, node: fx.Node) -> bool:
+        """Whether ``node``'s value depends on a user input (everything else is a constant)."""
+        return node in self._dependent
+
+    @property
+    def output_node(self) -> fx.Node:
+        return next(n for n in reversed(self.module.graph.nodes) if n.op == "output")
+
+    def op_counts(self, dependent_only: bool = True) -> dict[str, int]:
+        """How often each operation occurs (on input-dependent nodes only, by default)."""
+        return dict(Counter(op_name(n.target) for n in self.nodes
+                            if not dependent_only or self.depends_on_input(n)))
+
+    def lifted_values(self) -> dict[str, torch.Tensor]:
+        """Placeholder name -> the tensor it stands for (live module attributes when the
+        capture came from a module, else the program's state)."""
+        values = {}
+        state, constants = self.program.state_dict, self.program.constants
+        for name, lifted in self.lifted.items():
+            if self.source is not None and lifted.kind == "parameter":
+                values[name] = self.source.get_parameter(lifted.fqn)
+            elif self.source is not None and lifted.kind == "buffer":
+                values[name] = self.source.get_buffer(lifted.fqn)
+            else:
+                values[name] = state[lifted.fqn] if lifted.fqn in state else constants[lifted.fqn]
+        return values
+
+    def run(self, *inputs, handler: Callable | None = None):
+        """Evaluate the graph on ``inputs``; ``handler(node, args, kwargs)`` computes every
+        input-dependent node (default: the op itself). Returns the model's output (a
+        single value, or a tuple for several outputs)."""
+        if len(inputs) != len(self.inputs):
+            raise TypeError(f"the captured model takes {len(self.inputs)} input(s), got {len(inputs)}")
+        env: dict[fx.Node, object] = dict(zip(self.inputs, inputs))
+        lifted = self.lifted_values()
+        for node in self.module.graph.nodes:
+            if node.op == "placeholder":
+                if node not in env:
+                    env[node] = lifted[node.name]
+                continue
+            if node.op == "get_attr":
+                env[node] = getattr(self.module, node.target)
+                continue
+            args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda a: env[a])
+            if node.op == "output":
+                result = args[0]
+                return result[0] if isinstance(result, (tuple, list)) and len(result) == 1 else result
+            if handler is not None and self.depends_on_input(node):
+                env[node] = handler(node, args, kwargs)
+            else:
+                env[node] = node.target(*args, **kwargs)
+            for used in _last_uses(self.module.graph).get(node, ()):
+                env.pop(used, None)
+        raise AssertionError("graph without output")
+
+    def describe(self, node: fx.Node) -> str:
+        """``aten.op.overload`` at ``module.path (Type)``, ``file:line (code)``."""
+        return f"{op_name(node.target)} at {where(node)}"
+
+    def unsupported(self, is_supported: Callable[[fx.Node], bool]) -> dict[str, list[fx.Node]]:
+        """Op name -> the input-dependent nodes ``is_supported`` refuses, in graph order."""
+        found: dict[str, list[fx.Node]] = {}
+        for node in self.nodes:
+            if self.depends_on_input(node) and not is_supported(node):
+                found.setdefault(op_name(node.target), []).append(node)
+        return found
+
+
+_LAST_USES: dict[int, tuple] = {}
+
+
+def _last_uses(graph: fx.Graph) -> dict[fx.Node, list[fx.Node]]:
+    """Node -> the argument nodes whose last use it is (freed after it runs)."""
+    key = id(graph)
+    cached = _LAST_USES.get(key)
+    if cached is not None and cached[0] is graph and cached[1] == len(graph.nodes):
+        return cached[2]
+    last: dict[fx.Node, fx.Node] = {}
+    for node in graph.nodes:
+        for a in node.all_input_nodes:
+            last[a] = node
+    table: dict[fx.Node, list[fx.Node]] = {}
+    for arg, user in last.items():
+        if arg.op != "placeholder":
+            table.setdefault(user, []).append(arg)
+    _LAST_USES[key] = (graph, len(graph.nodes), table)
+    return table
+
+
+def where(node: fx.Node) -> str:
+    """The module path and type a node sits in and the user's source line that made it."""
+    stack = node.meta.get("nn_module_stack") or {}
+    module = "(model)"
+    if stack:
+        path, kind = list(stack.values())[-1]
+        kind_name = kind if isinstance(kind, str) else getattr(kind, "__name__", str(kind))
+        module = f"{path or '(model)'} ({kind_name.rpartition('.')[2]})"
+    trace = (node.meta.get("stack_trace") or "").strip().splitlines()
+    line = ""
+    files = [i for i, t in enumerate(trace) if t.strip().startswith("File ")]
+    users = [i for i in files if _TORCH_DIR not in trace[i]]  # the user's own line first
+    if files:
+        at = (users or files)[-1]
+        head = trace[at].strip()
+        code = trace[at + 1].strip() if at + 1 < len(trace) else ""
+        line = f", {head[5:]}" + (f": {code}" if code else "")
+    return module + line
+
+
+def refuse(graph: CoreGraph, found: dict[str, list[fx.Node]], what: str, advice: str,
+           error: type[Exception] = UnsupportedOps) -> None:
+    """Raise one error listing every unsupported op of ``found`` (count, first location)."""
+    if not found:
+        return
+    lines = [f"{what} has no rule for {len(found)} operation(s) of this model:"]
+    for name, nodes in found.items():
+        lines.append(f"  - {name} (x{len(nodes)}), first at {where(nodes[0])}")
+    lines.append(advice)
+    message = "\n".join(lines)
+    raise (error(message, found) if error is UnsupportedOps else error(message))
+
+
+def _load(model):
+    if isinstance(model, (str, os.PathLike)):
+        if not os.path.exists(model):
+            raise FileNotFoundError(f"model: no such file {os.fspath(model)!r} (a .pt2 program "
+                                    "saved with torch.export.save)")
+        return torch.export.load(model)
+    return model
+
+
+def _decompose(program, keep: Iterable):
+    table = torch.export.default_decompositions()
+    for op in keep:
+        table.pop(op, None)
+    return program.run_decompositions(table)
+
+
+def capture(model, example_inputs: tuple | torch.Tensor | None = None,
+            example_kwargs: dict | None = None, *, keep: Iterable = DEFAULT_KEEP,
+            dynamic_batch: bool = True) -> CoreGraph:
+    """Capture ``model`` as a :class:`CoreGraph` of core ATen operations.
+
+    Args:
+        model: an ``nn.Module`` (put in eval mode first), a ``torch.export.ExportedProgram``
+            or the path of a ``.pt2`` file saved with ``torch.export.save``.
+        example_inputs: a tensor or a tuple of the model's positional inputs (not needed
+            for a program).
+        example_kwargs: keyword inputs, if any.
+        keep: ATen overloads not decomposed (default :data:`DEFAULT_KEEP`).
+        dynamic_batch: export axis 0 of a single tensor input as dynamic (falls back to
+            static shapes where the model fixes its batch size).
+    """
+    model = _load(model)
+    if isinstance(model, torch.export.ExportedProgram):
+        return CoreGraph(_decompose(model, keep), None)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, an ExportedProgram or a .pt2 path, got "
+                        f"{type(model).__name__}")
+    if example_inputs is None:
+        raise TypeError("example_inputs is required to capture an nn.Module")
+    args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
+    kwargs = dict(example_kwargs or {})
+    attempts = []
+    if dynamic_batch and len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor) \
+            and args[0].dim() > 0 and args[0].shape[0] > 1:
+        attempts.append(({0: torch.export.Dim.AUTO},))
+    attempts.append(None)
+    error = None
+    for dynamic in attempts:
+        try:
+            program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic,
+                                          strict=False)
+            break
+        except Exception as exc:  # noqa: BLE001 - export raises many kinds of errors
+            error = exc
+    else:
+        frames = [f for f in traceback.extract_tb(error.__traceback__)
+                  if not f.filename.startswith(_TORCH_DIR) and f.filename != __file__]
+        at = f" at {frames[-1].filename}:{frames[-1].lineno} ({(frames[-1].line or '').strip()})" \
+            if frames else ""
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        raise CaptureError(f"torch.export could not capture {type(model).__name__}{at}: "
+                           f"{type(error).__name__}: {first}. "
+                           "What you can do: make forward's control flow independent of the input "
+                           "values (see torch.export's documentation), or export the model yourself "
+                           "and pass the ExportedProgram / .pt2 file.") from error
+    return CoreGraph(_decompose(program, keep), model)
+
+
+def copy_graph(graph: CoreGraph) -> CoreGraph:
+    """An independent copy (its graph may be edited; call :meth:`CoreGraph.refresh` after)."""
+    new = copy.copy(graph)
+    g = fx.Graph()
+    mapping: dict = {}
+    out = g.graph_copy(graph.module.graph, mapping)
+    g.output(out)
+    new.module = fx.GraphModule(graph.module, g)
+    new.inputs = [mapping[n] for n in graph.inputs]
+    new.refresh()
+    return new
