@@ -58,9 +58,15 @@ def _calibrate(model: nn.Module, shape, seed: int) -> None:
             model(torch.randn((8,) + tuple(shape), generator=g, dtype=torch.float64))
 
 
-def build(name: str, seed: int = 0) -> tuple[nn.Module, tuple]:
-    """The model ``name`` of :data:`ZOO` (random weights, float64, eval) and its row shape."""
-    source, arch, kwargs, shape = ZOO[name]
+def build_torchvision(arch: str, shape, seed: int = 0, **kwargs) -> tuple[nn.Module, tuple]:
+    """A torchvision model by name, prepared as :func:`build` prepares the zoo's."""
+    return build(("torchvision", arch, kwargs, shape), seed)
+
+
+def build(name, seed: int = 0) -> tuple[nn.Module, tuple]:
+    """The model ``name`` of :data:`ZOO` (or a ``(source, arch, kwargs, shape)`` entry):
+    random weights, float64, BatchNorm calibrated, eval; and its row shape."""
+    source, arch, kwargs, shape = ZOO[name] if isinstance(name, str) else name
     torch.manual_seed(seed)
     if source == "torchvision":
         import torchvision  # heavy; only the zoo needs it
@@ -113,7 +119,7 @@ def run(name: str) -> dict:
                 rel = None
             ok = bool(torch.isfinite(a).all())
             row[label] = (ok, rel, time.perf_counter() - start, "")
-        except Exception as exc:  # the table reports every failure
+        except Exception as exc:  # noqa: BLE001 (the table reports every failure)
             row[label] = (False, None, time.perf_counter() - start,
                           f"{type(exc).__name__}: {str(exc)[:300]}")
     return row

@@ -22,7 +22,7 @@ from taylorattr.methods import DeepLift, EpsilonLRP
 from taylorattr.methods.lrp_rules import LRP
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import layerwise_zoo  # noqa: E402 (the zoo lives with the benchmarks)
+import layerwise_zoo
 
 # lxt's rule functions, loaded from their file: ``import lxt.efficient`` also imports lxt's
 # patches for transformers models, which fail with the installed transformers 5.
@@ -71,7 +71,7 @@ def _delta_ok(model, a, x, base, target):
 # ---------------------------------------------------------------------------------------
 # The zoo (fast subset; `make bench` runs all 23 with benchmarks/layerwise_zoo.py)
 # ---------------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["efficientnet_lite0", "timm_vit_tiny", "mobilenet_v3_small"])
+@pytest.mark.parametrize("name", ["efficientnet_lite0", "timm_vit_tiny"])
 def test_zoo_deeplift_complete_and_lrp_runs(name):
     """The project's own EfficientNet-Lite0 (ZeroPad2d, functional conv2d and ReLU6), a
     timm ViT (LayerNorm, attention, GELU, defaulted forward arguments) and MobileNetV3
@@ -257,3 +257,42 @@ def test_epsilon_lrp_is_gradient_times_input_on_relu_batchnorm_networks():
     (g,) = torch.autograd.grad(model(xg)[:, 4].sum(), xg)
     gap = (ours - x * g).abs().max() / (x * g).abs().max()
     assert gap < 1e-7, gap
+
+
+# ---------------------------------------------------------------------------------------
+# LRP composites against Zennit with its canonizers
+# ---------------------------------------------------------------------------------------
+def _zennit(model, composite, x, target):
+    with composite.context(model) as modified:
+        xg = x.clone().requires_grad_(True)
+        out = modified(xg)
+        onehot = torch.zeros_like(out)
+        onehot[:, target] = 1.0
+        (rel,) = torch.autograd.grad(out, xg, onehot * out.detach())
+    return rel
+
+
+@pytest.mark.parametrize("name", ["resnet18", "vgg11_bn"])
+def test_lrp_composite_equals_zennit_with_its_canonizers(name):
+    """EpsilonPlusFlat with Zennit's ResNet/VGG canonizers (batch norm merged into the
+    convolution before it, the residual sum a Sum module with the Norm rule) on torchvision
+    ResNet-18 and VGG-11-BN (``make bench`` also runs VGG-16). Zennit's merge leaves the
+    batch norm's eps in the identity it puts in its place (its output is scaled by
+    ``(1 + eps)^-1/2``), so both run with eps = 0 here."""
+    from zennit.composites import EpsilonPlusFlat
+    from zennit.torchvision import ResNetCanonizer, VGGCanonizer
+
+    if name == "resnet18":
+        model, shape = layerwise_zoo.build("resnet18")
+        canonizer = ResNetCanonizer()
+    else:
+        model, shape = layerwise_zoo.build_torchvision("vgg11_bn", (3, 32, 32))
+        canonizer = VGGCanonizer()
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.eps = 0.0
+    x, _ = layerwise_zoo.inputs(shape)
+    ours = LRP(model, rule="epsilon_plus_flat").attribute(x, target=1)
+    theirs = _zennit(model, EpsilonPlusFlat(canonizers=[canonizer]), x, 1)
+    gap = (ours - theirs).abs().max() / theirs.abs().max()
+    assert gap < 1e-10, gap

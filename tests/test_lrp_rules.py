@@ -15,7 +15,6 @@ from zennit import rules as zr
 from zennit import types as zt
 
 import taylorattr as ta
-from taylorattr.methods.layerwise import UnsupportedModelError
 from taylorattr.methods.lrp_rules import LRP
 
 DT = torch.float64

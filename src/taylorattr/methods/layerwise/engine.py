@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from ..._validation import model_output, resolve_target, select_output
-from ...runtime.progress import report_rows
 from ...capture import where
+from ...runtime.progress import report_rows
 from .graph import op_name
 from .plan import Plan, get_plan
 from .records import LayerRecord, fold_batchnorm
@@ -37,6 +37,7 @@ class _Call:
     by ``v`` (one or two of them); ``op`` is kept for the rules that ask for it."""
 
     module = None  # the Linear/Conv module of a weighted node (LRP composites)
+    fold = None    # the arguments of a batch norm folded into it (LRP composites)
 
     def __init__(self, op, args, kwargs, positions):
         self.op, self.args, self.kwargs, self.positions = op, list(args), kwargs, positions
@@ -64,6 +65,7 @@ class _Pass(fx.Interpreter):
         self.acts: dict = {}      # activation node -> (output, multiplier) [main pass]
         self.layers: dict = {}    # weighted/norm node -> (input, output)
         self.act_fns: dict = {}   # activation node -> (callable, label)
+        self._nodes = {node.name: node for node in self.graph.nodes}
 
     def fetch_attr(self, target: str):
         return getattr(self.plan.core.module, target)  # constants of the capture
@@ -146,6 +148,10 @@ class _Pass(fx.Interpreter):
         else:
             fn = _Call(n.target, args, kwargs, pos[:rule.inputs])
             fn.module = self.plan.modules.get(n.name)
+            if n.name in self.plan.fold:  # the batch norm folded into this layer
+                bn = self._nodes[self.plan.fold[n.name]]
+                fn.fold = [self.env[a] if isinstance(a, fx.Node) else a
+                           for a in (*bn.args[1:5], bn.args[6])]
             wrapped, m = rule.apply(fn, ys[0] if rule.inputs == 1 else ys,
                                     self.reference.get(n.name), n.name in self.plan.unfused)
         if isinstance(wrapped, torch.Tensor) and not wrapped.is_contiguous():

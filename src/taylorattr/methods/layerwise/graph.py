@@ -46,7 +46,7 @@ _MULTI_OUTPUT = {aten._native_batch_norm_legit_no_training.default,
                  aten.max.dim, aten.min.dim}
 
 
-class first_output:  # noqa: N801 (used like the function it wraps)
+class first_output:
     """``op(*args)[0]`` as one callable (a multi-output operation of which only the first
     output is used)."""
 
@@ -112,8 +112,12 @@ def _declare(model: nn.Module) -> list[nn.Module]:
     found = [m for m in model.modules() if getattr(m, "elementwise", False) is True]
     for m in found:
         _DECLARED[id(m)] = m
-        m.forward = lambda x, _key=id(m): torch.ops.taylorattr.elementwise(x, _key)
+        m.forward = _declared_forward(id(m))
     return found
+
+
+def _declared_forward(key: int):
+    return lambda x: torch.ops.taylorattr.elementwise(x, key)
 
 
 def _undeclare(found: list[nn.Module]) -> None:

@@ -80,17 +80,17 @@ _KEPT = frozenset(op.overloadpacket for op in KEPT_WHOLE)
 #: (key, title, operations in words) of every kind the planner knows
 KINDS: tuple[tuple[str, str, str], ...] = (
     ("linear", "linear operations",
-     "views, permute, slicing, cat/stack/unbind/split/chunk, pad, upsample, sum, a + b, "
-     "a - b, scaling by a constant, dtype copies, where with a fixed mask"),
+     ("views, permute, slicing, cat/stack/unbind/split/chunk, pad, upsample, sum, a + b, "
+      "a - b, scaling by a constant, dtype copies, where with a fixed mask")),
     ("weighted", "linear layers with parameters",
-     "convolution, addmm/mm/bmm with one input-dependent operand (Linear, Conv, "
-     "F.linear, F.conv2d)"),
+     ("convolution, addmm/mm/bmm with one input-dependent operand (Linear, Conv, "
+      "F.linear, F.conv2d)")),
     ("norm", "batch normalisation (eval mode)", "BatchNorm modules, F.batch_norm"),
     ("avg_pool", "averages", "average pooling, adaptive average pooling, mean"),
     ("max_pool", "max/min selection", "max pooling, adaptive max pooling, amax, max.dim"),
     ("activation", "elementwise nonlinearities",
-     "every torch.Tag.pointwise op of one input-dependent tensor (relu, gelu, sigmoid, "
-     "tanh, exp, rsqrt, clamp, ...), SiLU, Hardswish, Hardsigmoid, Mish, ELU, ReLU6"),
+     ("every torch.Tag.pointwise op of one input-dependent tensor (relu, gelu, sigmoid, "
+      "tanh, exp, rsqrt, clamp, ...), SiLU, Hardswish, Hardsigmoid, Mish, ELU, ReLU6")),
     ("product", "products of two input-dependent tensors",
      "a * b, matmul/bmm/mm (gates, SE units, GLU/SwiGLU, attention)"),
     ("binary", "other elementwise functions of two input-dependent tensors",
@@ -154,8 +154,8 @@ def classify(node: fx.Node, live: set) -> tuple[str | None, str | None]:
     top, nested = live_positions(node, live)
     n_live = len(top) + nested
     if packet in _BATCH_NORM_EVAL:
-        return ("norm", None) if top == [0] else (None, "batch norm of input-dependent "
-                                                    "parameters")
+        return ("norm", None) if top == [0] else \
+            (None, "batch norm of input-dependent parameters")
     if packet in _BATCH_NORM_TRAIN:
         return None, ("batch normalisation with the statistics of its own batch (training "
                       "mode, or track_running_stats=False): not a fixed affine map; call "

@@ -28,9 +28,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import fx, nn
 
-from ...capture import CoreGraph
-
-from ...capture import where
+from ...capture import CoreGraph, where
 from .graph import cached_capture, module_path, op_name
 from .ops import classify, live_positions
 from .rules import RuleSet
@@ -80,8 +78,8 @@ class Plan:
 def _refusal(bad: list, rules: RuleSet, model: nn.Module) -> UnsupportedModelError:
     counts = Counter(op for op, _ in bad)
     first = {}
-    for op, where in bad:
-        first.setdefault(op, where)
+    for op, at in bad:
+        first.setdefault(op, at)
     lines = [f"  - {op} (x{n}), first at {first[op]}" for op, n in counts.items()]
     return UnsupportedModelError(
         f"{rules.method} cannot propagate through {len(counts)} kind(s) of operation of "

@@ -52,15 +52,15 @@ from .rules import (
 
 __all__ = [
     "COMPOSITES",
-    "Converted",
     "RULES",
     "AlphaBeta",
+    "Converted",
     "Flat",
     "Gamma",
     "LayerEpsilon",
     "LayerMap",
-    "OpLayer",
     "Norm",
+    "OpLayer",
     "Pass",
     "WSquare",
     "ZPlus",
@@ -74,30 +74,42 @@ def stabilize(v: torch.Tensor, eps: float) -> torch.Tensor:
     return v + eps * torch.where(v >= 0, 1.0, -1.0).to(v.dtype)
 
 
+#: (weight, bias) argument positions of the weighted ATen operations (else: the other operand)
+_SLOTS = {"convolution": (1, 2), "addmm": (2, 0), "baddbmm": (2, 0)}
+
+
 class OpLayer:
-    """A weighted ATen operation that is no Linear/Conv module (``F.linear``, ``F.conv2d``,
-    an attention's input projection) seen as a layer: its weight and bias arguments, and
-    the operation with them replaced."""
+    """A weighted ATen operation (convolution, addmm, mm) seen as a layer: its weight and
+    bias arguments, and the operation with them replaced. With ``fold`` (weight, bias,
+    running mean, running variance and eps of an eval-mode batch norm right after it), the
+    folded layer ``bn(op(y))``, as Zennit's ``SequentialMergeBatchNorm`` canonizer makes it:
+    ``W' = W gamma / sigma``, ``b' = (b - mu) gamma / sigma + beta``."""
 
-    _SLOTS = {"convolution": (1, 2), "addmm": (2, 0), "baddbmm": (2, 0)}
-
-    def __init__(self, call):
+    def __init__(self, call, fold=None):
         name = str(call.op.overloadpacket).rsplit(".", 1)[-1]
-        live = call.positions[0]
         self.call, self.is_conv = call, name == "convolution"
-        w, b = self._SLOTS.get(name, (1 - live, None))
+        w, b = _SLOTS.get(name, (1 - call.positions[0], None))
         self.slots = (w, b)
-        self.weight = call.args[w]
-        self.bias = None if b is None else call.args[b]
+        self.weight = call.args[w].detach()
+        self.bias = None if b is None or call.args[b] is None else call.args[b].detach()
+        if fold is not None and b is not None:
+            gamma, beta, mean, var, eps = fold
+            scale = (var + eps).rsqrt() * (1.0 if gamma is None else gamma)
+            shape = [1] * self.weight.dim()
+            shape[0 if self.is_conv else -1] = -1
+            self.weight = self.weight * scale.reshape(shape)
+            bias = torch.zeros_like(mean) if self.bias is None else self.bias
+            self.bias = (bias - mean) * scale + (0.0 if beta is None else beta)
 
     def __call__(self, inp, params=None):
+        if params is None:
+            params = {"weight": self.weight, "bias": self.bias}
         args = list(self.call.args)
         args[self.call.positions[0]] = inp
-        if params is not None:
-            w, b = self.slots
-            args[w] = params["weight"]
-            if b is not None and args[b] is not None:
-                args[b] = params["bias"]
+        w, b = self.slots
+        args[w] = params["weight"]
+        if b is not None and params.get("bias") is not None:
+            args[b] = params["bias"]
         return self.call.op(*args, **self.call.kwargs)
 
 
@@ -266,7 +278,7 @@ class Converted(Rule):
         return self.inner.refuses(op)
 
 
-def Norm(stabilizer: float = 1e-6) -> Converted:  # noqa: N802 (Zennit's rule name)
+def Norm(stabilizer: float = 1e-6) -> Converted:
     """Zennit's ``Norm`` rule (average pooling, means, sums): the epsilon rule of a
     parameter-free linear map, ``R_y = y J^T [R / s(z)]``."""
     return Converted(Gradient(), stabilizer)
@@ -293,9 +305,10 @@ class LayerMap(Rule):
         self.rules, self.label, self.conv, self.dense = dict(rules), label, conv, dense
 
     def apply(self, fn, y, ref, scale):
-        layer = OpLayer(fn)
+        layer = OpLayer(fn, fn.fold)
         rule = self.rules.get(id(fn.module)) or (self.conv if layer.is_conv else self.dense)
-        return rule.apply(layer, y, ref, scale)
+        yd, out = detached_forward(fn, y)  # the operation's own value (before any fold)
+        return _Modified.apply(y, out, lambda r: rule.relevance(layer, yd, r)), None
 
 
 #: Single rules by name (constructor keyword arguments in parentheses).

@@ -347,13 +347,13 @@ def _affine(n, weight, bias, shape):
 
 
 def _layer_norm(args, y, yr, composed):
-    x, shape, weight, bias, eps = (list(args) + [None, None, 1e-5])[:5]
+    _, shape, weight, bias, eps = (list(args) + [None, None, 1e-5])[:5]
     dims = tuple(range(-len(shape), 0))
     return _affine(composed(y, yr, dims, eps), weight, bias, tuple(shape))
 
 
 def _group_norm(args, y, yr, composed):
-    x, weight, bias, n, c, hw, groups, eps = args
+    _, weight, bias, _, _, _, groups, eps = args
     v = composed(y.reshape(y.shape[0], groups, -1), yr.reshape(yr.shape[0], groups, -1),
                  (-1,), eps).reshape(y.shape)
     return _affine(v, weight, bias, (1, -1) + (1,) * (y.dim() - 2))
