@@ -125,8 +125,35 @@ def run(name: str) -> dict:
     return row
 
 
+def zennit_checks() -> None:
+    """LRP EpsilonPlusFlat against Zennit with its canonizers on ResNet-18 and VGG-16
+    (batch-norm eps 0: Zennit's merge keeps it in the identity it leaves behind)."""
+    from zennit.composites import EpsilonPlusFlat
+    from zennit.torchvision import ResNetCanonizer, VGGCanonizer
+
+    from taylorattr.methods.lrp_rules import LRP
+
+    for arch, canonizer in (("resnet18", ResNetCanonizer), ("vgg16", VGGCanonizer)):
+        model, shape = build(("torchvision", arch, {}, (3, 32, 32)))
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.eps = 0.0
+        x, _ = inputs(shape)
+        ours = LRP(model, rule="epsilon_plus_flat").attribute(x, target=1)
+        with EpsilonPlusFlat(canonizers=[canonizer()]).context(model) as modified:
+            xg = x.clone().requires_grad_(True)
+            out = modified(xg)
+            (theirs,) = torch.autograd.grad(out[:, 1].sum(), xg)
+            theirs = theirs * out[:, 1].detach().view(-1, 1, 1, 1)
+        gap = float((ours - theirs).abs().max() / theirs.abs().max())
+        print(f"zennit {arch:10s} EpsilonPlusFlat max|ours - zennit| / max|zennit| = {gap:.1e}",
+              flush=True)
+
+
 def main(names) -> None:
     torch.set_num_threads(1)
+    if not names:
+        zennit_checks()
     print(f"{'model':28s} {'engine':22s} runs  delta/max(1,|df|)  seconds")
     for name in names or list(ZOO):
         for engine, (ok, rel, secs, err) in run(name).items():

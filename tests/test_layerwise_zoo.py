@@ -296,3 +296,40 @@ def test_lrp_composite_equals_zennit_with_its_canonizers(name):
     theirs = _zennit(model, EpsilonPlusFlat(canonizers=[canonizer]), x, 1)
     gap = (ours - theirs).abs().max() / theirs.abs().max()
     assert gap < 1e-10, gap
+
+
+# ---------------------------------------------------------------------------------------
+# The gamma rule on negative inputs: Zennit's reading, by hand, and where Captum differs
+# ---------------------------------------------------------------------------------------
+def test_gamma_rule_boosts_positive_contributions_for_negative_inputs_too():
+    """LRP-gamma favours positive contributions (Montavon et al. 2019, written for ReLU
+    inputs a >= 0 as ``w + gamma w+``). For an input of either sign the contribution
+    ``c_i = x_i w_i`` is boosted by ``gamma c_i+`` (Zennit's Gamma: ``x+ (w + gamma w+) +
+    x- (w + gamma w-)``), so ``R_i = (c_i + gamma c_i+) / sum_k (c_k + gamma c_k+) f(x)``
+    (zero bias). Captum's GammaRule boosts ``w+`` whatever the sign of ``x``, which for
+    ``x_i < 0`` boosts a negative contribution; both agree where ``x >= 0``."""
+    import captum.attr as captum_attr
+    from captum.attr._utils.lrp_rules import GammaRule
+    from zennit import composites as zc
+    from zennit import rules as zr
+    from zennit import types as zt
+
+    model = nn.Sequential(nn.Linear(3, 1, bias=False)).to(DT).eval()
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[2.0, 3.0, 2.0]], dtype=DT))
+    gamma = 0.25
+    for x, mixed in ((torch.tensor([[1.0, -2.0, 3.0]], dtype=DT), True),
+                     (torch.tensor([[1.0, 2.0, 3.0]], dtype=DT), False)):
+        c = x * model[0].weight
+        boosted = c + gamma * c.clamp(min=0)
+        hand = boosted / boosted.sum() * c.sum()  # f(x) = sum c
+        ours = LRP(model, rule="gamma", gamma=gamma, stabilizer=1e-12).attribute(x, target=0)
+        torch.testing.assert_close(ours, hand, rtol=1e-10, atol=1e-12)
+        composite = zc.LayerMapComposite([(zt.Linear, zr.Gamma(gamma, stabilizer=1e-12))])
+        torch.testing.assert_close(_zennit(model, composite, x, 0), hand, rtol=1e-10, atol=1e-12)
+        model[0].rule = GammaRule(gamma)
+        theirs = captum_attr.LRP(model).attribute(x, target=0)
+        w_boost = model[0].weight + gamma * model[0].weight.clamp(min=0)
+        captum_hand = x * w_boost / (x * w_boost).sum() * c.sum()
+        torch.testing.assert_close(theirs, captum_hand, rtol=1e-6, atol=1e-9)
+        assert ((theirs - hand).abs().max() > 0.1) == mixed
