@@ -36,8 +36,10 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
     residual sums, where Captum passes the whole relevance of ``a + b`` to both summands
     and this class splits it in proportion. Captum puts a separate epsilon step on a
     BatchNorm's input, this class folds the BatchNorm into the layer before: the two
-    differ by ``O(eps)``. Unsupported operations raise
-    :class:`~taylorattr.methods.layerwise.UnsupportedModelError` at construction; see
+    differ by ``O(eps)``. On transformers it applies AttnLRP's rules (uniform rule on
+    products and attention matmuls, softmax by its gradient, LayerNorm with the standard
+    deviation held constant) and equals lxt's. Unsupported operations raise
+    :class:`~taylorattr.methods.layerwise.UnsupportedModelError` at the first call; see
     :func:`taylorattr.methods.layerwise.supported_operations`.
     """
 

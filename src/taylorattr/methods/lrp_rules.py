@@ -14,9 +14,11 @@ input. ``rule`` names one rule for every Linear/Conv (``"z_plus"``, ``"alpha2_be
 (``"epsilon_plus"``: z-plus on convolutions, epsilon on dense layers;
 ``"epsilon_plus_flat"``: the same with flat on the first layer; ``"epsilon_alpha2_beta1"``,
 ``"epsilon_alpha2_beta1_flat"``), as Zennit's composites of those names assign them
-(first layer = the first Linear/Conv in module order). Zennit's composites without
-canonizers pass relevance through BatchNorm unchanged, and so does this class; fold a
-BatchNorm into its layer beforehand to get Zennit's ``SequentialMergeBatchNorm``.
+(first layer = the first Linear/Conv in module order). A BatchNorm directly after a
+Linear/Conv is folded into it, as Zennit's ``SequentialMergeBatchNorm`` canonizer does
+(equal to Zennit's EpsilonPlusFlat with its ResNet/VGG canonizers to 1e-13); residual
+sums and means split relevance in proportion (Zennit's ``Norm``), and transformer
+operations use the relevance form of epsilon-LRP's rules (:mod:`.layerwise.relevance`).
 
 Taylor reformulation: none is registered. These rules are layer-wise like epsilon-LRP
 (Thm 4 and the supplement), but z-plus, alpha-beta and gamma split each neuron's relevance
@@ -37,11 +39,13 @@ __all__ = ["LRP", "rule_class"]
 
 
 class LRP(LayerwiseMethod, ImplicitBaselineMethod):
-    """LRP with a rule or composite (Zennit's); equals Zennit's rule or composite on the same
-    ReLU MLP/CNN with relevance ``f(x)`` at the output (see the module docstring).
+    """LRP with a rule or composite (Zennit's); equals Zennit's rule or composite (with its
+    canonizers) on the same ReLU MLP/CNN/ResNet/VGG with relevance ``f(x)`` at the output
+    (see the module docstring).
 
     Args:
-        model: the network (Linear/Conv, activations, eval BatchNorm, pooling, reshapes).
+        model: the network (any the layer-wise engine captures; see
+            :func:`taylorattr.methods.layerwise.supported_operations`).
         rule: a rule or composite name (module docstring); default ``"epsilon_plus_flat"``.
         epsilon: the epsilon rule's stabiliser (Zennit's default ``1e-6``).
         stabilizer: the other rules' stabiliser (``1e-6``).

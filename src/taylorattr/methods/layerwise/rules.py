@@ -39,6 +39,10 @@ ConstantNormaliser LayerNorm/GroupNorm with the standard deviation held constant
 Softmax under epsilon-LRP is its exact gradient: AttnLRP's softmax rule ``R_x = x (R -
 s sum R)`` is gradient times input. When a layer's only users are activations, its
 Epsilon factor is carried by the activations' PassRelevance multiplier (as in Captum).
+
+Why one module: the table above is the concept, one rule per kind and method; the
+composed softmax/LayerNorm rules are built from the Rescale and Shapley rules beside
+them, and the two rule sets at the end read the table row by row.
 """
 from __future__ import annotations
 
