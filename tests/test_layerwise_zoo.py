@@ -333,3 +333,40 @@ def test_gamma_rule_boosts_positive_contributions_for_negative_inputs_too():
         captum_hand = x * w_boost / (x * w_boost).sum() * c.sum()
         torch.testing.assert_close(theirs, captum_hand, rtol=1e-6, atol=1e-9)
         assert ((theirs - hand).abs().max() > 0.1) == mixed
+
+
+# ---------------------------------------------------------------------------------------
+# Guards, defaulted arguments and input-dependent masks
+# ---------------------------------------------------------------------------------------
+class Guarded(nn.Module):
+    """A defaulted argument, a shape assertion and a mask computed from the input."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(8)
+        self.fc1, self.fc2 = nn.Linear(4, 6), nn.Linear(6, 2)
+
+    def forward(self, x, mask=None, scale: float = 1.0):
+        torch._assert(x.shape[1] == 4, "four features")
+        if mask is not None:
+            x = x * mask
+        h = self.fc1(x) * scale
+        return self.fc2(torch.where(h > 0, h, 0.1 * h))
+
+
+def test_guards_and_defaulted_arguments_carry_no_relevance_and_masks_must_agree():
+    model = Guarded().to(DT).eval()
+    x = _randn(3, 4, seed=10)
+    with torch.no_grad():
+        h = model.fc1(x)
+    # a baseline on the same side of the mask: where(...) is then linear, DeepLIFT exact
+    near = x + 1e-3 * _randn(3, 4, seed=11)
+    with torch.no_grad():
+        assert torch.equal(model.fc1(near) > 0, h > 0)
+    a = DeepLift(model).attribute(x, near, target=1)
+    with torch.no_grad():
+        w = torch.where(h > 0, 1.0, 0.1).to(DT) * model.fc2.weight[1]
+    torch.testing.assert_close(a, (x - near) * (w @ model.fc1.weight), **TIGHT)
+    # a baseline that flips the mask: refused, naming the op and its line
+    with pytest.raises(ValueError, match=r"aten\.gt.*h > 0.*differs between the inputs"):
+        DeepLift(model).attribute(x, -x, target=1)
