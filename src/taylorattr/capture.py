@@ -11,7 +11,7 @@ nodes, and returns a :class:`CoreGraph`:
                         (``torch.ops.aten.convolution.default``) or ``operator.getitem``
     depends_on_input    D(n) = n is a user input, or some argument of n has D
     constants           every node with not D(n) (parameters, buffers, positional tables,
-                        masks) is computed on tensors as usual
+                        masks, ``detach``-ed values) is computed on tensors as usual
 
 Parameters and buffers are lifted to placeholders and fed at run time: from the live
 module (so later in-place changes to its weights are seen), or from the program's state
@@ -47,16 +47,22 @@ import torch
 from torch import fx, nn
 from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
-__all__ = ["DEFAULT_KEEP", "CaptureError", "CoreGraph", "UnsupportedOps", "capture", "copy_graph",
+__all__ = ["CUTS", "DEFAULT_KEEP", "CaptureError", "CoreGraph", "UnsupportedOps", "capture", "copy_graph",
            "op_name", "refuse", "where"]
 
 aten = torch.ops.aten
 _TORCH_DIR = os.path.dirname(torch.__file__)
 
 #: Operations kept whole by default: their engine rules are exact and cheaper than their
-#: decompositions.
+#: decompositions (softplus: its decomposition's discarded ``exp`` branch overflows and
+#: gives NaN gradients when the captured graph is differentiated).
 DEFAULT_KEEP = (aten.native_layer_norm.default, aten._softmax.default,
-                aten._log_softmax.default, aten.gelu.default)
+                aten._log_softmax.default, aten.gelu.default, aten.softplus.default,
+                aten.detach.default)
+
+#: Ops whose value is treated as a constant by the input-dependence analysis (``detach``:
+#: the model asks for a value without derivatives, e.g. a numerically stabilising shift).
+CUTS = {aten.detach.default}
 
 #: Guard and assertion nodes, dropped from the captured graph.
 _GUARDS = {aten._assert_tensor_metadata.default, aten._assert_scalar.default,
@@ -135,7 +141,7 @@ class CoreGraph:
         self.nodes = [n for n in self.module.graph.nodes if n.op == "call_function"]
         live = set(self.inputs)
         for node in self.nodes:
-            if any(a in live for a in node.all_input_nodes):
+            if node.target not in CUTS and any(a in live for a in node.all_input_nodes):
                 live.add(node)
         self._dependent = live
 
@@ -168,7 +174,8 @@ class CoreGraph:
 
     def run(self, *inputs, handler: Callable | None = None):
         """Evaluate the graph on ``inputs``; ``handler(node, args, kwargs)`` computes every
-        input-dependent node (default: the op itself). Returns the model's output (a
+        input-dependent node and every node fed by one (a cut such as ``detach``, whose
+        value is a constant; default: the op itself). Returns the model's output (a
         single value, or a tuple for several outputs)."""
         if len(inputs) != len(self.inputs):
             raise TypeError(f"the captured model takes {len(self.inputs)} input(s), got {len(inputs)}")
@@ -186,7 +193,8 @@ class CoreGraph:
             if node.op == "output":
                 result = args[0]
                 return result[0] if isinstance(result, (tuple, list)) and len(result) == 1 else result
-            if handler is not None and self.depends_on_input(node):
+            if handler is not None and (self.depends_on_input(node) or any(
+                    self.depends_on_input(a) for a in node.all_input_nodes)):
                 env[node] = handler(node, args, kwargs)
             else:
                 env[node] = node.target(*args, **kwargs)

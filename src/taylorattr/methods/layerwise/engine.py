@@ -80,8 +80,8 @@ class _Pass(fx.Interpreter):
         return out
 
     def _discrete(self, n: fx.Node, out):
-        """DeepLIFT's rules hold one selection fixed: an input-dependent mask or index
-        must be the same at the input and at the baseline."""
+        """DeepLIFT's rules hold one selection fixed: an input-dependent mask, index or
+        detached value must be the same at the input and at the baseline."""
         if self.reference is None:
             self.saved[n.name] = out
             return
@@ -89,7 +89,8 @@ class _Pass(fx.Interpreter):
         if isinstance(out, torch.Tensor) and isinstance(ref, torch.Tensor) and \
                 out.shape == ref.shape and not torch.equal(out, ref):
             raise ValueError(
-                f"{op_name(n.target)} at {where(n)}: this input-dependent mask or index "
+                f"{op_name(n.target)} at {where(n)}: this input-dependent mask, index or "
+                f"detached value "
                 f"differs between the inputs and the baselines, so {self.rules.method}'s "
                 "rules (one fixed selection) would not be complete; choose baselines that "
                 "select the same entries")

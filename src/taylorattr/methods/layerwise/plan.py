@@ -16,8 +16,9 @@ The plan also records, for the epsilon rule and for the per-layer records:
 * ``unfused``: layer outputs whose users are not all activations, so that the output
   carries the epsilon factor ``z / (z + eps s(z))`` itself (otherwise the activations'
   multiplier ``op(z) / (z + eps s(z))`` contains it);
-* ``discrete``: input-dependent masks and indices (``where``'s condition): DeepLIFT
-  checks that they agree at the input and the baseline.
+* ``discrete``: input-dependent values that carry no relevance (``where``'s condition,
+  indices, ``detach``-ed values): DeepLIFT holds them fixed, so it checks that they agree
+  at the input and the baseline.
 """
 from __future__ import annotations
 
@@ -124,8 +125,10 @@ def build_plan(model: nn.Module, rules: RuleSet, x: torch.Tensor) -> Plan:
         if kind is None and reason is None:
             deps: list = []
             fx.node.map_arg((node.args, node.kwargs), deps.append)
-            if node.op == "call_function" and any(d.name in live for d in deps):
-                discrete.add(node.name)  # an input-dependent mask, index or shape
+            val = node.meta.get("val")
+            if node.op == "call_function" and any(d.name in live for d in deps) and \
+                    isinstance(val, torch.Tensor):
+                discrete.add(node.name)  # an input-dependent mask or index, a detached value
             continue
         live.add(node.name)
         rule = rules.rules.get(kind) if kind else None
