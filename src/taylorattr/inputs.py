@@ -54,13 +54,15 @@ def as_tuple(inputs, name: str = "inputs") -> tuple[tuple, bool]:
                     f"{type(inputs).__name__}")
 
 
-def check_batch(parts: tuple, name: str = "inputs", floats: bool = True) -> int:
-    """Every part batch-first with the same batch size (float, finite when ``floats``)."""
+def check_batch(parts: tuple, name: str = "inputs", floats: bool = True,
+                vectors: bool = False) -> int:
+    """Every part batch-first with the same batch size (float, finite when ``floats``);
+    ``vectors``: a part may be ``[B]`` (one feature per sample)."""
     batch = None
     for i, t in enumerate(parts):
         label = name if len(parts) == 1 else f"{name}[{i}]"
         if floats:
-            check_inputs(t, label)
+            check_inputs(t.unsqueeze(1) if vectors and t.dim() == 1 else t, label)
         elif t.dim() < 1 or t.shape[0] == 0:
             raise ValueError(f"{label} must be batch-first with at least one sample, got shape "
                              f"{tuple(t.shape)}")
@@ -97,8 +99,9 @@ class Layout:
 
     @property
     def flat(self) -> bool:
-        """True when the method works on the flat concatenation (two or more inputs)."""
-        return len(self.shapes) > 1
+        """True when the method works on the flat concatenation (two or more inputs, or an
+        input ``[B]`` of one feature per sample, which the method sees as ``[B, 1]``)."""
+        return len(self.shapes) > 1 or () in self.shapes
 
     def join(self, parts) -> torch.Tensor:
         """``[R, *s_1], ..., [R, *s_m]`` -> the method's tensor (``[R, sum n_i]`` if flat)."""

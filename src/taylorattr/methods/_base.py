@@ -49,6 +49,7 @@ from ..inputs import (
     slice_option,
     swap_layer,
 )
+from . import _conventions as conventions
 from ._passes import (
     chunk_ranges,
     default_chunk_rows,
@@ -102,6 +103,11 @@ class AttributionMethod:
     #: Options whose values hold one entry per sample (leading dimension ``B``): cut to the
     #: sample when a method runs sample by sample (:mod:`taylorattr.inputs`).
     batch_options: tuple[str, ...] = ("draws", "feature_mask")
+    #: Whether the method only evaluates the model on copies of the inputs with features
+    #: replaced (the perturbation methods): it then also takes integer and bool inputs
+    #: (token ids, categorical features) and models whose output is one value (or a few)
+    #: for the whole batch, Captum's aggregate mode (:mod:`taylorattr.methods._conventions`).
+    perturbation: bool = False
     #: The input-side arguments every ``attribute`` takes (not the method's own options).
     INPUT_ARGS = ("additional_forward_args", "layer", "attribute_to_layer_input")
 
@@ -226,7 +232,14 @@ class AttributionMethod:
         layer = options.pop("layer", self._layer)
         to_input = options.pop("attribute_to_layer_input",
                                self._to_layer_input if layer is self._layer else False)
-        if layer is None and extra is None and isinstance(inputs, torch.Tensor):
+        if isinstance(target, list) and target and not isinstance(target[0], tuple):
+            target = torch.as_tensor(target, dtype=torch.long)  # one class per sample
+        adapted = conventions.adapt(self, inputs, baselines, target, extra, layer, options,
+                                    return_convergence_delta)
+        if adapted is not None:
+            return adapted.run(self, show_progress)
+        if layer is None and extra is None and isinstance(inputs, torch.Tensor) and \
+                inputs.dim() >= 2:
             check_layer(self._model, None, to_input)
             x, t, fx = self._inputs_and_target(inputs, target, self.gradient_at_inputs)
             self._layout = Layout.of((x,), False)
@@ -250,7 +263,7 @@ class AttributionMethod:
         model = self._model
         check_layer(model, layer, to_input)
         parts, is_tuple = as_tuple(inputs)
-        batch = check_batch(parts, floats=layer is None)
+        batch = check_batch(parts, floats=layer is None, vectors=True)
         extra = check_additional_args(extra, batch)
         parts = tuple(p.detach() for p in parts)
         with torch.no_grad():
