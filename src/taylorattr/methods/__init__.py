@@ -16,6 +16,7 @@ See :mod:`taylorattr.methods.layerwise` for what the layer-wise rules support.
 from __future__ import annotations
 
 from ._base import AttributionMethod, Explanation, ImplicitBaselineMethod
+from .deconvolution import Deconvolution
 from .deeplift import DeepLift
 from .deeplift_shap import DeepLiftShap
 from .expected_gradients import EGDraws, ExpectedGradients
@@ -23,6 +24,7 @@ from .grad_cam import GradCAM
 from .gradient_input import GradientInput
 from .gradient_shap import GradientShap, GSDraws
 from .guided_backprop import GuidedBackprop
+from .guided_grad_cam import GuidedGradCam
 from .integrated_gradients import IntegratedGradients
 from .kernel_shap import KernelShap
 from .layerwise import LayerRecord, UnsupportedModelError, global_relevance, local_relevance
@@ -62,3 +64,4 @@ __all__ = [
     "local_relevance",
 ]
 __all__ += ["LRP", "KernelShap", "PredictionDifference", "ShapleyValues"]
+__all__ += ["Deconvolution", "GuidedGradCam"]

@@ -109,7 +109,8 @@ class AttributionMethod:
     #: for the whole batch, Captum's aggregate mode (:mod:`taylorattr.methods._conventions`).
     perturbation: bool = False
     #: The input-side arguments every ``attribute`` takes (not the method's own options).
-    INPUT_ARGS = ("additional_forward_args", "layer", "attribute_to_layer_input")
+    INPUT_ARGS = ("additional_forward_args", "layer", "attribute_to_layer_input",
+                  "layer_baselines")
 
     _active = None   # the wrapped model during a structured call
     _layout = None   # the attributed tensors' layout during a call
@@ -238,6 +239,8 @@ class AttributionMethod:
                                     return_convergence_delta)
         if adapted is not None:
             return adapted.run(self, show_progress)
+        if layer is None and options.pop("layer_baselines", None) is not None:
+            raise ValueError("layer_baselines applies only with layer=")
         if layer is None and extra is None and isinstance(inputs, torch.Tensor) and \
                 inputs.dim() >= 2:
             check_layer(self._model, None, to_input)
@@ -250,7 +253,8 @@ class AttributionMethod:
                 self._layout = None
             return Explanation(attr, refs, fx.detach(), t, delta)
         return self._run_structured(inputs, baselines, target, extra, layer, to_input, options,
-                                    show_progress, return_convergence_delta)
+                                    show_progress, return_convergence_delta,
+                                    options.pop("layer_baselines", None))
 
     def _core(self, x, base, t, fx, options, show_progress, want_delta):
         attr, refs = self._attribute(x, base, t, fx, show_progress=show_progress, **options)
@@ -258,8 +262,12 @@ class AttributionMethod:
         return attr, refs, (self._delta(attr, fx.detach(), refs, t) if want_delta else None)
 
     def _run_structured(self, inputs, baselines, target, extra, layer, to_input, options,
-                        show_progress, want_delta) -> Explanation:
-        """Tuple inputs, additional forward arguments, layers (:mod:`taylorattr.inputs`)."""
+                        show_progress, want_delta, layer_baselines=None) -> Explanation:
+        """Tuple inputs, additional forward arguments, layers (:mod:`taylorattr.inputs`);
+        ``layer_baselines``: point baselines given in the layer's space (Captum's
+        ``LayerFeatureAblation``) instead of input baselines mapped through the model."""
+        if layer_baselines is not None and (layer is None or self.baseline_kind != "point"):
+            raise ValueError("layer_baselines applies to point-baseline methods with layer=")
         model = self._model
         check_layer(model, layer, to_input)
         parts, is_tuple = as_tuple(inputs)
@@ -279,7 +287,9 @@ class AttributionMethod:
             layout = Layout.of((h,), False)
             x = h
             base = self._structured_baselines(baselines, parts, None)
-            if self.baseline_kind == "point":
+            if layer_baselines is not None:
+                base = broadcast_baselines(layer_baselines, h, "layer_baselines")
+            elif self.baseline_kind == "point":
                 base = layer_activations(model, layer, base + extra, to_input)
                 if base.shape != h.shape:
                     raise ValueError(f"layer's {'input' if to_input else 'output'} at the "

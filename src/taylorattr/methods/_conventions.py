@@ -220,8 +220,6 @@ class _Aggregate:
         self.baselines, self.extra, self.options, self.out = baselines, extra, options, out
 
     def run(self, method, show_progress):
-        from ._base import Explanation
-
         parts, batch = self.parts, self.parts[0].shape[0]
         shapes = tuple(tuple(p.shape[1:]) for p in parts)
         dtypes = tuple(p.dtype if _discrete(p) else None for p in parts)
@@ -249,8 +247,8 @@ class _Aggregate:
             method._adapting = False
         result = tuple(torch.stack([a[i][0, 0].reshape(s) for a in per_output]).to(self.out.dtype)
                        for i, s in enumerate(shapes))
-        return Explanation(result if self.is_tuple else result[0], None,
-                           self.out.detach().reshape(-1), None, None)
+        return type(ex)(result if self.is_tuple else result[0], None,  # an Explanation
+                        self.out.detach().reshape(-1), None, None)
 
     def _options(self, method, shapes):
         """Masks and windows spanning the batch axis: masks ``[1, ...]`` gain a batch axis of

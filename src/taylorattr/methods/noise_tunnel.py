@@ -43,8 +43,8 @@ import torch
 from .. import _validation as V
 from .._validation import check_bool, check_positive_int
 from .._validation import check_seed as _check_seed
-from ..runtime.cost import Cost
 from ..inputs import as_tuple, check_additional_args, check_batch, point_baselines
+from ..runtime.cost import Cost
 from ._base import AttributionMethod, Explanation
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 from .integrated_gradients import IntegratedGradients
@@ -159,8 +159,15 @@ class NoiseTunnel(AttributionMethod):
             if inner is None:
                 raise TypeError("inner: give the method to smooth (a registry name such as "
                                 "'saliency' or an AttributionMethod class)")
-        self._inner_cls, self._fixed, self._defaults = _resolve_inner(inner)
-        self.inner_method = self._inner_cls(model, **inner_init)
+        if isinstance(inner, AttributionMethod):  # a method built by the caller
+            if isinstance(inner, NoiseTunnel) or inner_init:
+                raise TypeError("inner: give a method (not a NoiseTunnel) without inner_init, "
+                                "or its class with inner_init")
+            self._inner_cls, self._fixed, self._defaults = type(inner), {}, {}
+            self.inner_method = inner
+        else:
+            self._inner_cls, self._fixed, self._defaults = _resolve_inner(inner)
+            self.inner_method = self._inner_cls(model, **inner_init)
         self.baseline_kind = self._inner_cls.baseline_kind
 
     def __repr__(self) -> str:

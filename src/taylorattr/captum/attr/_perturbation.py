@@ -1,0 +1,222 @@
+"""Captum's perturbation methods over the native ones: Occlusion, FeatureAblation,
+LayerFeatureAblation, ShapleyValueSampling, ShapleyValues, KernelShap.
+
+Captum's ``perturbations_per_eval`` counts perturbed copies of the batch per model call;
+the native option counts rows, so it is passed as ``perturbations_per_eval * B`` (it
+changes only the speed). Feature masks: Captum's default gives every scalar feature its
+own id, numbered across the inputs; the Shapley family takes the masks of tuple inputs
+joined into one mask of the joined features (:mod:`taylorattr.inputs`).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ... import methods as native
+from ...inputs import as_tuple
+from .._mapping import Call, LayerAttribution, PerturbationAttribution, for_layers, not_offered
+
+__all__ = ["FeatureAblation", "KernelShap", "LayerFeatureAblation", "Occlusion",
+           "ShapleyValueSampling", "ShapleyValues"]
+
+
+def _rows_per_call(perturbations_per_eval: int, inputs) -> int | None:
+    if isinstance(perturbations_per_eval, bool) or not isinstance(perturbations_per_eval, int) \
+            or perturbations_per_eval < 1:
+        raise ValueError(f"perturbations_per_eval must be an int >= 1, got "
+                         f"{perturbations_per_eval!r}")
+    parts, _ = as_tuple(inputs)
+    return perturbations_per_eval * max(1, parts[0].shape[0] if parts[0].dim() else 1)
+
+
+def default_mask(parts) -> tuple:
+    """Captum's default feature mask: every scalar feature its own id, across the inputs."""
+    masks, offset = [], 0
+    for p in parts:
+        n = math.prod(p.shape[1:])
+        masks.append((offset + torch.arange(n, device=p.device)).reshape((1,) + tuple(p.shape[1:])))
+        offset += n
+    return tuple(masks)
+
+
+def joined_mask(feature_mask, parts):
+    """One mask ``[1 or B, N]`` over the joined features of tuple inputs (one input: as is)."""
+    if len(parts) == 1 and parts[0].dim() > 1:
+        return feature_mask[0] if isinstance(feature_mask, tuple) else feature_mask
+    masks = feature_mask if isinstance(feature_mask, tuple) else (feature_mask,)
+    rows = max(m.shape[0] if m.dim() == p.dim() else 1 for m, p in zip(masks, parts))
+    out = []
+    for m, p in zip(masks, parts):
+        full = torch.broadcast_to(m, (m.shape[0] if m.dim() == p.dim() else 1,)
+                                  + tuple(p.shape[1:]))
+        out.append(full.reshape(full.shape[0], -1).expand(rows, -1))
+    return torch.cat(out, 1)
+
+
+class FeatureAblation(PerturbationAttribution):
+    """Captum's ``FeatureAblation``: :class:`taylorattr.methods.Occlusion` with
+    ``feature_mask`` (every feature alone by default)."""
+
+    def __init__(self, forward_func) -> None:
+        super().__init__(forward_func)
+        self._native = native.Occlusion(forward_func)
+
+    def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
+              feature_mask=None, perturbations_per_eval: int = 1, show_progress: bool = False,
+              **kwargs):
+        if kwargs:
+            raise TypeError(f"FeatureAblation.attribute got unexpected keyword argument(s) "
+                            f"{sorted(kwargs)}")
+        parts, is_tuple = as_tuple(inputs)
+        if feature_mask is None:
+            feature_mask = default_mask(parts)
+            feature_mask = feature_mask if is_tuple else feature_mask[0]
+        return Call(self._native, inputs, baselines, target, additional_forward_args, False,
+                    {"feature_mask": feature_mask, "show_progress": show_progress,
+                     "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)})
+
+    def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
+                  feature_mask=None, perturbations_per_eval: int = 1, show_progress: bool = False,
+                  **kwargs):
+        return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
+                          perturbations_per_eval, show_progress, **kwargs).run()
+
+
+class Occlusion(FeatureAblation):
+    """Captum's ``Occlusion``: :class:`taylorattr.methods.Occlusion` with
+    ``patch=sliding_window_shapes`` and ``stride=strides`` (windows over every feature
+    dimension, overlapping windows averaged, as Captum)."""
+
+    def _call(self, inputs, sliding_window_shapes, strides=None, baselines=None, target=None,
+              additional_forward_args=None, perturbations_per_eval: int = 1,
+              show_progress: bool = False):
+        parts, is_tuple = as_tuple(inputs)
+        windows = sliding_window_shapes if is_tuple else (sliding_window_shapes,)
+        steps = strides if is_tuple and isinstance(strides, tuple) else (strides,) * len(parts)
+        if is_tuple and not (isinstance(windows, tuple) and len(windows) == len(parts)):
+            raise ValueError("sliding_window_shapes must give one tuple per input for tuple "
+                             "inputs")
+        patch = tuple(tuple(w) or 1 for w in windows)
+        stride = tuple(1 if s is None else s for s in steps)
+        return Call(self._native, inputs, baselines, target, additional_forward_args, False,
+                    {"patch": patch if is_tuple else patch[0],
+                     "stride": stride if is_tuple else stride[0], "show_progress": show_progress,
+                     "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)})
+
+    def attribute(self, inputs, sliding_window_shapes, strides=None, baselines=None,
+                  target=None, additional_forward_args=None, perturbations_per_eval: int = 1,
+                  show_progress: bool = False):
+        return self._call(inputs, sliding_window_shapes, strides, baselines, target,
+                          additional_forward_args, perturbations_per_eval, show_progress).run()
+
+
+class LayerFeatureAblation(LayerAttribution, PerturbationAttribution):
+    """Captum's ``LayerFeatureAblation``: :class:`taylorattr.methods.Occlusion` with
+    ``layer=`` and ``layer_baselines`` in the layer's space (0 by default)."""
+
+    def __init__(self, forward_func, layer, device_ids=None) -> None:
+        super().__init__(forward_func, layer, device_ids)
+        self._native = native.Occlusion(forward_func)
+
+    def attribute(self, inputs, layer_baselines=None, target=None, additional_forward_args=None,
+                  layer_mask=None, attribute_to_layer_input: bool = False,
+                  perturbations_per_eval: int = 1):
+        def run(layer):
+            options = {"layer": layer, "attribute_to_layer_input": attribute_to_layer_input,
+                       "layer_baselines": 0.0 if layer_baselines is None else layer_baselines,
+                       "perturbations_per_eval": _rows_per_call(perturbations_per_eval,
+                                                                inputs)}
+            if layer_mask is not None:
+                options["feature_mask"] = layer_mask
+            else:
+                options["patch"] = (1,)
+            return Call(self._native, inputs, 0.0, target, additional_forward_args, False,
+                        options).run()
+        return for_layers(self.layer, run)
+
+
+def _perturbation(method):
+    method.perturbation = True  # integer inputs and aggregate outputs (native conventions)
+    return method
+
+
+class ShapleyValueSampling(PerturbationAttribution):
+    """Captum's ``ShapleyValueSampling``: :class:`taylorattr.methods.ShapleyValues` with
+    Captum's orders (``torch.randperm`` of the players from the global generator, one per
+    sample of ``n_samples``)."""
+
+    _exact = False
+
+    def __init__(self, forward_func) -> None:
+        super().__init__(forward_func)
+        self._native = _perturbation(native.ShapleyValues(forward_func))
+
+    def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
+              feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
+              show_progress: bool = False):
+        parts, _ = as_tuple(inputs)
+        options = {"show_progress": show_progress,
+                   "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
+        if feature_mask is not None:
+            options["feature_mask"] = joined_mask(feature_mask, parts)
+            players = int(max(int(m.max()) for m in as_tuple(feature_mask)[0])) + 1
+        else:
+            players = sum(math.prod(p.shape[1:]) for p in parts)
+        if self._exact:
+            options["method"] = "exact"
+        else:
+            options["permutations"] = torch.stack([torch.randperm(players)
+                                                   for _ in range(n_samples)])
+        return Call(self._native, inputs, baselines, target, additional_forward_args, False,
+                    options)
+
+    def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
+                  feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
+                  show_progress: bool = False):
+        return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
+                          n_samples, perturbations_per_eval, show_progress).run()
+
+
+class ShapleyValues(ShapleyValueSampling):
+    """Captum's ``ShapleyValues`` (all orders): the native exact enumeration."""
+
+    _exact = True
+
+    def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
+                  feature_mask=None, perturbations_per_eval: int = 1,
+                  show_progress: bool = False):
+        return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
+                          1, perturbations_per_eval, show_progress).run()
+
+
+class KernelShap(PerturbationAttribution):
+    """Captum's ``KernelShap``: :class:`taylorattr.methods.KernelShap`; its coalitions are
+    drawn from a generator seeded by one draw of the global torch generator (reproducible
+    after ``torch.manual_seed``, but not Captum's coalitions)."""
+
+    def __init__(self, forward_func) -> None:
+        super().__init__(forward_func)
+        self._native = _perturbation(native.KernelShap(forward_func))
+
+    def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
+              feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
+              return_input_shape: bool = True, show_progress: bool = False):
+        if return_input_shape is not True:
+            raise not_offered("KernelShap(return_input_shape=False)",
+                              "attributions come in the inputs' shape")
+        parts, _ = as_tuple(inputs)
+        options = {"n_samples": n_samples, "show_progress": show_progress,
+                   "seed": int(torch.randint(2**62, (1,))),
+                   "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
+        if feature_mask is not None:
+            options["feature_mask"] = joined_mask(feature_mask, parts)
+        return Call(self._native, inputs, baselines, target, additional_forward_args, False,
+                    options)
+
+    def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
+                  feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
+                  return_input_shape: bool = True, show_progress: bool = False):
+        return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
+                          n_samples, perturbations_per_eval, return_input_shape,
+                          show_progress).run()
