@@ -310,8 +310,8 @@ class LayerDeepLiftShap(LayerAttribution, DeepLiftShap):
 
 class GradientShap(GradientAttribution):
     """Captum's ``GradientShap``: :class:`taylorattr.methods.GradientShap` with Captum's
-    draws (references by ``np.random.choice``, input noise by ``torch.normal``, path
-    positions by ``np.random.uniform``); the delta ``[B * n_samples]`` is that of every draw
+    draws (references by ``np.random.choice``, separately for every input of a tuple, input
+    noise by ``torch.normal``, path positions by ``np.random.uniform``); the delta ``[B * n_samples]`` is that of every draw
     (the method on the draw's noisy input with that one draw)."""
 
     def __init__(self, forward_func, multiply_by_inputs: bool = True) -> None:
@@ -321,8 +321,9 @@ class GradientShap(GradientAttribution):
 
     def _draws(self, parts, refs, n_samples, stdevs, flat: bool):
         batch = parts[0].shape[0]
-        idx = torch.as_tensor(np.random.choice(refs[0].shape[0], n_samples * batch))
-        picked = tuple(r[idx].reshape((batch, n_samples) + tuple(r.shape[1:])) for r in refs)
+        # Captum draws the reference of every input separately (one np.random.choice each)
+        picked = tuple(r[torch.as_tensor(np.random.choice(r.shape[0], n_samples * batch))]
+                       .reshape((batch, n_samples) + tuple(r.shape[1:])) for r in refs)
         noise = captum_noise(parts, stdevs, n_samples)
         alphas = torch.tensor(np.random.uniform(0.0, 1.0, batch * n_samples),
                               dtype=parts[0].dtype, device=parts[0].device)
