@@ -350,10 +350,10 @@ def test_aggregate_output_is_the_drop_of_removing_a_feature_in_every_sample():
 def test_kernel_shap_conventions_on_additive_games(case):
     """KernelShap's draws differ from Captum's: on additive games (a linear scalar output,
     a separable [B] model, a token model linear in its one-hot groups) every draw gives the
-    exact Shapley values, computed here by enumeration."""
-    model, x, kw = CONVENTIONS[case]
+    exact Shapley values, the closed forms here (removal of a player = its own term)."""
+    model, x, _ = CONVENTIONS[case]
     if case == "scalar output":
-        model = lambda z: LIN(z).sum()  # noqa: E731
+        model = lambda z: LIN(z).sum()
         ours = T.KernelShap(model).attribute(x, n_samples=60)
         hand = (LIN.weight.sum(0) * x.sum(0)).view(1, 5)
     elif case == "inputs [B]":  # two [B] inputs (one player would leave nothing to fit)
@@ -362,7 +362,7 @@ def test_kernel_shap_conventions_on_additive_games(case):
         hand = torch.stack([vector(x) - vector(torch.zeros_like(x)), 1.5 * x])
     else:
         w = torch.randn(10, dtype=DT, generator=torch.Generator().manual_seed(3))
-        model = lambda ids: w[ids].sum(1, keepdim=True)  # noqa: E731
+        model = lambda ids: w[ids].sum(1, keepdim=True)
         ours = T.KernelShap(model).attribute(x, n_samples=60, feature_mask=IDS_MASK)
         groups = w[x].view(3, 3, 2).sum(2) - w[0] * 2
         hand = groups.repeat_interleave(2, 1)
