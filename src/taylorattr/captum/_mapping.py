@@ -11,6 +11,8 @@ Captum's draws (:func:`captum_noise`, :func:`captum_choice`).
 """
 from __future__ import annotations
 
+import functools
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -60,11 +62,30 @@ class Call:
     finish: object = None
 
     def run(self):
-        out = native_call(self.method, self.inputs, self.baselines, self.target,
-                          self.additional_forward_args, self.delta, **self.options)
+        with captum_errors():
+            out = native_call(self.method, self.inputs, self.baselines, self.target,
+                              self.additional_forward_args, self.delta, **self.options)
         if self.delta and self.finish is not None:
             return out[0], self.finish(out[1])
         return out
+
+
+@contextmanager
+def captum_errors():
+    """Argument errors raised as Captum raises them: the native ``TypeError`` /
+    ``ValueError`` (same message) that is also an ``AssertionError``, Captum's exception
+    for bad arguments, so that code catching either keeps working."""
+    try:
+        yield
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, AssertionError):
+            raise
+        kind = _CAPTUM_ERRORS.setdefault(type(exc), type(
+            type(exc).__name__, (type(exc), AssertionError), {"__module__": __name__}))
+        raise kind(*exc.args) from exc
+
+
+_CAPTUM_ERRORS: dict = {}
 
 
 def captum_noise(parts: tuple, stdevs, copies: int) -> tuple:
@@ -104,6 +125,19 @@ class Attribution:
 
     def __init__(self, forward_func) -> None:
         self.forward_func = forward_func
+
+    def __init_subclass__(cls, **kw):
+        """Every ``attribute`` raises argument errors as Captum does (:func:`captum_errors`)."""
+        super().__init_subclass__(**kw)
+        if "attribute" in cls.__dict__:
+            inner = cls.__dict__["attribute"]
+
+            @functools.wraps(inner)
+            def attribute(self, *args, **kwargs):
+                with captum_errors():
+                    return inner(self, *args, **kwargs)
+
+            cls.attribute = attribute
 
     def has_convergence_delta(self) -> bool:
         return False

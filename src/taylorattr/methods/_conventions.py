@@ -9,7 +9,8 @@ here, once for all methods, by wrapping the model for the call:
   (:attr:`~taylorattr.methods.AttributionMethod.perturbation`: they only put input or
   baseline values into copies). The inputs are carried as float64 (exact for integers up to
   ``2**53``) and cast back to their dtype in every model call, so the model sees exactly the
-  values it would; attributions have the model output's dtype.
+  values it would; attributions have the model output's dtype (float64 for a model that
+  returns integers, whose outputs are carried as float64).
 * **Outputs beyond two dimensions** ``[B, d_1, ..., d_k]``: the model is seen with its output
   flattened to ``[B, d_1 * ... * d_k]`` and a target ``(i_1, ..., i_k)`` (or a list of such
   tuples, one per sample) becomes the flat column ``ravel_multi_index((i_1, ..., i_k))``.
@@ -92,7 +93,7 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
     if not (discrete or flat):
         return None
     return _Call(parts, is_tuple, baselines, target, extra, layer, options, discrete, flat,
-                 out.dtype, want_delta)
+                 out.dtype if out.is_floating_point() else torch.float64, want_delta)
 
 
 def _flat_target(target, out: torch.Tensor):
@@ -141,6 +142,8 @@ class _Recast(nn.Module):
     def forward(self, *args):
         cast = tuple(a if d is None else a.to(d) for a, d in zip(args, self.dtypes))
         out = self._call(*cast, *args[len(cast):])
+        if isinstance(out, torch.Tensor) and not (out.is_floating_point() or out.is_complex()):
+            out = out.double()  # integer outputs of integer inputs: exact in float64
         return out.flatten(1) if self.flat else out
 
 
@@ -214,8 +217,9 @@ class _Aggregate:
         if want_delta:
             raise ValueError("return_convergence_delta is not available for a model whose "
                              "output is not one row per sample (aggregate mode)")
-        if not out.is_floating_point():
-            raise TypeError(f"model must return a float tensor, got dtype {out.dtype}")
+        if out.is_complex():
+            raise TypeError(f"model must return a real tensor, got dtype {out.dtype}")
+        out = out if out.is_floating_point() else out.double()  # as _Recast carries it
         self.parts, self.is_tuple = parts, is_tuple
         self.baselines, self.extra, self.options, self.out = baselines, extra, options, out
 

@@ -6,6 +6,8 @@ deliberate differences.
 """
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import torch
 
@@ -234,8 +236,10 @@ def _rows(value, n: int):
 
 def _reference_tuple(baselines, parts, what: str) -> tuple:
     """Captum's reference batch: one tensor ``[N, ...]`` per input (a callable is called)."""
-    if callable(baselines):
-        baselines = baselines(*parts) if len(parts) > 1 else baselines(parts[0])
+    if callable(baselines):  # Captum calls it without arguments when it takes none
+        takes = len(inspect.signature(baselines).parameters)
+        baselines = baselines() if takes == 0 else (
+            baselines(*parts) if len(parts) > 1 else baselines(parts[0]))
     refs, _ = as_tuple(baselines, "baselines")
     if len(refs) != len(parts):
         raise ValueError(f"baselines must give one reference tensor per input ({len(parts)}) "

@@ -92,11 +92,19 @@ class Occlusion(FeatureAblation):
               additional_forward_args=None, perturbations_per_eval: int = 1,
               show_progress: bool = False):
         parts, is_tuple = as_tuple(inputs)
-        windows = sliding_window_shapes if is_tuple else (sliding_window_shapes,)
-        steps = strides if is_tuple and isinstance(strides, tuple) else (strides,) * len(parts)
-        if is_tuple and not (isinstance(windows, tuple) and len(windows) == len(parts)):
-            raise ValueError("sliding_window_shapes must give one tuple per input for tuple "
-                             "inputs")
+        windows = sliding_window_shapes
+        if not is_tuple and not (windows and isinstance(windows[0], (tuple, list))):
+            windows = (windows,)  # one input: a window, or a 1-tuple of it (Captum takes both)
+        if not (isinstance(windows, tuple) and len(windows) == len(parts)):
+            raise ValueError(f"sliding_window_shapes must give one tuple per input "
+                             f"({len(parts)}), got {sliding_window_shapes!r}")
+        per_input = isinstance(strides, tuple) and strides and (
+            is_tuple or isinstance(strides[0], tuple))
+        steps = strides if per_input else (strides,) * len(parts)
+        for i, (w, p) in enumerate(zip(windows, parts)):
+            if len(w) != p.dim() - 1:
+                raise ValueError(f"sliding_window_shapes[{i}] must give one size per feature "
+                                 f"dimension of the input ({p.dim() - 1}), got {tuple(w)}")
         patch = tuple(tuple(w) or 1 for w in windows)
         stride = tuple(1 if s is None else s for s in steps)
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
