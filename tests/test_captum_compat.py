@@ -141,6 +141,12 @@ CASES = [
     ("NoiseTunnel(DeepLift) per-copy delta", lambda M: M.NoiseTunnel(M.DeepLift(MLP_)).attribute(
         V, nt_samples=3, stdevs=0.1, baselines=REFS[:1], target=0,
         return_convergence_delta=True), EXACT),
+    ("NoiseTunnel(LayerGradientXActivation) at a layer", lambda M: M.NoiseTunnel(
+        M.LayerGradientXActivation(MLP_, MLP_.l1)).attribute(V, nt_samples=3, stdevs=0.2,
+                                                              target=2), EXACT),
+    ("Lime (Captum's draws and Lasso)", lambda M: M.Lime(MLP_).attribute(
+        V, REFS[:1], target=1, n_samples=30, feature_mask=torch.tensor([[0, 0, 1, 1, 2]])),
+     FLOAT32),
     ("FeatureAblation", lambda M: M.FeatureAblation(CNN_).attribute(IMG, target=0), EXACT),
     ("FeatureAblation mask, tuple + args", lambda M: M.FeatureAblation(TWO).attribute(
         PAIR, target=1, additional_forward_args=SCALE,
@@ -339,6 +345,25 @@ def test_shapley_sampling_conventions_equal_captum(case):
     _close(ours, theirs.to(ours.dtype), FLOAT32)
 
 
+@pytest.mark.parametrize("case", sorted(CONVENTIONS))
+def test_lime_conventions_equal_captum(case):
+    model, x, kw = CONVENTIONS[case]
+    mask = IDS_MASK if case == "token ids" else None
+    ours, theirs = _same_draws(lambda M: M.Lime(model).attribute(
+        x, n_samples=20, feature_mask=mask, **kw))
+    _close(ours, theirs.to(ours.dtype), FLOAT32)
+
+
+def test_native_lime_on_an_additive_model_is_each_players_own_term():
+    """Weighted least squares (the native default) on a linear model: every coalition set
+    of full rank gives the exact coefficients (x - b) * w, whatever the similarity weights."""
+    from taylorattr.methods import Lime
+
+    lin = nn.Linear(5, 2).to(DT)
+    ours = Lime(lin).attribute(V, REFS[:1], target=0, n_samples=40, seed=3)
+    torch.testing.assert_close(ours, (V - REFS[:1]) * lin.weight[0], rtol=1e-8, atol=1e-8)
+
+
 def test_aggregate_output_is_the_drop_of_removing_a_feature_in_every_sample():
     ours = T.FeatureAblation(aggregate).attribute(V)
     hand = torch.stack([aggregate(V) - aggregate(V.index_fill(1, torch.tensor([j]), 0.0))
@@ -400,3 +425,19 @@ def test_layer_attribution_interpolate_is_captums():
     m = torch.randn(2, 1, 3, 3, dtype=DT)
     torch.testing.assert_close(T.LayerAttribution.interpolate(m, (6, 6)),
                                C.LayerAttribution.interpolate(m, (6, 6)), **EXACT)
+
+
+def test_grad_cam_warns_at_a_stem_and_refuses_to_upsample_a_map_without_spatial_dims():
+    from taylorattr.methods import GradCAM
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        GradCAM(CNN_).attribute(IMG, target=0, conv_layer=CNN_.conv)
+    assert any("stem or patch embedding" in str(w.message) for w in seen)
+    with pytest.raises(ValueError, match="upsample=False"):
+        GradCAM(CNN_).attribute(IMG, target=0, conv_layer=CNN_.fc)
+    flat = GradCAM(CNN_).attribute(IMG, target=0, conv_layer=CNN_.fc, upsample=False)
+    h = CNN_.pool(CNN_.r1(CNN_.conv(IMG))).flatten(1).requires_grad_(True)
+    a = CNN_.fc(h)
+    (g,) = torch.autograd.grad(CNN_.out(CNN_.r2(a))[:, 0].sum(), a)
+    torch.testing.assert_close(flat, (g * a).sum(1, keepdim=True), **EXACT)

@@ -241,6 +241,19 @@ class AttributionMethod:
             return adapted.run(self, show_progress)
         if layer is None and options.pop("layer_baselines", None) is not None:
             raise ValueError("layer_baselines applies only with layer=")
+        try:
+            return self._dispatch(inputs, baselines, target, extra, layer, to_input, options,
+                                  show_progress, return_convergence_delta)
+        except ValueError:
+            whole = conventions.whole_batch(self, inputs, baselines, target, extra, layer,
+                                            options, return_convergence_delta)
+            if whole is None:
+                raise
+            return whole.run(self, show_progress)
+
+    def _dispatch(self, inputs, baselines, target, extra, layer, to_input, options,
+                  show_progress, return_convergence_delta) -> Explanation:
+        """One tensor without extra arguments or a layer: here; the rest: structured."""
         if layer is None and extra is None and isinstance(inputs, torch.Tensor) and \
                 inputs.dim() >= 2:
             check_layer(self._model, None, to_input)

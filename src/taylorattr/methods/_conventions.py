@@ -26,7 +26,8 @@ here, once for all methods, by wrapping the model for the call:
   whose groups span the batch axis, one model call per occluded copy of the batch.
   ``target`` must be None; masks must be shared by the samples (first dimension 1); no
   convergence delta. A model returning ``[B]`` or ``[B, C]`` is read per sample (for
-  ``B = 1`` both readings agree).
+  ``B = 1`` both readings agree). The mode is entered when the per-sample call refuses the
+  output (no extra forward pass for per-sample models).
 
 Inputs ``[B]`` (one feature per sample) need no wrapper: :class:`~taylorattr.inputs.Layout`
 shows them to the method as ``[B, 1]``.
@@ -64,8 +65,8 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
         return None
     parts, is_tuple = as_tuple(inputs)
     discrete = layer is None and any(_discrete(p) for p in parts)
-    if not (discrete or _tuple_target(target) or method.perturbation):
-        return None
+    if not (discrete or _tuple_target(target)):
+        return None  # a whole-batch output is found when the call refuses it (:func:`whole_batch`)
     if discrete and not method.perturbation:
         i = next(i for i, p in enumerate(parts) if _discrete(p))
         name = f"inputs[{i}]" if is_tuple else "inputs"
@@ -94,6 +95,25 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
         return None
     return _Call(parts, is_tuple, baselines, target, extra, layer, options, discrete, flat,
                  out.dtype if out.is_floating_point() else torch.float64, want_delta)
+
+
+def whole_batch(method, inputs, baselines, target, extra, layer, options, want_delta):
+    """After a call refused the model's output: the aggregate-mode call when the output is
+    not one row per sample and ``method`` is a perturbation method, else None."""
+    if getattr(method, "_adapting", False) or not method.perturbation or layer is not None:
+        return None
+    parts, is_tuple = as_tuple(inputs)
+    if not all(isinstance(p, torch.Tensor) and p.dim() for p in parts):
+        return None
+    try:  # the original error stands if the model cannot run on the inputs at all
+        extra_t = check_additional_args(extra, parts[0].shape[0])
+        with torch.no_grad():
+            out = method._model(*parts, *extra_t)
+    except Exception:  # noqa: BLE001
+        return None
+    if not isinstance(out, torch.Tensor) or (out.dim() and out.shape[0] == parts[0].shape[0]):
+        return None
+    return _Aggregate(parts, is_tuple, baselines, target, extra_t, options, out, want_delta)
 
 
 def _flat_target(target, out: torch.Tensor):

@@ -36,6 +36,7 @@ from ._perturbation import (
     FeatureAblation,
     KernelShap,
     LayerFeatureAblation,
+    Lime,
     Occlusion,
     ShapleyValues,
     ShapleyValueSampling,
@@ -47,7 +48,7 @@ __all__ = [
     "GuidedBackprop", "GuidedGradCam", "IdentityRule", "InputXGradient",
     "IntegratedGradients", "KernelShap", "LayerAttribution", "LayerDeepLift",
     "LayerDeepLiftShap", "LayerFeatureAblation", "LayerGradCam", "LayerGradientShap",
-    "LayerGradientXActivation", "LayerIntegratedGradients", "NeuronAttribution", "NoiseTunnel",
+    "LayerGradientXActivation", "LayerIntegratedGradients", "Lime", "NeuronAttribution", "NoiseTunnel",
     "Occlusion", "PerturbationAttribution", "PropagationRule", "Saliency", "ShapleyValueSampling",
     "ShapleyValues",
 ]

@@ -17,7 +17,7 @@ from ... import methods as native
 from ...inputs import as_tuple
 from .._mapping import Call, LayerAttribution, PerturbationAttribution, for_layers, not_offered
 
-__all__ = ["FeatureAblation", "KernelShap", "LayerFeatureAblation", "Occlusion",
+__all__ = ["FeatureAblation", "KernelShap", "LayerFeatureAblation", "Lime", "Occlusion",
            "ShapleyValueSampling", "ShapleyValues"]
 
 
@@ -219,6 +219,72 @@ class KernelShap(PerturbationAttribution):
                    "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
         if feature_mask is not None:
             options["feature_mask"] = joined_mask(feature_mask, parts)
+        return Call(self._native, inputs, baselines, target, additional_forward_args, False,
+                    options)
+
+    def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
+                  feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
+                  return_input_shape: bool = True, show_progress: bool = False):
+        return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
+                          n_samples, perturbations_per_eval, return_input_shape,
+                          show_progress).run()
+
+
+def _lasso(alpha: float):
+    """Captum's default interpretable model: scikit-learn's ``Lasso(alpha)`` fitted on
+    float32 arrays with the similarities as sample weights (as Captum's ``SkLearnLasso``)."""
+    def fit(z, y, weights):
+        from sklearn.linear_model import Lasso  # optional (oracle extra), heavy import
+
+        model = Lasso(alpha=alpha).fit(z.float().numpy(), y.float().numpy(),
+                                       sample_weight=weights.float().numpy())
+        return torch.as_tensor(model.coef_, dtype=torch.float32)
+    return fit
+
+
+class Lime(PerturbationAttribution):
+    """Captum's ``Lime`` with its defaults (uniform coalitions, the cosine exponential
+    kernel of width 1, ``Lasso(alpha=0.01)``): :class:`taylorattr.methods.Lime` with
+    Captum's coalition draws (``torch.bernoulli`` per draw, sample by sample, then the
+    draws of Captum's fit: its data loader's seed and the ``nn.Linear`` it builds)."""
+
+    def __init__(self, forward_func, interpretable_model=None, similarity_func=None,
+                 perturb_func=None) -> None:
+        super().__init__(forward_func)
+        for value, name in ((interpretable_model, "interpretable_model"),
+                            (similarity_func, "similarity_func"), (perturb_func, "perturb_func")):
+            if value is not None:
+                raise not_offered(f"Lime({name}=...)", "Captum's defaults are mapped; the "
+                                  "native Lime takes interpretable_model=fit(z, y, weights)")
+        self._native = native.Lime(forward_func)
+
+    def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
+              feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
+              return_input_shape: bool = True, show_progress: bool = False):
+        if return_input_shape is not True:
+            raise not_offered("Lime(return_input_shape=False)",
+                              "attributions come in the inputs' shape")
+        parts, _ = as_tuple(inputs)
+        if feature_mask is not None:
+            feature_mask = joined_mask(feature_mask, parts)
+            players = int(feature_mask.max()) + 1
+        else:
+            players = sum(math.prod(p.shape[1:]) for p in parts)
+        extra = additional_forward_args
+        extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
+        with torch.no_grad():  # Captum fits one model for a whole-batch (scalar) output
+            whole = torch.as_tensor(self.forward_func(*parts, *extra)).numel() == 1
+        draws = []
+        for _ in range(1 if whole else parts[0].shape[0]):
+            draws.append(torch.cat([torch.bernoulli(torch.ones(1, players) * 0.5)
+                                    for _ in range(n_samples)]))
+            torch.empty((), dtype=torch.int64).random_()  # Captum's data loader seed
+            torch.nn.Linear(players, 1)  # and the surrogate Captum builds after its fit
+        options = {"coalitions": torch.stack(draws).bool(), "interpretable_model": _lasso(0.01),
+                   "show_progress": show_progress,
+                   "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
+        if feature_mask is not None:
+            options["feature_mask"] = feature_mask
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
                     options)
 
