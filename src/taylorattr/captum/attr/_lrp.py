@@ -63,6 +63,11 @@ class LRP(GradientAttribution):
     def __init__(self, model) -> None:
         super().__init__(model)
         self.model = model
+        for name, m in model.named_modules():
+            rule = getattr(m, "rule", None)
+            if rule is not None and not isinstance(rule, PropagationRule):
+                raise TypeError(f"the rule of module {name!r} must be a PropagationRule "
+                                f"(EpsilonRule, GammaRule, ...), got {type(rule).__name__}")
 
     def _call(self, inputs, target=None, additional_forward_args=None,
               return_convergence_delta: bool = False, verbose: bool = False):
