@@ -42,7 +42,7 @@ from torch import nn
 
 from .._validation import check_inputs
 from ..groups import window_shape
-from ..inputs import as_tuple, check_additional_args, point_baselines
+from ..inputs import as_tuple, check_additional_args, check_batch, point_baselines
 
 __all__ = ["adapt"]
 
@@ -76,13 +76,19 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
                         "ShapleyValues, KernelShap, Lime); for token ids attribute to the "
                         "embedding with layer=")
     for i, p in enumerate(parts):
-        if _discrete(p) and p.numel() and int(p.abs().max()) >= _EXACT:
+        if _discrete(p) and p.dtype != torch.bool and p.numel() and int(p.abs().max()) >= _EXACT:
             raise ValueError(f"inputs[{i}] holds integers beyond 2**53, which float64 cannot "
                              "carry exactly")
-    batch = parts[0].shape[0] if parts[0].dim() else 0
-    extra_t = check_additional_args(extra, batch) if batch else ()
-    with torch.no_grad():
-        out = method._model(*parts, *extra_t)
+    batch = check_batch(parts, floats=False)
+    extra_t = check_additional_args(extra, batch)
+    try:
+        with torch.no_grad():
+            out = method._model(*parts, *extra_t)
+    except (RuntimeError, IndexError) as exc:
+        raise ValueError(
+            f"model failed on inputs of dtype(s) {', '.join(str(p.dtype) for p in parts)} "
+            f"(integer and bool inputs reach the model as they are: does it take them?): "
+            f"{type(exc).__name__}: {exc}") from exc
     if not isinstance(out, torch.Tensor):
         return None  # model_output refuses it with its message
     aggregate = method.perturbation and layer is None and (out.dim() == 0 or out.shape[0] != batch)
