@@ -336,21 +336,14 @@ def test_feature_ablation_and_occlusion_conventions_equal_captum(case):
     _close(ours, theirs.to(ours.dtype), FLOAT32)
 
 
+@pytest.mark.parametrize("method", ["ShapleyValueSampling", "Lime"])
 @pytest.mark.parametrize("case", sorted(CONVENTIONS))
-def test_shapley_sampling_conventions_equal_captum(case):
+def test_sampled_methods_conventions_equal_captum(case, method):
+    """Same draws (Captum's orders / coalitions); Captum's Lasso and sums are float32."""
     model, x, kw = CONVENTIONS[case]
     mask = IDS_MASK if case == "token ids" else None
-    ours, theirs = _same_draws(lambda M: M.ShapleyValueSampling(model).attribute(
-        x, n_samples=4, feature_mask=mask, **kw))
-    _close(ours, theirs.to(ours.dtype), FLOAT32)
-
-
-@pytest.mark.parametrize("case", sorted(CONVENTIONS))
-def test_lime_conventions_equal_captum(case):
-    model, x, kw = CONVENTIONS[case]
-    mask = IDS_MASK if case == "token ids" else None
-    ours, theirs = _same_draws(lambda M: M.Lime(model).attribute(
-        x, n_samples=20, feature_mask=mask, **kw))
+    ours, theirs = _same_draws(lambda M: getattr(M, method)(model).attribute(
+        x, n_samples=12, feature_mask=mask, **kw))
     _close(ours, theirs.to(ours.dtype), FLOAT32)
 
 

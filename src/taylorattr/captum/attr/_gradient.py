@@ -110,13 +110,14 @@ class Saliency(GradientAttribution):
         return self._call(inputs, target, abs, additional_forward_args).run()
 
 
-class InputXGradient(GradientAttribution):
-    """Captum's ``InputXGradient``: :class:`taylorattr.methods.GradientInput`."""
+class _ImplicitBaseline(GradientAttribution):
+    """A method without baselines: ``attribute(inputs, target, additional_forward_args)``."""
+
+    _native_cls: type = native.GradientInput
 
     def __init__(self, forward_func) -> None:
         super().__init__(forward_func)
-        self._native = native.GradientInput(forward_func)
-        self._multiply_by_inputs = True
+        self._native = self._native_cls(forward_func)
 
     def has_convergence_delta(self) -> bool:
         return False
@@ -126,6 +127,12 @@ class InputXGradient(GradientAttribution):
 
     def attribute(self, inputs, target=None, additional_forward_args=None):
         return self._call(inputs, target, additional_forward_args).run()
+
+
+class InputXGradient(_ImplicitBaseline):
+    """Captum's ``InputXGradient``: :class:`taylorattr.methods.GradientInput`."""
+
+    _multiply_by_inputs = True
 
 
 class LayerGradientXActivation(LayerAttribution, GradientAttribution):
@@ -157,7 +164,7 @@ class LayerGradientXActivation(LayerAttribution, GradientAttribution):
         return for_layers(self.layer, lambda m: self._call(*args, layer=m).run())
 
 
-class GuidedBackprop(GradientAttribution):
+class GuidedBackprop(_ImplicitBaseline):
     """Captum's ``GuidedBackprop``: :class:`taylorattr.methods.GuidedBackprop`."""
 
     _native_cls = native.GuidedBackprop
@@ -165,16 +172,6 @@ class GuidedBackprop(GradientAttribution):
     def __init__(self, model) -> None:
         super().__init__(model)
         self.model = model
-        self._native = self._native_cls(model)
-
-    def has_convergence_delta(self) -> bool:
-        return False
-
-    def _call(self, inputs, target=None, additional_forward_args=None):
-        return Call(self._native, inputs, None, target, additional_forward_args)
-
-    def attribute(self, inputs, target=None, additional_forward_args=None):
-        return self._call(inputs, target, additional_forward_args).run()
 
 
 class DeepLift(GradientAttribution):

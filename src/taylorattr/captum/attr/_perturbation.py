@@ -242,7 +242,7 @@ def _lasso(alpha: float):
     return fit
 
 
-class Lime(PerturbationAttribution):
+class Lime(KernelShap):
     """Captum's ``Lime`` with its defaults (uniform coalitions, the cosine exponential
     kernel of width 1, ``Lasso(alpha=0.01)``): :class:`taylorattr.methods.Lime` with
     Captum's coalition draws (``torch.bernoulli`` per draw, sample by sample, then the
@@ -250,7 +250,7 @@ class Lime(PerturbationAttribution):
 
     def __init__(self, forward_func, interpretable_model=None, similarity_func=None,
                  perturb_func=None) -> None:
-        super().__init__(forward_func)
+        PerturbationAttribution.__init__(self, forward_func)
         for value, name in ((interpretable_model, "interpretable_model"),
                             (similarity_func, "similarity_func"), (perturb_func, "perturb_func")):
             if value is not None:
@@ -287,10 +287,3 @@ class Lime(PerturbationAttribution):
             options["feature_mask"] = feature_mask
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
                     options)
-
-    def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
-                  feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
-                  return_input_shape: bool = True, show_progress: bool = False):
-        return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
-                          n_samples, perturbations_per_eval, return_input_shape,
-                          show_progress).run()
