@@ -147,6 +147,12 @@ CASES = [
     ("Lime (Captum's draws and Lasso)", lambda M: M.Lime(MLP_).attribute(
         V, REFS[:1], target=1, n_samples=30, feature_mask=torch.tensor([[0, 0, 1, 1, 2]])),
      FLOAT32),
+    ("NeuronGradientShap", lambda M: M.NeuronGradientShap(MLP_, MLP_.l1).attribute(
+        V, 2, REFS, n_samples=4, stdevs=0.1), EXACT),
+    ("NeuronFeatureAblation", lambda M: M.NeuronFeatureAblation(MLP_, MLP_.r).attribute(V, 3),
+     EXACT),
+    ("NeuronIntegratedGradients, slices summed", lambda M: M.NeuronIntegratedGradients(
+        CNN_, CNN_.conv).attribute(IMG, (1, slice(0, 2), 2), n_steps=10), FLOAT32),
     ("FeatureAblation", lambda M: M.FeatureAblation(CNN_).attribute(IMG, target=0), EXACT),
     ("FeatureAblation mask, tuple + args", lambda M: M.FeatureAblation(TWO).attribute(
         PAIR, target=1, additional_forward_args=SCALE,

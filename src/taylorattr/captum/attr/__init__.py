@@ -31,6 +31,11 @@ from ._gradient import (
     Saliency,
 )
 from ._lrp import LRP, Alpha1_Beta0_Rule, EpsilonRule, GammaRule, IdentityRule, PropagationRule
+from ._neuron import (
+    NeuronFeatureAblation,
+    NeuronGradientShap,
+    NeuronIntegratedGradients,
+)
 from ._noise_tunnel import NoiseTunnel
 from ._perturbation import (
     FeatureAblation,
@@ -48,7 +53,8 @@ __all__ = [
     "GuidedBackprop", "GuidedGradCam", "IdentityRule", "InputXGradient",
     "IntegratedGradients", "KernelShap", "LayerAttribution", "LayerDeepLift",
     "LayerDeepLiftShap", "LayerFeatureAblation", "LayerGradCam", "LayerGradientShap",
-    "LayerGradientXActivation", "LayerIntegratedGradients", "Lime", "NeuronAttribution", "NoiseTunnel",
+    "LayerGradientXActivation", "LayerIntegratedGradients", "Lime", "NeuronAttribution",
+    "NeuronFeatureAblation", "NeuronGradientShap", "NeuronIntegratedGradients", "NoiseTunnel",
     "Occlusion", "PerturbationAttribution", "PropagationRule", "Saliency", "ShapleyValueSampling",
     "ShapleyValues",
 ]
