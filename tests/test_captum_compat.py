@@ -151,6 +151,11 @@ CASES = [
         V, 2, REFS, n_samples=4, stdevs=0.1), EXACT),
     ("NeuronFeatureAblation", lambda M: M.NeuronFeatureAblation(MLP_, MLP_.r).attribute(V, 3),
      EXACT),
+    ("NeuronGradient", lambda M: M.NeuronGradient(CNN_, CNN_.fc).attribute(IMG, 1), EXACT),
+    ("NeuronGuidedBackprop", lambda M: M.NeuronGuidedBackprop(CNN_, CNN_.fc).attribute(IMG, 1),
+     EXACT),
+    ("NeuronDeconvolution", lambda M: M.NeuronDeconvolution(CNN_, CNN_.fc).attribute(IMG, 2),
+     EXACT),
     ("NeuronIntegratedGradients, slices summed", lambda M: M.NeuronIntegratedGradients(
         CNN_, CNN_.conv).attribute(IMG, (1, slice(0, 2), 2), n_steps=10), FLOAT32),
     ("FeatureAblation", lambda M: M.FeatureAblation(CNN_).attribute(IMG, target=0), EXACT),

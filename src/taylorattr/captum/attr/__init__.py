@@ -32,8 +32,11 @@ from ._gradient import (
 )
 from ._lrp import LRP, Alpha1_Beta0_Rule, EpsilonRule, GammaRule, IdentityRule, PropagationRule
 from ._neuron import (
+    NeuronDeconvolution,
     NeuronFeatureAblation,
+    NeuronGradient,
     NeuronGradientShap,
+    NeuronGuidedBackprop,
     NeuronIntegratedGradients,
 )
 from ._noise_tunnel import NoiseTunnel
@@ -54,7 +57,8 @@ __all__ = [
     "IntegratedGradients", "KernelShap", "LayerAttribution", "LayerDeepLift",
     "LayerDeepLiftShap", "LayerFeatureAblation", "LayerGradCam", "LayerGradientShap",
     "LayerGradientXActivation", "LayerIntegratedGradients", "Lime", "NeuronAttribution",
-    "NeuronFeatureAblation", "NeuronGradientShap", "NeuronIntegratedGradients", "NoiseTunnel",
+    "NeuronDeconvolution", "NeuronFeatureAblation", "NeuronGradient", "NeuronGradientShap",
+    "NeuronGuidedBackprop", "NeuronIntegratedGradients", "NoiseTunnel",
     "Occlusion", "PerturbationAttribution", "PropagationRule", "Saliency", "ShapleyValueSampling",
     "ShapleyValues",
 ]

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from ...inputs import NeuronView
 from .._mapping import NeuronAttribution
-from ._gradient import GradientShap, IntegratedGradients
+from ._cam import Deconvolution
+from ._gradient import GradientShap, GuidedBackprop, IntegratedGradients, Saliency
 from ._perturbation import FeatureAblation
 
-__all__ = ["NeuronFeatureAblation", "NeuronGradientShap", "NeuronIntegratedGradients"]
+__all__ = ["NeuronDeconvolution", "NeuronFeatureAblation", "NeuronGradient",
+           "NeuronGradientShap", "NeuronGuidedBackprop", "NeuronIntegratedGradients"]
 
 
 class _Neuron(NeuronAttribution):
@@ -69,3 +71,34 @@ class NeuronFeatureAblation(_Neuron):
         return self._method(neuron_selector, attribute_to_neuron_input).attribute(
             inputs, baselines, None, additional_forward_args, feature_mask,
             perturbations_per_eval)
+
+
+class NeuronGuidedBackprop(_Neuron):
+    """Captum's ``NeuronGuidedBackprop``."""
+
+    _compat = GuidedBackprop
+
+    def __init__(self, model, layer, device_ids=None) -> None:
+        super().__init__(model, layer, device_ids)
+
+    def attribute(self, inputs, neuron_selector, additional_forward_args=None,
+                  attribute_to_neuron_input: bool = False):
+        return self._method(neuron_selector, attribute_to_neuron_input).attribute(
+            inputs, None, additional_forward_args)
+
+
+class NeuronDeconvolution(NeuronGuidedBackprop):
+    """Captum's ``NeuronDeconvolution``."""
+
+    _compat = Deconvolution
+
+
+class NeuronGradient(_Neuron):
+    """Captum's ``NeuronGradient``: the signed gradient of the neuron (Saliency without abs)."""
+
+    _compat = Saliency
+
+    def attribute(self, inputs, neuron_selector, additional_forward_args=None,
+                  attribute_to_neuron_input: bool = False):
+        return self._method(neuron_selector, attribute_to_neuron_input).attribute(
+            inputs, None, False, additional_forward_args)
