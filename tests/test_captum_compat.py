@@ -158,6 +158,9 @@ CASES = [
      EXACT),
     ("NeuronIntegratedGradients, slices summed", lambda M: M.NeuronIntegratedGradients(
         CNN_, CNN_.conv).attribute(IMG, (1, slice(0, 2), 2), n_steps=10), FLOAT32),
+    ("compute_convergence_delta", lambda M: M.IntegratedGradients(
+        TWO).compute_convergence_delta((PAIR[0] * 0.5, PAIR[1]), (0.1, PAIR[1][:1]), PAIR,
+                                       target=[0, 2, 1], additional_forward_args=SCALE), EXACT),
     ("FeatureAblation", lambda M: M.FeatureAblation(CNN_).attribute(IMG, target=0), EXACT),
     ("FeatureAblation mask, tuple + args", lambda M: M.FeatureAblation(TWO).attribute(
         PAIR, target=1, additional_forward_args=SCALE,

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from ..inputs import as_tuple, layer_activations
+from .._validation import resolve_target, select_output
+from ..inputs import as_tuple, layer_activations, point_baselines
 from ..methods import AttributionMethod
 
 __all__ = ["Attribution", "Call", "GradientAttribution", "LayerAttribution", "NeuronAttribution",
@@ -152,6 +153,26 @@ class GradientAttribution(Attribution):
 
     def has_convergence_delta(self) -> bool:
         return True
+
+    def compute_convergence_delta(self, attributions, start_point, end_point, target=None,
+                                  additional_forward_args=None) -> torch.Tensor:
+        """Captum's delta of given attributions, ``sum(a) - (f(end) - f(start))`` per sample
+        (the native delta's definition, :meth:`taylorattr.methods.AttributionMethod._delta`)."""
+        with captum_errors():
+            ends, _ = as_tuple(end_point, "end_point")
+            attrs, _ = as_tuple(attributions, "attributions")
+            if attrs[0].shape[0] != ends[0].shape[0]:
+                raise ValueError(f"attributions hold {attrs[0].shape[0]} samples but end_point "
+                                 f"{ends[0].shape[0]}; give one attribution per sample")
+            starts = point_baselines(start_point, ends)
+            extra = additional_forward_args
+            extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
+            with torch.no_grad():
+                f_end, f_start = (self.forward_func(*p, *extra) for p in (ends, starts))
+            t = resolve_target(target, f_end)
+            change = select_output(f_end, t) - select_output(f_start, t)
+            total = sum(a.reshape(a.shape[0], -1).sum(1) for a in attrs)
+            return total - change.to(total.dtype)
 
 
 class PerturbationAttribution(Attribution):
