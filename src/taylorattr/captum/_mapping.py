@@ -169,6 +169,8 @@ class GradientAttribution(Attribution):
             extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
             with torch.no_grad():
                 f_end, f_start = (self.forward_func(*p, *extra) for p in (ends, starts))
+            if isinstance(target, list):  # one class per sample (Captum's form)
+                target = torch.as_tensor(target, dtype=torch.long)
             t = resolve_target(target, f_end)
             change = select_output(f_end, t) - select_output(f_start, t)
             total = sum(a.reshape(a.shape[0], -1).sum(1) for a in attrs)
