@@ -448,3 +448,12 @@ def test_grad_cam_warns_at_a_stem_and_refuses_to_upsample_a_map_without_spatial_
     a = CNN_.fc(h)
     (g,) = torch.autograd.grad(CNN_.out(CNN_.r2(a))[:, 0].sum(), a)
     torch.testing.assert_close(flat, (g * a).sum(1, keepdim=True), **EXACT)
+
+
+def test_native_several_layers_at_once_equal_captums_list_of_layers():
+    from taylorattr.methods import GradientInput
+
+    ours = GradientInput(CNN_).attribute(IMG, target=1, layer=[CNN_.conv, CNN_.fc])
+    theirs = C.LayerGradientXActivation(CNN_, [CNN_.conv, CNN_.fc]).attribute(IMG, target=1)
+    assert isinstance(ours, list) and len(ours) == 2
+    _close(ours, theirs, EXACT)

@@ -56,7 +56,7 @@ from ._passes import (
     per_sample_sum,
 )
 
-__all__ = ["AttributionMethod", "Explanation", "ImplicitBaselineMethod"]
+__all__ = ["AttributionMethod", "Explanation", "ImplicitBaselineMethod", "Several"]
 
 def _single_input(model) -> bool:
     """True when ``model.forward`` takes exactly one argument without a default."""
@@ -119,7 +119,8 @@ class AttributionMethod:
         """``layer`` / ``attribute_to_layer_input``: the default of every ``attribute`` call
         (Captum's ``LayerIntegratedGradients(model, layer)`` style)."""
         check_model(model)
-        check_layer(model, layer, attribute_to_layer_input)
+        for one in (layer if isinstance(layer, (list, tuple)) else [layer]):
+            check_layer(model, one, attribute_to_layer_input)
         self.model = model
         # private: code that rebuilds a method from its public attributes (the audit) keeps
         # working; the layer is a per-call default, not a registry setting
@@ -159,7 +160,8 @@ class AttributionMethod:
                 sample (Captum's sign), averaged over the references a method draws.
             additional_forward_args (option): a value or tuple passed after the inputs to
                 every model call; tensors in it are batch-first ``[B, ...]``.
-            layer (option): a submodule; attributions are then w.r.t. its output (input with
+            layer (option): a submodule (or a list of them: a list of results, one per layer);
+                attributions are then w.r.t. its output (input with
                 ``attribute_to_layer_input=True``), ``baselines`` stay input baselines.
             (tuple inputs: ``baselines`` is a scalar or a tuple with one entry per input)
             show_progress: a tqdm bar over the method's chunks.
@@ -229,6 +231,17 @@ class AttributionMethod:
                             f"{', '.join(map(repr, unknown))} (method options: {accepted}; "
                             f"input arguments: {', '.join(self.INPUT_ARGS)})")
         options = dict(options)
+        several = options.get("layer", self._layer)
+        if isinstance(several, (list, tuple)):  # several layers: one call each
+            if not several:
+                raise ValueError("layer must be a submodule or a non-empty list of them")
+            to_input = options.get("attribute_to_layer_input",
+                                   self._to_layer_input if several is self._layer else False)
+            return Several(tuple(self._run(inputs, baselines, target,
+                                           {**options, "layer": m,
+                                            "attribute_to_layer_input": to_input},
+                                           show_progress, return_convergence_delta)
+                                 for m in several))
         extra = options.pop("additional_forward_args", None)
         layer = options.pop("layer", self._layer)
         to_input = options.pop("attribute_to_layer_input",
@@ -473,3 +486,14 @@ class Explanation:
     def result(self):
         """``attributions``, or ``(attributions, delta)`` when the delta was asked for."""
         return self.attributions if self.delta is None else (self.attributions, self.delta)
+
+
+@dataclass(frozen=True)
+class Several:
+    """The calls of several layers (``layer=[l_1, ..., l_k]``), one :class:`Explanation` each."""
+
+    explanations: tuple
+
+    def result(self):
+        """One result per layer, in order (Captum's list for a list of layers)."""
+        return [e.result() for e in self.explanations]
