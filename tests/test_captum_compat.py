@@ -448,6 +448,11 @@ def test_grad_cam_warns_at_a_stem_and_refuses_to_upsample_a_map_without_spatial_
     a = CNN_.fc(h)
     (g,) = torch.autograd.grad(CNN_.out(CNN_.r2(a))[:, 0].sum(), a)
     torch.testing.assert_close(flat, (g * a).sum(1, keepdim=True), **EXACT)
+    # layer= names Grad-CAM's layer (as conv_layer=), at construction or per call
+    by_name = GradCAM(CNN_, layer=CNN_.fc).attribute(IMG, target=0, upsample=False)
+    torch.testing.assert_close(by_name, flat, **EXACT)
+    with pytest.raises(ValueError, match="tuple inputs"):
+        GradCAM(TWO).attribute(PAIR, target=0, conv_layer=TWO.a, additional_forward_args=SCALE)
 
 
 def test_native_several_layers_at_once_equal_captums_list_of_layers():

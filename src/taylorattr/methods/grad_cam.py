@@ -125,13 +125,21 @@ class GradCAM(ImplicitBaselineMethod):
 
     def _run(self, inputs, baselines, target, options, show_progress, want_delta):
         """``upsample=False``: the layer's map for any inputs (not shaped like them), from one
-        forward and backward of the user's model; else the base class's call."""
+        forward and backward of the user's model; else the base class's call. ``layer=`` (and
+        ``attribute_to_layer_input``, here or at construction) name Grad-CAM's layer, as
+        ``conv_layer=`` (``conv_layer_input``) do: Grad-CAM has no other use for a layer."""
+        options = self._conv_layer_options(dict(options))
         if options.get("upsample", True) is not False:
+            if not isinstance(inputs, torch.Tensor):
+                raise ValueError("Grad-CAM upsamples its map to the spatial size of one input; "
+                                 "for tuple inputs pass upsample=False (the map at the layer's "
+                                 "resolution) and upsample it to each input yourself")
             return super()._run(inputs, baselines, target, options, show_progress, want_delta)
         if want_delta:
             raise ValueError("return_convergence_delta: the layer-resolution Grad-CAM map "
                              "(upsample=False) is not shaped like the inputs; no delta")
         opts = dict(options)
+        opts.pop("layer")
         extra = opts.pop("additional_forward_args", None)
         parts, _ = as_tuple(inputs)
         batch = check_batch(parts, floats=False)
@@ -144,6 +152,18 @@ class GradCAM(ImplicitBaselineMethod):
         m = cam(self._model, module, parts + extra, t, relu, opts.get("conv_layer_input", False),
                 opts.get("sum_channels", True))
         return Explanation(m, None, select_output(out, t).detach(), t, None)
+
+    def _conv_layer_options(self, options: dict) -> dict:
+        layer = options.pop("layer", self._layer)
+        to_input = options.pop("attribute_to_layer_input",
+                               self._to_layer_input if layer is self._layer else False)
+        if layer is not None:
+            if options.get("conv_layer") is not None and options["conv_layer"] is not layer:
+                raise ValueError("give Grad-CAM's layer once: conv_layer= or layer=")
+            options["conv_layer"] = layer
+            options["conv_layer_input"] = options.get("conv_layer_input", False) or to_input
+        options["layer"] = None  # not the base class's layer attribution
+        return options
 
     def _settings(self, opts):
         relu = check_bool(opts.get("relu_attributions", False), "relu_attributions")
