@@ -22,9 +22,19 @@ from .._validation import resolve_target, select_output
 from ..inputs import as_tuple, layer_activations, point_baselines
 from ..methods import AttributionMethod
 
-__all__ = ["Attribution", "Call", "GradientAttribution", "LayerAttribution", "NeuronAttribution",
-           "PerturbationAttribution", "captum_noise", "for_layers", "native_call",
-           "not_offered"]
+__all__ = [
+    "Attribution",
+    "Call",
+    "GradientAttribution",
+    "LayerAttribution",
+    "NeuronAttribution",
+    "PerturbationAttribution",
+    "TensorOutput",
+    "captum_noise",
+    "for_layers",
+    "native_call",
+    "not_offered",
+]
 
 
 def not_offered(what: str, why: str) -> NotImplementedError:
@@ -39,6 +49,8 @@ def native_call(native_method: AttributionMethod, inputs, baselines=None, target
     in the structure of ``inputs``."""
     if native_method.baseline_kind == "point" and baselines is None:
         baselines = 0.0
+    if isinstance(baselines, bool):  # Captum takes True/False for bool inputs
+        baselines = float(baselines)
     options = dict(options)
     show_progress = options.pop("show_progress", False)
     if additional_forward_args is not None:
@@ -121,6 +133,25 @@ def layer_inputs(model, layer, inputs, additional_forward_args, to_input: bool):
     return layer_activations(model, layer, tuple(parts) + extra, to_input)
 
 
+class TensorOutput(nn.Module):
+    """``forward_func`` with a Python number output made a tensor, as Captum's perturbation
+    methods read it (a float: float64, an int: int64)."""
+
+    def __init__(self, forward_func):
+        super().__init__()
+        if isinstance(forward_func, nn.Module):
+            self.model = forward_func
+        else:
+            self.fn = forward_func
+
+    def forward(self, *args):
+        out = (self.model if "model" in self._modules else self.fn)(*args)
+        if isinstance(out, (int, float)) and not isinstance(out, bool):
+            return torch.tensor(out, dtype=torch.float64 if isinstance(out, float) else
+                                torch.int64)
+        return out
+
+
 class Attribution:
     """Captum's ``Attribution``: holds ``forward_func``."""
 
@@ -178,7 +209,9 @@ class GradientAttribution(Attribution):
 
 
 class PerturbationAttribution(Attribution):
-    """Captum's ``PerturbationAttribution``."""
+    """Captum's ``PerturbationAttribution`` (its ``multiplies_by_inputs`` is True)."""
+
+    _multiply_by_inputs = True
 
 
 class LayerAttribution(Attribution):

@@ -9,8 +9,8 @@ here, once for all methods, by wrapping the model for the call:
   (:attr:`~taylorattr.methods.AttributionMethod.perturbation`: they only put input or
   baseline values into copies). The inputs are carried as float64 (exact for integers up to
   ``2**53``) and cast back to their dtype in every model call, so the model sees exactly the
-  values it would; attributions have the model output's dtype (float64 for a model that
-  returns integers, whose outputs are carried as float64).
+  values it would; attributions have the model output's dtype (integer outputs are carried
+  as float64 and their drops, exact integers, cast back, as Captum returns them).
 * **Outputs beyond two dimensions** ``[B, d_1, ..., d_k]``: the model is seen with its output
   flattened to ``[B, d_1 * ... * d_k]`` and a target ``(i_1, ..., i_k)`` (or a list of such
   tuples, one per sample) becomes the flat column ``ravel_multi_index((i_1, ..., i_k))``.
@@ -100,7 +100,7 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
     if not (discrete or flat):
         return None
     return _Call(parts, is_tuple, baselines, target, extra, layer, options, discrete, flat,
-                 out.dtype if out.is_floating_point() else torch.float64, want_delta)
+                 out.dtype, want_delta)
 
 
 def whole_batch(method, inputs, baselines, target, extra, layer, options, want_delta):
@@ -245,6 +245,7 @@ class _Aggregate:
                              "output is not one row per sample (aggregate mode)")
         if out.is_complex():
             raise TypeError(f"model must return a real tensor, got dtype {out.dtype}")
+        self.dtype = out.dtype  # of the attributions (exact drops of an integer output)
         out = out if out.is_floating_point() else out.double()  # as _Recast carries it
         self.parts, self.is_tuple = parts, is_tuple
         self.baselines, self.extra, self.options, self.out = baselines, extra, options, out
@@ -275,7 +276,7 @@ class _Aggregate:
         finally:
             method._model = model
             method._adapting = False
-        result = tuple(torch.stack([a[i][0, 0].reshape(s) for a in per_output]).to(self.out.dtype)
+        result = tuple(torch.stack([a[i][0, 0].reshape(s) for a in per_output]).to(self.dtype)
                        for i, s in enumerate(shapes))
         return type(ex)(result if self.is_tuple else result[0], None,  # an Explanation
                         self.out.detach().reshape(-1), None, None)

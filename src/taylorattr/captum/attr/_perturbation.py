@@ -15,7 +15,14 @@ import torch
 
 from ... import methods as native
 from ...inputs import as_tuple
-from .._mapping import Call, LayerAttribution, PerturbationAttribution, for_layers, not_offered
+from .._mapping import (
+    Call,
+    LayerAttribution,
+    PerturbationAttribution,
+    TensorOutput,
+    for_layers,
+    not_offered,
+)
 
 __all__ = ["FeatureAblation", "KernelShap", "LayerFeatureAblation", "Lime", "Occlusion",
            "ShapleyValueSampling", "ShapleyValues"]
@@ -60,7 +67,7 @@ class FeatureAblation(PerturbationAttribution):
 
     def __init__(self, forward_func) -> None:
         super().__init__(forward_func)
-        self._native = native.Occlusion(forward_func)
+        self._native = native.Occlusion(TensorOutput(forward_func))
 
     def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
               feature_mask=None, perturbations_per_eval: int = 1, show_progress: bool = False,
@@ -72,6 +79,9 @@ class FeatureAblation(PerturbationAttribution):
         if feature_mask is None:
             feature_mask = default_mask(parts)
             feature_mask = feature_mask if is_tuple else feature_mask[0]
+        elif is_tuple:  # a 0-d mask: the whole input is one group (Captum's form)
+            feature_mask = tuple(m.reshape((1,) * p.dim()) if isinstance(m, torch.Tensor)
+                                 and m.dim() == 0 else m for m, p in zip(feature_mask, parts))
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
                     {"feature_mask": feature_mask, "show_progress": show_progress,
                      "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)})
@@ -158,7 +168,7 @@ class ShapleyValueSampling(PerturbationAttribution):
 
     def __init__(self, forward_func) -> None:
         super().__init__(forward_func)
-        self._native = _perturbation(native.ShapleyValues(forward_func))
+        self._native = _perturbation(native.ShapleyValues(TensorOutput(forward_func)))
 
     def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
               feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
@@ -205,7 +215,7 @@ class KernelShap(PerturbationAttribution):
 
     def __init__(self, forward_func) -> None:
         super().__init__(forward_func)
-        self._native = _perturbation(native.KernelShap(forward_func))
+        self._native = _perturbation(native.KernelShap(TensorOutput(forward_func)))
 
     def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
               feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
@@ -256,7 +266,7 @@ class Lime(KernelShap):
             if value is not None:
                 raise not_offered(f"Lime({name}=...)", "Captum's defaults are mapped; the "
                                   "native Lime takes interpretable_model=fit(z, y, weights)")
-        self._native = native.Lime(forward_func)
+        self._native = native.Lime(TensorOutput(forward_func))
 
     def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
               feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
