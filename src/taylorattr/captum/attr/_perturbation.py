@@ -244,7 +244,12 @@ def _lasso(alpha: float):
     """Captum's default interpretable model: scikit-learn's ``Lasso(alpha)`` fitted on
     float32 arrays with the similarities as sample weights (as Captum's ``SkLearnLasso``)."""
     def fit(z, y, weights):
-        from sklearn.linear_model import Lasso  # optional (oracle extra), heavy import
+        try:
+            from sklearn.linear_model import Lasso  # optional (oracle extra), heavy import
+        except ImportError as exc:
+            raise ImportError("taylorattr.captum.attr.Lime fits Captum's default model, "
+                              "scikit-learn's Lasso: pip install scikit-learn (or the "
+                              "taylorattr[oracle] extra)") from exc
 
         model = Lasso(alpha=alpha).fit(z.float().numpy(), y.float().numpy(),
                                        sample_weight=weights.float().numpy())
