@@ -11,6 +11,9 @@ trapezoid) are options, with Captum's nodes and weights, except that the trapezo
 weights here are the rule's own ``1/(n-1)`` (ends halved), summing to 1: Captum uses
 ``1/n``, so its trapezoid attributions are ours times ``(n-1)/n``.
 
+``multiply_by_inputs=False`` returns the path-averaged gradient without the factor
+``x_i - x~_i`` (Captum's option).
+
 Cost: ``n_steps * B`` forward+backward rows, run in chunks of ``internal_batch_size``
 rows (default: automatic, 128 rows of 784 features per thread).
 """

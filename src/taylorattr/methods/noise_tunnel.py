@@ -16,8 +16,15 @@ same seed gives bitwise the same attributions for the same settings. An inner me
 that draws at random itself (an ``n_samples``/``seed`` method) gets one seed per call,
 drawn from the same generator after the noise.
 
+Tuple inputs, ``additional_forward_args`` and ``layer=`` (:meth:`NoiseTunnel._run_copies`):
+the noise is added to every input (drawn input by input), and the inner method gets the
+noisy copies of the user's inputs with each sample's target, baselines and arguments
+repeated, so it handles them (and the layer) as in a direct call. ``noise=`` gives the
+noise instead of drawing it; ``copy_deltas=True`` returns the inner method's delta of every
+noisy copy ``[B, n]`` (Captum's, flattened there) instead of the tunnel's ``[B]``.
+
 ``NoiseTunnel(model, inner, **inner_init)`` wraps any registered method (its registry name,
-whose pinned options apply, or its class); the inner method's options are options of the
+whose pinned options apply, its class, or a method instance); the inner method's options are options of the
 tunnel (``n_steps`` for Integrated Gradients, ...), except ``seed`` and ``stdevs``, which
 belong to the tunnel. :class:`SmoothGrad` (Saliency inside) and
 :class:`SmoothIntegratedGradients` are the registered tunnels.
