@@ -462,3 +462,20 @@ def test_native_several_layers_at_once_equal_captums_list_of_layers():
     theirs = C.LayerGradientXActivation(CNN_, [CNN_.conv, CNN_.fc]).attribute(IMG, target=1)
     assert isinstance(ours, list) and len(ours) == 2
     _close(ours, theirs, EXACT)
+
+
+def test_infidelity_equals_captums_with_the_same_perturbations():
+    from captum.metrics import infidelity as captum_infidelity
+
+    from taylorattr.captum.metrics import infidelity
+
+    def perturb(inputs):
+        noise = torch.randn_like(inputs) * 0.1
+        return noise, inputs - noise
+
+    attr = T.IntegratedGradients(MLP_).attribute(V, target=1, n_steps=8)
+    for normalize in (False, True):
+        ours, theirs = _same_draws(lambda M, norm=normalize: (
+            infidelity if M is T else captum_infidelity)(
+            MLP_, perturb, V, attr, target=1, n_perturb_samples=6, normalize=norm))
+        torch.testing.assert_close(ours, theirs.to(DT), rtol=1e-6, atol=1e-9)
