@@ -158,6 +158,11 @@ CASES = [
      EXACT),
     ("NeuronIntegratedGradients, slices summed", lambda M: M.NeuronIntegratedGradients(
         CNN_, CNN_.conv).attribute(IMG, (1, slice(0, 2), 2), n_steps=10), FLOAT32),
+    ("LayerConductance + delta", lambda M: M.LayerConductance(CNN_, CNN_.fc).attribute(
+        IMG, 0.1, target=1, n_steps=12, return_convergence_delta=True), EXACT),
+    ("LayerConductance at a layer input, trapezoid nodes", lambda M: M.LayerConductance(
+        CNN_, CNN_.conv).attribute(IMG, target=1, n_steps=7, method="riemann_trapezoid",
+                                   attribute_to_layer_input=True), {"rtol": 0, "atol": 1e-8}),
     ("compute_convergence_delta", lambda M: M.IntegratedGradients(
         TWO).compute_convergence_delta((PAIR[0] * 0.5, PAIR[1]), (0.1, PAIR[1][:1]), PAIR,
                                        target=[0, 2, 1], additional_forward_args=SCALE), EXACT),

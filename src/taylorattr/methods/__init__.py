@@ -28,6 +28,7 @@ from .guided_grad_cam import GuidedGradCam
 from .integrated_gradients import IntegratedGradients
 from .kernel_shap import KernelShap
 from .layerwise import LayerRecord, UnsupportedModelError, global_relevance, local_relevance
+from .layer_conductance import LayerConductance
 from .lime import Lime
 from .lrp import EpsilonLRP
 from .lrp_rules import LRP
@@ -65,4 +66,4 @@ __all__ = [
     "local_relevance",
 ]
 __all__ += ["LRP", "KernelShap", "PredictionDifference", "ShapleyValues"]
-__all__ += ["Deconvolution", "GuidedGradCam", "Lime"]
+__all__ += ["Deconvolution", "GuidedGradCam", "LayerConductance", "Lime"]

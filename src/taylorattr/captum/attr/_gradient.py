@@ -26,8 +26,9 @@ from .._mapping import (
 )
 
 __all__ = ["DeepLift", "DeepLiftShap", "GradientShap", "GuidedBackprop", "InputXGradient",
-           "IntegratedGradients", "LayerDeepLift", "LayerDeepLiftShap", "LayerGradientShap",
-           "LayerGradientXActivation", "LayerIntegratedGradients", "Saliency"]
+           "IntegratedGradients", "LayerConductance", "LayerDeepLift", "LayerDeepLiftShap",
+           "LayerGradientShap", "LayerGradientXActivation", "LayerIntegratedGradients",
+           "Saliency"]
 
 
 def _no(value, what: str, why: str) -> None:
@@ -401,3 +402,23 @@ class LayerGradientShap(LayerAttribution, GradientShap):
         return self._call(inputs, baselines, n_samples, stdevs, target, additional_forward_args,
                           return_convergence_delta, layer=self.layer,
                           attribute_to_layer_input=attribute_to_layer_input).run()
+
+
+class LayerConductance(LayerAttribution, GradientAttribution):
+    """Captum's ``LayerConductance``: :class:`taylorattr.methods.LayerConductance`."""
+
+    def __init__(self, forward_func, layer, device_ids=None) -> None:
+        super().__init__(forward_func, layer, device_ids)
+        self._native = native.LayerConductance(forward_func)
+        self._multiply_by_inputs = True
+
+    def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
+                  n_steps: int = 50, method: str = "gausslegendre", internal_batch_size=None,
+                  return_convergence_delta: bool = False, attribute_to_layer_input: bool = False,
+                  grad_kwargs=None):
+        _no(grad_kwargs, "grad_kwargs", "gradients are taken with torch.autograd.grad's defaults")
+        return Call(self._native, inputs, baselines, target, additional_forward_args,
+                    return_convergence_delta,
+                    {"conductance_layer": self.layer, "layer_input": attribute_to_layer_input,
+                     "n_steps": n_steps, "method": method,
+                     "internal_batch_size": internal_batch_size}).run()
