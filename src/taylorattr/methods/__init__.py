@@ -27,8 +27,8 @@ from .guided_backprop import GuidedBackprop
 from .guided_grad_cam import GuidedGradCam
 from .integrated_gradients import IntegratedGradients
 from .kernel_shap import KernelShap
-from .layerwise import LayerRecord, UnsupportedModelError, global_relevance, local_relevance
 from .layer_conductance import LayerConductance
+from .layerwise import LayerRecord, UnsupportedModelError, global_relevance, local_relevance
 from .lime import Lime
 from .lrp import EpsilonLRP
 from .lrp_rules import LRP
