@@ -484,3 +484,18 @@ def test_infidelity_equals_captums_with_the_same_perturbations():
             infidelity if M is T else captum_infidelity)(
             MLP_, perturb, V, attr, target=1, n_perturb_samples=6, normalize=norm))
         torch.testing.assert_close(ours, theirs.to(DT), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("method", ["FeatureAblation", "ShapleyValueSampling"])
+def test_scalar_output_of_tuple_inputs_equals_captum(method):
+    """A whole-batch output of two inputs, groups shared by the inputs (the same id in both
+    is one group, as Captum 0.9 ablates it). Captum's Lime fails on this call (it passes the
+    additional arguments wrongly in its whole-batch mode)."""
+    def total(x, y, scale):
+        return TWO(x, y, scale).sum()
+
+    masks = (torch.tensor([[0, 0, 1, 2]]), torch.tensor([[2, 3, 3]]))
+    ours, theirs = _same_draws(lambda M: getattr(M, method)(total).attribute(
+        PAIR, additional_forward_args=SCALE, feature_mask=masks,
+        **({} if method == "FeatureAblation" else {"n_samples": 6})))
+    _close(ours, tuple(t.to(DT) for t in theirs), EXACT if method == "FeatureAblation" else FLOAT32)
