@@ -32,7 +32,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 import torch
 from torch import nn
 
-from ._validation import check_inputs
+from ._validation import broadcast_baselines, check_inputs
 
 __all__ = ["InputModel", "Layout", "NeuronView", "View", "as_tuple", "check_additional_args",
            "check_layer", "layer_activations", "point_baselines", "swap_layer",
@@ -248,6 +248,9 @@ class InputModel(nn.Module):
         self.n_inputs = n_inputs  # the model's own inputs (layer mode), first in the context
         self.extra = extra
         self.n_context = 0
+        # the wrapper is in the mode of the model it wraps (nn.Module starts in train mode,
+        # which would warn about dropout the user's eval-mode model does not run)
+        self.train(model.training if isinstance(model, nn.Module) else False)
 
     def set_context(self, tensors: tuple) -> None:
         """The per-sample tensors (``[1, ...]`` each) for the next calls."""
@@ -282,7 +285,6 @@ def slice_option(value, b: int, batch: int):
 
 def point_baselines(baselines, parts: tuple) -> tuple:
     """Point baselines for every input: a scalar, a tensor (one input) or one per input."""
-    from ._validation import broadcast_baselines
 
     per = Layout.of(parts, True).per_input(baselines, "baselines", lambda v: False)
     names = ["baselines"] if len(parts) == 1 else [f"baselines[{i}]" for i in range(len(parts))]

@@ -16,6 +16,9 @@ Not counted, and said so in the lines: methods that cannot run on the stage's mo
 (named), the training of models not yet cached
 (``validate``, ``assess``, ``reproduce``), the chunk-size memory probes, plotting and
 file writes, and the principles audit of ``reproduce`` (probe networks, no row plan).
+
+Why one module: each command's estimate is a few lines that count one stage's rows; kept
+together they share the per-model timing probe and the one line format.
 """
 from __future__ import annotations
 

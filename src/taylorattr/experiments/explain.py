@@ -23,7 +23,6 @@ The columns are the methods the registry enters in the saliency grid
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,21 +34,17 @@ SIGNS = ("all", "positive", "negative", "abs")
 DIFFERENCE_LABEL = "Taylor-2 - Taylor-1"
 
 
-def _slug(text) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")
-
-
 def explain_columns(patch: int = 16, ig_steps: int = 32, eg_samples: int = 32,
                     eg_noise: float | None = None) -> dict:
     """Method name -> bound method of every column of the grid (the registry's saliency
     methods), named by the slug of its label (``gi``, ``occ-16x16``, ``taylor-2``, ...)."""
-    from ..registry import variants
+    from ..registry import slug, variants
 
     context = {"patch": patch, "n_steps": ig_steps, "n_samples": eg_samples}
     if eg_noise is not None:
         context["noise_std"] = eg_noise
     bound = [spec.bind(v, context=context) for spec, v in variants("saliency")]
-    return {_slug(m.label): m for m in bound}
+    return {slug(m.label): m for m in bound}
 
 
 def explain_methods(patch: int = 16) -> tuple[str, ...]:
@@ -61,15 +56,11 @@ def canonical_method(name: str, patch: int = 16, columns: dict | None = None) ->
     """The grid name of ``name``: a name, a label (``"Occ-16x16"``) or a registry name
     (``"integrated_gradients"``, the method's first column), in any case. ``columns``:
     :func:`explain_columns` already built (default: built here)."""
+    from ..registry import resolve, slug
+
     columns = explain_columns(patch) if columns is None else columns
-    slug = _slug(name)
-    if slug in columns:
-        return slug
-    for key, m in columns.items():
-        if _slug(m.name) == slug:
-            return key
-    raise ValueError(f"methods: unknown method {name!r}; choose from "
-                     f"{', '.join(columns)} (labels and registry names work too)")
+    key = slug(name)
+    return key if key in columns else slug(resolve(name, among=columns.values()).label)
 
 
 @dataclass
@@ -106,9 +97,10 @@ def _columns(methods, patch: int, ig_steps: int, eg_samples: int, eg_noise) -> d
 
 
 def _maps(net, x, target: int, columns: dict, taylor_model, show_progress: bool = False
-          ) -> tuple[dict, list[str]]:
-    """The maps of every column; Taylor expansions (methods with an ``order``) run on
-    ``taylor_model(net)`` when given (a smoothed copy, say), the others on ``net``."""
+          ) -> tuple[dict, list[str], dict]:
+    """The maps of every column, the notes, and the map key of each Taylor order; Taylor
+    expansions (methods with an ``order``) run on ``taylor_model(net)`` when given (a
+    smoothed copy, say), the others on ``net``."""
     from .saliency import saliency_maps
 
     others = [m for m in columns.values() if "order" not in m.settings]
@@ -120,13 +112,14 @@ def _maps(net, x, target: int, columns: dict, taylor_model, show_progress: bool 
         suffix = f" ({note})" if note else ""
         maps.update({label + suffix: v for label, v in t_maps.items()})
         notes += t_notes
-    return maps, notes
+        return maps, notes, {m.settings["order"]: m.label + suffix for m in taylor}
+    return maps, notes, {}
 
 
-def _difference_panel(maps: dict, notes: list[str]) -> None:
-    """Add "Taylor-2 - Taylor-1" when both orders gave maps, with its relative size noted."""
-    one = next((v for k, v in maps.items() if k.startswith("Taylor-1")), None)
-    two = next((v for k, v in maps.items() if k.startswith("Taylor-2")), None)
+def _difference_panel(maps: dict, notes: list[str], by_order: dict) -> None:
+    """Add "Taylor-2 - Taylor-1" when both orders gave maps (``by_order``: order -> map
+    key), with its relative size noted."""
+    one, two = (maps.get(by_order.get(k)) for k in (1, 2))
     if one is None or two is None or isinstance(one, str) or isinstance(two, str):
         return
     diff = two - one
@@ -143,13 +136,14 @@ def _write_outputs(out: Path, stem: str, plotted: dict, lines: list[str],
     import numpy as np
 
     from .. import _io
+    from ..registry import slug
 
     warnings_file = _io.atomic_write_text(out / f"{stem}-warnings.txt",
                                           "\n".join(lines or ["no warnings"]) + "\n")
     files = []
     if save_maps:
         for name, array in plotted.items():
-            base = out / f"{stem}-maps" / re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
+            base = out / f"{stem}-maps" / slug(name)
             files.append(_io.save_tensors(array, base.with_suffix(".pt")))
             with _io.atomic_path(base.with_suffix(".npy")) as tmp, open(tmp, "wb") as fh:
                 np.save(fh, array.numpy())
@@ -233,11 +227,11 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
         raise ValueError(f"target must lie in [0, {probs.shape[0]}), got {target}")
     if taylor_model is None and beta is not None:
         taylor_model = _smoothed(x, target, beta)
-    maps, notes = _maps(net, x, target, columns, taylor_model, show_progress)
+    maps, notes, by_order = _maps(net, x, target, columns, taylor_model, show_progress)
     pairs_figure = None if not interactions else _interaction_figure(
         net, x, target, taylor_model, Path(out_dir), Path(image).stem, net.unnormalize(x[0]),
         show_progress)
-    _difference_panel(maps, notes)
+    _difference_panel(maps, notes, by_order)
     left_out = {k: v.removeprefix("not supported: ").rstrip(": ") for k, v in maps.items()
                 if isinstance(v, str)}
     shown = {k: v for k, v in maps.items() if not isinstance(v, str)}

@@ -189,7 +189,7 @@ def _saliency_section(ws, cfg) -> Section:
 
 
 def _interactions_section(ws, cfg) -> Section:
-    from .pair_interactions import format_interactions, run_interactions
+    from .interactions import format_interactions, run_interactions
 
     n = cfg.interaction_samples or (16 if cfg.quick else 100)
     result = run_interactions(ws, n_samples=n)

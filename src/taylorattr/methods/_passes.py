@@ -10,8 +10,9 @@ from collections.abc import Iterator
 
 import torch
 
-from .._validation import check_positive_int, select_output
+from .._validation import check_optional_positive_int, select_output
 from ..runtime.batching import chunk_rows, count_blocks, heuristic_rows, planned_blocks
+from ..runtime.cost import Cost
 
 __all__ = ["check_optional_positive_int", "chunk_ranges", "default_chunk_rows",
            "gradient_pass_cost", "grid_blocks", "input_gradient", "per_sample_sum",
@@ -28,11 +29,6 @@ def default_chunk_rows(inputs: torch.Tensor, backward: bool, model=None) -> int:
     if model is None:
         return heuristic_rows(inputs, backward)
     return chunk_rows(model, inputs, backward)
-
-
-def check_optional_positive_int(value, name: str) -> int | None:
-    """None (automatic) or an int >= 1."""
-    return None if value is None else check_positive_int(value, name)
 
 
 def _progress(blocks, total: int, show_progress: bool, desc: str):
@@ -89,7 +85,6 @@ def target_gradient(model, rows: torch.Tensor, target_rows: torch.Tensor | None)
 def gradient_pass_cost(rows: int):
     """The :class:`~taylorattr.runtime.cost.Cost` of ``rows`` rows run forward and swept backward
     (:func:`target_gradient` on them)."""
-    from ..runtime.cost import Cost
 
     return Cost(forward_rows=rows, backward_rows=rows)
 

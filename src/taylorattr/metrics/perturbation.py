@@ -5,11 +5,13 @@ Gaussian noise, one score per sample:
     beta = E[pred * change] / E[pred^2]   (the optimal scale; 1 without ``normalize``)
 
 Sign convention as in ``docs/design.md``: attributions explain the output drop.
+
+Why one module: both perturbation sets share the chunked removal pass, the optimal-beta
+score and the argument checks; only how a perturbation is drawn differs.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from numbers import Real
 
 import torch
 from tqdm.auto import tqdm
@@ -20,6 +22,7 @@ from .._validation import (
     check_inputs,
     check_model,
     check_positive_int,
+    check_real,
     check_seed,
     model_output,
     resolve_target,
@@ -27,6 +30,7 @@ from .._validation import (
 )
 from ..inputs import Layout, as_tuple, check_additional_args, check_batch
 from ..runtime.batching import chunk_rows
+from ..runtime.cost import Cost
 from .fidelity import _acc_dtype
 
 __all__ = ["gaussian_perturbation", "infidelity", "infidelity_cost", "optimal_beta_score",
@@ -77,10 +81,7 @@ def gaussian_perturbation(noise_std: float = 0.2) -> Perturbation:
     in float64 on the CPU ``generator`` and then cast to the inputs' dtype and device, so
     a seed gives the same perturbations on every device and in float32 and float64.
     """
-    if isinstance(noise_std, bool) or not isinstance(noise_std, Real):
-        raise TypeError(f"noise_std must be a positive real number, got {type(noise_std).__name__}")
-    if not (float(noise_std) > 0 and float(noise_std) < float("inf")):
-        raise ValueError(f"noise_std must be positive and finite, got {noise_std}")
+    check_real(noise_std, "noise_std", 0.0, strict=True)
     std = float(noise_std)
 
     def perturb(inputs: torch.Tensor, generator: torch.Generator):
@@ -434,7 +435,6 @@ def infidelity_cost(inputs: torch.Tensor, perturbation="square", max_side: int =
     """The rows :func:`infidelity` runs (a :class:`~taylorattr.runtime.cost.Cost`): one forward of
     the batch and one per (sample, perturbation): the squares of :func:`square_removal`
     (``"square"``) or ``n_perturb_samples`` draws (default 1000). Runs no model."""
-    from ..runtime.cost import Cost
 
     inputs = check_inputs(inputs)
     b = inputs.shape[0]

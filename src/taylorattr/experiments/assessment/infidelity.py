@@ -17,10 +17,11 @@ import torch
 
 from ..._validation import broadcast_baselines, check_bool, select_output
 from ...baselines import Point
+from ...methods import TaylorAttribution
 from ...metrics import square_removal
 from ...metrics.perturbation import optimal_beta_score, square_removed_rows, square_sums
 from ...metrics.statistics import compare_paired, mean_sem, wilcoxon_signed_rank
-from ...registry import METHODS
+from ...registry import of_class
 from .. import paper
 from .._units import fingerprint
 from .stage import Stage, collect, timed
@@ -140,7 +141,7 @@ def run_infidelity(stage: Stage, models, n: int, counts, result) -> None:
 def run_taylor_order(stage: Stage, models, n: int, orders, result) -> None:
     """Experiment 2: infidelity of the order-K Taylor attribution, one row per (model, K)."""
     x = stage.ws.held_out_digits(n)
-    taylor = [METHODS["taylor"].bind(order=k) for k in orders]
+    taylor = [of_class(TaylorAttribution).bind(order=k) for k in orders]
     units = _units(stage, models, x, taylor, "taylor order")
     starts = [i0 for i0, _ in stage.spans(x)]
     for m in models:
