@@ -291,6 +291,14 @@ def test_kernel_shap_on_an_additive_model_is_the_closed_form_as_in_captum():
     theirs = C.KernelShap(lin).attribute(V, REFS[:1], target=1, n_samples=40)
     torch.testing.assert_close(ours, closed, rtol=1e-8, atol=1e-8)
     torch.testing.assert_close(theirs.to(DT), closed, rtol=1e-5, atol=1e-5)
+    mask = torch.tensor([[0, 0, 1, 1, 2]])
+    groups = T.KernelShap(lin).attribute(V, REFS[:1], target=1, n_samples=40,
+                                         feature_mask=mask, return_input_shape=False)
+    theirs = C.KernelShap(lin).attribute(V, REFS[:1], target=1, n_samples=40,
+                                         feature_mask=mask, return_input_shape=False)
+    by_group = torch.stack([closed[:, :2].sum(1), closed[:, 2:4].sum(1), closed[:, 4]], 1)
+    assert groups.shape == theirs.shape == (3, 3)
+    torch.testing.assert_close(groups, by_group, rtol=1e-8, atol=1e-8)
 
 
 def test_noise_tunnel_integrated_gradients_per_copy_delta_order():
@@ -420,8 +428,6 @@ def test_output_beyond_two_dims_with_tuple_targets_equals_captum():
 def test_not_offered_options_are_refused_by_name():
     with pytest.raises(NotImplementedError, match="custom_attribution_func"):
         T.DeepLift(MLP_).attribute(V, custom_attribution_func=lambda *a: a)
-    with pytest.raises(NotImplementedError, match="return_input_shape"):
-        T.KernelShap(MLP_).attribute(V, target=0, return_input_shape=False)
     with pytest.raises(NotImplementedError, match="draw_baseline_from_distrib"):
         T.NoiseTunnel(T.IntegratedGradients(MLP_)).attribute(
             V, draw_baseline_from_distrib=True, target=0)

@@ -294,11 +294,6 @@ class _Aggregate:
                     raise ValueError("feature_mask must be shared by the samples (first "
                                      "dimension 1) for a model whose output is not one row "
                                      "per sample")
-            if self.is_tuple and isinstance(mask, torch.Tensor):  # one mask of the joined
-                sizes = [int(np.prod(sh)) if sh else 1 for sh in shapes]  # features [1, N]
-                parts = mask.reshape(1, -1).split(sizes, 1)
-                options["feature_mask"] = self._joined(parts, shapes)
-                return options
             lifted = tuple(m.reshape((1, 1) + (tuple(m.shape[1:]) or (1,)))
                            if isinstance(m, torch.Tensor) else m for m in masks)
             options["feature_mask"] = lifted if isinstance(mask, (tuple, list)) else lifted[0]
@@ -314,12 +309,5 @@ class _Aggregate:
                 n = int(np.prod(s)) if s else 1
                 ids.append(torch.arange(offset, offset + n).reshape((1, 1) + (s or (1,))))
                 offset += n
-            options["feature_mask"] = self._joined(ids, shapes) if self.is_tuple else ids[0]
+            options["feature_mask"] = tuple(ids) if self.is_tuple else ids[0]
         return options
-
-    def _joined(self, masks, shapes) -> torch.Tensor:
-        """Per-input masks (one sample's ids each) as one mask of the whole-batch sample's
-        joined features ``[1, B * N]`` (input by input, sample by sample), ids shared by the
-        samples: the form the Shapley family takes for tuple inputs."""
-        batch = self.parts[0].shape[0]
-        return torch.cat([m.reshape(1, -1).expand(batch, -1).reshape(1, -1) for m in masks], 1)

@@ -129,7 +129,9 @@ class GradCAM(ImplicitBaselineMethod):
         ``attribute_to_layer_input``, here or at construction) name Grad-CAM's layer, as
         ``conv_layer=`` (``conv_layer_input``) do: Grad-CAM has no other use for a layer."""
         options = self._conv_layer_options(dict(options))
-        if options.get("upsample", True) is not False:
+        for key in ("upsample", "sum_channels"):
+            check_bool(options.get(key, True), key)
+        if options.get("upsample", True):
             if not isinstance(inputs, torch.Tensor):
                 raise ValueError("Grad-CAM upsamples its map to the spatial size of one input; "
                                  "for tuple inputs pass upsample=False (the map at the layer's "

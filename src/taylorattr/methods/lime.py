@@ -33,7 +33,7 @@ import torch
 from .._validation import check_positive_int, check_seed
 from ._base import AttributionMethod
 from ._passes import check_optional_positive_int
-from .kernel_shap import _weighted_fit
+from .kernel_shap import _captum_fit
 from .shapley_values import coalition_values, player_ids
 
 __all__ = ["Lime", "cosine_kernel", "draw_coalitions"]
@@ -72,7 +72,7 @@ class Lime(AttributionMethod):
         ``interpretable_model`` ``fit(z, y, weights) -> phi`` (default weighted least
         squares); ``perturbations_per_eval`` rows per model call."""
         chunk = check_optional_positive_int(perturbations_per_eval, "perturbations_per_eval")
-        ids, G = player_ids(feature_mask, x)
+        ids, G = player_ids(feature_mask, x, None, self._layout)  # [1 or B, n_features]
         batch = x.shape[0]
         if coalitions is None:
             coal = draw_coalitions(G, check_positive_int(n_samples, "n_samples"), batch, seed)
@@ -86,10 +86,11 @@ class Lime(AttributionMethod):
             raise ValueError(f"kernel_width must be a number > 0, got {kernel_width!r}")
         coal = coal.to(x.device)
         v = coalition_values(self.model, x, base, t, ids, coal, chunk, show_progress, "lime")
-        keep = coal[..., ids].view(coal.shape[:2] + tuple(x.shape[1:]))
+        index = ids[:, None, :].expand(batch, coal.shape[1], -1)
+        keep = torch.gather(coal, 2, index).view(coal.shape[:2] + tuple(x.shape[1:]))
         sims = cosine_kernel(x, torch.where(keep, x[:, None], base[:, None]), kernel_width)
         if interpretable_model is None:
-            phi = torch.stack([_weighted_fit(coal[b:b + 1], v[b:b + 1], sims[b])[0]
+            phi = torch.stack([_captum_fit(coal[b:b + 1], v[b:b + 1], sims[b])[0]
                                for b in range(batch)])
         elif callable(interpretable_model):
             phi = torch.stack([torch.as_tensor(interpretable_model(
@@ -100,7 +101,7 @@ class Lime(AttributionMethod):
                             "callable fit(z, y, weights) -> coefficients, got "
                             f"{type(interpretable_model).__name__}")
         phi = phi.to(x.device, x.dtype)
-        return phi[:, ids].view_as(x), base.unsqueeze(1)
+        return phi.gather(1, ids.expand(batch, -1)).view_as(x), base.unsqueeze(1)
 
     def _cost(self, x, options):
         """``n_samples`` coalitions per sample; one reference."""

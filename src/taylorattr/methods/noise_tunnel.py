@@ -34,6 +34,10 @@ method's references (the convergence delta, the audit): for SmoothGrad of Integr
 Gradients the delta measures how far the average over noisy inputs is from explaining
 the clean input.
 
+Why one module: the registered tunnels (SmoothGrad, SmoothIntegratedGradients) are the
+tunnel with a fixed inner method, and the plain and structured paths share the noise draws
+and their combination.
+
 Taylor view: :func:`smoothed` turns the inner method's reformulation into the tunnel's:
 the inner reformulation at every noisy input, combined by ``nt_type`` (exact where the
 inner one is: Integrated Gradients on polynomial networks of degree <= K). Saliency has

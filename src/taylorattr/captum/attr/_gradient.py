@@ -3,6 +3,11 @@
 Each class maps Captum's constructor and ``attribute`` arguments onto one native call
 (:class:`~taylorattr.captum._mapping.Call`); :mod:`taylorattr.captum.attr` documents the
 deliberate differences.
+
+Why one module: every ``Layer*`` class is its input class with ``layer=``, and the
+reference-set classes (DeepLiftShap, GradientShap and their layer variants) share the
+expansion of Captum's per-sample arguments to (sample, reference) rows; split by method they
+would import each other both ways.
 """
 from __future__ import annotations
 

@@ -4,8 +4,8 @@ LayerFeatureAblation, ShapleyValueSampling, ShapleyValues, KernelShap.
 Captum's ``perturbations_per_eval`` counts perturbed copies of the batch per model call;
 the native option counts rows, so it is passed as ``perturbations_per_eval * B`` (it
 changes only the speed). Feature masks: Captum's default gives every scalar feature its
-own id, numbered across the inputs; the Shapley family takes the masks of tuple inputs
-joined into one mask of the joined features (:mod:`taylorattr.inputs`).
+own id, numbered across the inputs; masks pass as they are (the native methods take
+Captum's forms: one per input, shared or per sample, 0-d).
 """
 from __future__ import annotations
 
@@ -47,18 +47,11 @@ def default_mask(parts) -> tuple:
     return tuple(masks)
 
 
-def joined_mask(feature_mask, parts):
-    """One mask ``[1 or B, N]`` over the joined features of tuple inputs (one input: as is)."""
-    if len(parts) == 1 and parts[0].dim() > 1:
-        return feature_mask[0] if isinstance(feature_mask, tuple) else feature_mask
-    masks = feature_mask if isinstance(feature_mask, tuple) else (feature_mask,)
-    rows = max(m.shape[0] if m.dim() == p.dim() else 1 for m, p in zip(masks, parts))
-    out = []
-    for m, p in zip(masks, parts):
-        full = torch.broadcast_to(m, (m.shape[0] if m.dim() == p.dim() else 1,)
-                                  + tuple(p.shape[1:]))
-        out.append(full.reshape(full.shape[0], -1).expand(rows, -1))
-    return torch.cat(out, 1)
+def players(feature_mask, parts) -> int:
+    """Captum's number of players: the largest id + 1 (every feature alone by default)."""
+    if feature_mask is None:
+        return sum(math.prod(p.shape[1:]) for p in parts)
+    return max(int(m.max()) for m in as_tuple(feature_mask, "feature_mask")[0]) + 1
 
 
 class FeatureAblation(PerturbationAttribution):
@@ -174,18 +167,13 @@ class ShapleyValueSampling(PerturbationAttribution):
               feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
               show_progress: bool = False):
         parts, _ = as_tuple(inputs)
-        options = {"show_progress": show_progress,
+        options = {"show_progress": show_progress, "feature_mask": feature_mask,
                    "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
-        if feature_mask is not None:
-            options["feature_mask"] = joined_mask(feature_mask, parts)
-            players = int(max(int(m.max()) for m in as_tuple(feature_mask)[0])) + 1
-        else:
-            players = sum(math.prod(p.shape[1:]) for p in parts)
         if self._exact:
             options["method"] = "exact"
         else:
-            options["permutations"] = torch.stack([torch.randperm(players)
-                                                   for _ in range(n_samples)])
+            G = players(feature_mask, parts)
+            options["permutations"] = torch.stack([torch.randperm(G) for _ in range(n_samples)])
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
                     options)
 
@@ -209,9 +197,10 @@ class ShapleyValues(ShapleyValueSampling):
 
 
 class KernelShap(PerturbationAttribution):
-    """Captum's ``KernelShap``: :class:`taylorattr.methods.KernelShap`; its coalitions are
-    drawn from a generator seeded by one draw of the global torch generator (reproducible
-    after ``torch.manual_seed``, but not Captum's coalitions)."""
+    """Captum's ``KernelShap``: :class:`taylorattr.methods.KernelShap` with
+    ``sampler="captum"`` (Captum's sampling and fit); its coalitions are drawn from a
+    generator seeded by one draw of the global torch generator (reproducible after
+    ``torch.manual_seed``, but not Captum's coalitions)."""
 
     def __init__(self, forward_func) -> None:
         super().__init__(forward_func)
@@ -220,15 +209,10 @@ class KernelShap(PerturbationAttribution):
     def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
               feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
               return_input_shape: bool = True, show_progress: bool = False):
-        if return_input_shape is not True:
-            raise not_offered("KernelShap(return_input_shape=False)",
-                              "attributions come in the inputs' shape")
-        parts, _ = as_tuple(inputs)
         options = {"n_samples": n_samples, "show_progress": show_progress,
-                   "seed": int(torch.randint(2**62, (1,))),
+                   "seed": int(torch.randint(2**62, (1,))), "sampler": "captum",
+                   "feature_mask": feature_mask, "return_input_shape": return_input_shape,
                    "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
-        if feature_mask is not None:
-            options["feature_mask"] = joined_mask(feature_mask, parts)
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
                     options)
 
@@ -280,21 +264,17 @@ class Lime(KernelShap):
             raise not_offered("Lime(return_input_shape=False)",
                               "attributions come in the inputs' shape")
         parts, _ = as_tuple(inputs)
-        if feature_mask is not None:
-            feature_mask = joined_mask(feature_mask, parts)
-            players = int(feature_mask.max()) + 1
-        else:
-            players = sum(math.prod(p.shape[1:]) for p in parts)
+        G = players(feature_mask, parts)
         extra = additional_forward_args
         extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
         with torch.no_grad():  # Captum fits one model for a whole-batch (scalar) output
             whole = torch.as_tensor(self.forward_func(*parts, *extra)).numel() == 1
         draws = []
         for _ in range(1 if whole else parts[0].shape[0]):
-            draws.append(torch.cat([torch.bernoulli(torch.ones(1, players) * 0.5)
+            draws.append(torch.cat([torch.bernoulli(torch.ones(1, G) * 0.5)
                                     for _ in range(n_samples)]))
             torch.empty((), dtype=torch.int64).random_()  # Captum's data loader seed
-            torch.nn.Linear(players, 1)  # and the surrogate Captum builds after its fit
+            torch.nn.Linear(G, 1)  # and the surrogate Captum builds after its fit
         options = {"coalitions": torch.stack(draws).bool(), "interpretable_model": _lasso(0.01),
                    "show_progress": show_progress,
                    "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
