@@ -370,3 +370,23 @@ def test_guards_and_defaulted_arguments_carry_no_relevance_and_masks_must_agree(
     # a baseline that flips the mask: refused, naming the op and its line
     with pytest.raises(ValueError, match=r"aten\.gt.*h > 0.*differs between the inputs"):
         DeepLift(model).attribute(x, -x, target=1)
+
+
+def test_models_of_one_structure_share_a_capture_and_keep_their_own_weights():
+    from taylorattr.methods.layerwise import UnsupportedModelError
+    from taylorattr.methods.layerwise.graph import cached_capture
+    from taylorattr.methods.layerwise.plan import _signature
+
+    x, base = _randn(3, 5, seed=12), _randn(3, 5, seed=13, scale=0.5)
+    models = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        models.append(nn.Sequential(nn.Linear(5, 4), nn.Tanh(), nn.Linear(4, 2)).to(DT).eval())
+    for model in models:
+        w1, b1, w2 = model[0].weight, model[0].bias, model[2].weight
+        with torch.no_grad():
+            y, y_r = x @ w1.T + b1, base @ w1.T + b1
+            hand = (x - base) * ((((torch.tanh(y) - torch.tanh(y_r)) / (y - y_r)) * w2[0]) @ w1)
+        torch.testing.assert_close(DeepLift(model).attribute(x, base, target=0), hand, **TIGHT)
+    captures = [cached_capture(m, x, _signature(m), UnsupportedModelError) for m in models]
+    assert captures[0] is captures[1]

@@ -20,6 +20,7 @@ Parameters and buffers are read from the live model at every run.
 """
 from __future__ import annotations
 
+import copy
 import operator
 import weakref
 
@@ -30,7 +31,7 @@ from ...capture import DEFAULT_KEEP, CaptureError, CoreGraph, capture, copy_grap
 from ...capture import op_name as _aten_name
 
 __all__ = ["KEPT_WHOLE", "cached_capture", "capture_model", "declared_elementwise",
-           "first_output", "module_path", "op_name"]
+           "first_output", "lifted_values", "module_path", "op_name", "structure_key"]
 
 aten = torch.ops.aten
 
@@ -175,16 +176,70 @@ def module_path(node: fx.Node) -> tuple[str, str]:
     return path, name.rsplit(".", 1)[-1]
 
 
+_BARE = frozenset(vars(nn.Module()))  # the attributes every module has
+_SHARED: dict = {}  # structure key -> CoreGraph, shared by models of the same structure
+_SHARED_MAX = 32
+
+
+def _attribute_key(v):
+    if isinstance(v, torch.Tensor):
+        return ("tensor", tuple(v.shape), v.dtype, v.device.type,
+                hash(v.detach().cpu().numpy().tobytes()) if v.numel() <= 4096 else id(v))
+    if isinstance(v, (bool, int, float, str, type(None), tuple)):
+        return v if not isinstance(v, tuple) or all(
+            isinstance(e, (bool, int, float, str, type(None))) for e in v) else repr(v)
+    return repr(v)  # functions, enums, ...; an object's address keeps it unshared
+
+
+def structure_key(model: nn.Module):
+    """What the captured graph of ``model`` depends on besides its parameter and buffer
+    values (which are read live): each module's class, its own attributes (flags,
+    hyper-parameters, plain tensors) and its parameter and buffer shapes. None where the
+    graph may hold more (hooks, modules declaring ``elementwise = True``, whose captured
+    operation names the module itself): then the capture is the model's own."""
+    parts = []
+    for name, m in model.named_modules():
+        if m._forward_hooks or m._forward_pre_hooks or \
+                getattr(m, "elementwise", False) is True:
+            return None
+        own = tuple(sorted((k, _attribute_key(v)) for k, v in vars(m).items()
+                           if k not in _BARE))
+        tensors = tuple((k, tuple(t.shape), t.dtype, t.device.type)
+                        for k, t in (*m._parameters.items(), *m._buffers.items())
+                        if t is not None)
+        parts.append((name, type(m), m.training, own, tensors))
+    return tuple(parts)
+
+
+def lifted_values(core: CoreGraph, model: nn.Module) -> dict:
+    """The capture's lifted parameters and buffers read from ``model`` (which may be
+    another model of the same structure than the one captured)."""
+    view = copy.copy(core)
+    view.source = model
+    return view.lifted_values()
+
+
 _CAPTURES: weakref.WeakKeyDictionary[nn.Module, dict] = weakref.WeakKeyDictionary()
 
 
 def cached_capture(model: nn.Module, x: torch.Tensor, signature, error) -> CoreGraph:
     """:func:`capture_model`, cached per model, input row shape, dtype and device (and
-    batch size where the batch is not dynamic); captured again when ``signature`` changes."""
+    batch size where the batch is not dynamic), and shared between models of the same
+    :func:`structure_key` (tests and sweeps build many); captured again when
+    ``signature`` changes."""
     table = _CAPTURES.setdefault(model, {})
     key = (signature, tuple(x.shape[1:]), x.dtype, x.device.type)
     found = table.get(key) or table.get(key + (x.shape[0],))
+    if found is not None:
+        return found
+    structure = structure_key(model)
+    shared = None if structure is None else (structure,) + key[1:]
+    found = _SHARED.get(shared) or _SHARED.get((shared, x.shape[0])) if shared else None
     if found is None:
         found = capture_model(model, x, error)
-        table[key if found.batch_dynamic else key + (x.shape[0],)] = found
+        if shared is not None:
+            if len(_SHARED) >= _SHARED_MAX:
+                _SHARED.pop(next(iter(_SHARED)))
+            _SHARED[shared if found.batch_dynamic else (shared, x.shape[0])] = found
+    table[key if found.batch_dynamic else key + (x.shape[0],)] = found
     return found
