@@ -153,7 +153,7 @@ def test_bad_items_are_refused_or_skipped_and_listed(tmp_path):
         assert got[(i, "GI", "bbox")] == pytest.approx(_bbox_slow(_gi(model, x, t), m), abs=1e-12)
 
 
-def test_resume_computes_only_missing_units_and_refuses_other_config(tmp_path):
+def test_resume_computes_only_missing_units_and_recomputes_or_refuses_changed(tmp_path):
     model, ds = _model(), _data(6)
     opts = {"max_side": MAX_SIDE}
     ta.evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, infidelity_options=opts)
@@ -165,9 +165,13 @@ def test_resume_computes_only_missing_units_and_refuses_other_config(tmp_path):
     for name in ("unit-000000.pt", "unit-000002.pt"):
         assert (tmp_path / "units" / name).stat().st_ino == stamps[name]
     assert (tmp_path / "scores.csv").read_bytes() == before
-    with pytest.raises(ValueError, match="differs in seed"):
+    with pytest.raises(ValueError, match=r"--resume strict.*changed: seed \(3 units\)"):
         ta.evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, seed=1,
-                    infidelity_options=opts)
+                    infidelity_options=opts, resume="strict")
+    assert (tmp_path / "units" / "unit-000000.pt").stat().st_ino == stamps["unit-000000.pt"]
+    rep = ta.evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, seed=1,
+                      infidelity_options=opts)
+    assert (rep.computed, rep.reused, rep.changes) == (3, 0, {"seed": 3})
 
 
 def test_lock_names_holder_and_stale_lock_is_taken_over(tmp_path, capsys):

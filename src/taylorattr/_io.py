@@ -39,6 +39,7 @@ __all__ = [
     "remove_stale_temporaries",
     "save_csv",
     "save_json",
+    "save_npy",
     "save_tensors",
 ]
 
@@ -126,6 +127,17 @@ def save_tensors(obj: Any, path: str | os.PathLike) -> Path:
     """
     buf = io.BytesIO()
     torch.save(obj, buf)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+def save_npy(array, path: str | os.PathLike) -> Path:
+    """``numpy.save`` an array (or a tensor, moved to the CPU) atomically."""
+    import numpy as np  # numpy comes with torch; only this writer needs it
+
+    if isinstance(array, torch.Tensor):
+        array = array.detach().cpu().numpy()
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(array))
     return atomic_write_bytes(path, buf.getvalue())
 
 

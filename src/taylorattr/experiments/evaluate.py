@@ -40,13 +40,14 @@ from .. import _io
 from .. import registry as _registry
 from .._validation import check_positive_int, check_seed
 from ..metrics import bbox_accuracy, infidelity
-from ._units import model_fingerprint
-from .evaluation.items import BadItem, read_item, reference_shape
-from .evaluation.job import JobReport, run_job
+from .evaluation.items import PREDICTED, BadItem, item_source, read_item, reference_shape
+from .evaluation.job import RESUME, JobReport, UnitInput, describe_changes, run_job
+from .fingerprints import digest, item_digest, library_version, model_digest
 from .evaluation.merge import merge_units
 from .evaluation.sharding import sample_seed
 
-__all__ = ["METRICS", "JobReport", "attribute_dataset", "evaluate", "resolve_methods"]
+__all__ = ["MAP_FORMATS", "METRICS", "RESUME", "JobReport", "attribute_dataset", "describe_changes",
+           "evaluate", "map_name", "resolve_methods"]
 
 #: The metrics :func:`evaluate` computes.
 METRICS = ("infidelity", "bbox")
@@ -102,24 +103,35 @@ def _attribute(bound, model, x, targets, baseline, indices, seed):
     return torch.cat(rows)
 
 
-def _read_unit(dataset, indices, shape, need_mask, on_bad_item):
-    items, skipped = [], []
-    for i in indices:
-        try:
-            items.append(read_item(dataset, i, shape, need_mask))
-        except BadItem as exc:
-            if on_bad_item == "refuse":
-                raise ValueError(f"{exc}; fix it or pass on_bad_item='skip' "
-                                 "(--bad-items skip) to leave it out") from None
-            warnings.warn(f"skipped {exc}", RuntimeWarning, stacklevel=2)
-            skipped.append([i, exc.reason])
-    return items, skipped
+def _reader(dataset, shape, need_mask, on_bad_item):
+    """``read(indices) -> UnitInput``: the unit's items (bad ones refused or skipped) and
+    their digests (:func:`~.fingerprints.item_digest`; a skipped item's is its reason's)."""
+    def read(indices) -> UnitInput:
+        items, skipped = [], []
+        for i in indices:
+            try:
+                items.append(read_item(dataset, i, shape, need_mask))
+            except BadItem as exc:
+                if on_bad_item == "refuse":
+                    raise ValueError(f"{exc}; fix it or pass on_bad_item='skip' "
+                                     "(--bad-items skip) to leave it out") from None
+                warnings.warn(f"skipped {exc}", RuntimeWarning, stacklevel=2)
+                skipped.append([i, exc.reason])
+        digests = sorted([[it.index, item_digest(it.input, it.target, it.mask)] for it in items]
+                         + [[i, digest(reason)] for i, reason in skipped])
+        return UnitInput((items, skipped), digests)
+    return read
 
 
 def _batch(items, model, device):
+    """``(x, targets, masks)``; an item whose target is :data:`PREDICTED` explains the
+    model's top class."""
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     x = torch.stack([it.input for it in items]).to(device=device, dtype=dtype)
     t = torch.tensor([it.target for it in items], device=device)
+    if (t == PREDICTED).any():
+        with torch.no_grad():
+            t = torch.where(t == PREDICTED, model(x).argmax(1), t)
     masks = None if items[0].mask is None else torch.stack([it.mask for it in items]).to(device)
     return x, t, masks
 
@@ -144,21 +156,36 @@ def _common(model, dataset, batch_size, seed, on_bad_item, baseline, device):
 
 
 def _config(model, n, methods, batch_size, seed, on_bad_item, baseline, shape, **extra):
-    return {"model": model_fingerprint(model), "n_samples": n, "batch_size": batch_size,
-            "seed": seed, "on_bad_item": on_bad_item, "baseline": float(baseline),
-            "input_shape": list(shape),
-            "methods": [[b.label, b.name, b.tag()] for b in methods], **extra}
+    """``(config, fields)``: the job's readable configuration and its fingerprint
+    (:mod:`.fingerprints`)."""
+    config = {"n_samples": n, "batch_size": batch_size, "seed": seed,
+              "on_bad_item": on_bad_item, "baseline": float(baseline), "input_shape": list(shape),
+              "methods": [[b.label, b.name, b.tag()] for b in methods], **extra}
+    method = {k: config[k] for k in ("methods", *extra)}
+    job = {k: v for k, v in config.items() if k not in method and k not in ("seed", "n_samples")}
+    fields = {"model": model_digest(model), "method": digest(method), "seed": seed,
+              "version": library_version(), "job": digest(job)}
+    return {**config, "model": fields["model"]}, fields
+
+
+def _namer(dataset):
+    """How messages name item ``i``: its index and, for a folder, its file."""
+    def name(i: int) -> str:
+        source = item_source(dataset, i)
+        return f"{i} ({source})" if source else str(i)
+    return name
 
 
 def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_size: int = 16,
              seed: int = 0, baseline: float = 0.0, on_bad_item: str = "refuse",
              infidelity_options: Mapping | None = None, input_shape=None,
-             device=None) -> JobReport:
+             device=None, resume: str = "auto") -> JobReport:
     """Attribute and score every sample of ``dataset`` (see the module docstring).
 
     Args:
         model: classifier ``[B, ...] -> [B, classes]`` (moved to this rank's device).
-        dataset: map-style, items ``(input, target[, box_mask])``.
+        dataset: map-style, items ``(input, target[, box_mask])``; a target of
+            :data:`~.evaluation.items.PREDICTED` (-1) explains the predicted class.
         methods: registry names, labels (any case) or bound methods.
         metrics: any of ``"infidelity"``, ``"bbox"`` (needs box masks).
         out: output folder: ``manifest.json``, ``units/``, the merged ``summary.csv``,
@@ -173,6 +200,10 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
             ``batch_size``, ``normalize``).
         input_shape: the expected input shape (default: the first readable item's).
         device: force a device (default ``cuda:LOCAL_RANK`` if CUDA is available).
+        resume: ``"auto"`` recomputes exactly the units whose fingerprint (model,
+            inputs, methods and options, seed, library version) changed, and reports
+            it in :attr:`JobReport.changes`; ``"strict"`` refuses such a rerun naming
+            what changed (:mod:`.evaluation.job`).
 
     Returns:
         This process's :class:`JobReport`; ``merged`` (rank 0) is the summary dict.
@@ -190,14 +221,15 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
     square = opts.get("perturbation", "square") == "square"
     shape = tuple(input_shape) if input_shape is not None else reference_shape(dataset, n)
     need_mask = "bbox" in metrics
-    config = _config(model, n, bound, batch_size, seed, on_bad_item, baseline, shape,
-                     kind="evaluate", metrics=metrics, infidelity=opts)
+    config, fields = _config(model, n, bound, batch_size, seed, on_bad_item, baseline, shape,
+                             kind="evaluate", metrics=metrics, infidelity=opts)
 
-    def compute(indices: range) -> dict:
+    def compute(indices: range, data) -> dict:
+        items, skipped = data
         device = dev or _model_device(model)
-        items, skipped = _read_unit(dataset, indices, shape, need_mask, on_bad_item)
         scores = {b.label: {k: torch.zeros(0, dtype=torch.float64) for k in metrics}
                   for b in bound}
+        t = torch.zeros(0, dtype=torch.long)
         if items:
             x, t, masks = _batch(items, model, device)
             idx = [it.index for it in items]
@@ -214,12 +246,13 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
                 if "bbox" in metrics:
                     scores[b.label]["bbox"] = bbox_accuracy(a, masks).to("cpu", torch.float64)
         return {"indices": torch.tensor([it.index for it in items], dtype=torch.long),
-                "skipped": skipped, "scores": scores}
+                "targets": t.cpu(), "skipped": skipped, "scores": scores}
 
     model = _prepare(model, dev)
-    return run_job(Path(out), config, n, batch_size, compute,
+    return run_job(Path(out), config, fields, n, batch_size,
+                   _reader(dataset, shape, need_mask, on_bad_item), compute,
                    lambda units: merge_units(units, [b.label for b in bound], metrics, Path(out)),
-                   device=dev)
+                   device=dev, resume=resume, name_item=_namer(dataset))
 
 
 def _model_device(model):
@@ -236,47 +269,102 @@ def _prepare(model, dev):
     return model.to(dev).eval()
 
 
+#: How :func:`attribute_dataset` saves each map: a ``.pt`` dict, a ``.npy`` array, or a
+#: ``.png`` picture (channel-summed, red positive, blue negative, symmetric scale).
+MAP_FORMATS = ("pt", "npy", "png")
+
+
+def map_name(dataset, index: int, fmt: str) -> str:
+    """Where the map of item ``index`` goes under ``maps/``: the item's file path relative
+    to the data folder with ``.<fmt>`` added (``cat/a.jpg.npy``), or ``<index:06d>.<fmt>``
+    for items without a file."""
+    source = item_source(dataset, index)
+    return f"{source}.{fmt}" if source else f"{index:06d}.{fmt}"
+
+
 def attribute_dataset(model, dataset, method, *, out, batch_size: int = 16, seed: int = 0,
                       baseline: float = 0.0, on_bad_item: str = "refuse", previews: bool = False,
-                      input_shape=None, device=None) -> JobReport:
-    """Attributions of every sample, saved as ``out/maps/<index:06d>.pt`` (a dict with
-    ``attribution``, ``index``, ``target``, ``method``) and, with ``previews``, a PNG
-    ``out/previews/<index:06d>.png`` (channel-summed map, red positive, blue negative,
-    symmetric scale). Same sharding, seeds, lock, resume and bad-item handling as
-    :func:`evaluate`; ``summary.json`` lists what was written and skipped."""
+                      input_shape=None, device=None, resume: str = "auto",
+                      map_format: str = "pt") -> JobReport:
+    """Attributions of every sample, saved under ``out/maps/`` named by :func:`map_name`
+    in ``map_format`` (:data:`MAP_FORMATS`; ``pt``: a dict with ``attribution``,
+    ``index``, ``target``, ``method``, ``source``) and, with ``previews``, a PNG under
+    ``out/previews/`` (channel-summed map, red positive, blue negative, symmetric scale).
+    ``out/index.csv`` maps every map to its input (``index``, ``source``), the explained
+    ``target`` and whether it is the item's label or the predicted class. Same sharding,
+    seeds, lock, fingerprinted resume (``resume``) and bad-item handling as
+    :func:`evaluate`; ``summary.json`` lists what was written and skipped. Maps of items
+    no longer in the dataset are removed."""
     n, dev = _common(model, dataset, batch_size, seed, on_bad_item, baseline, device)
     (bound,) = resolve_methods([method] if not isinstance(method, list) else method)
     if not isinstance(previews, bool):
         raise TypeError(f"previews must be a bool, got {type(previews).__name__}")
+    if map_format not in MAP_FORMATS:
+        raise ValueError(f"map_format must be one of {MAP_FORMATS}, got {map_format!r}")
     shape = tuple(input_shape) if input_shape is not None else reference_shape(dataset, n)
-    config = _config(model, n, [bound], batch_size, seed, on_bad_item, baseline, shape,
-                     kind="attribute", previews=previews)
+    config, fields = _config(model, n, [bound], batch_size, seed, on_bad_item, baseline, shape,
+                             kind="attribute", previews=previews, map_format=map_format)
     out = Path(out)
 
-    def compute(indices: range) -> dict:
+    def compute(indices: range, data) -> dict:
+        items, skipped = data
         device = dev or _model_device(model)
-        items, skipped = _read_unit(dataset, indices, shape, False, on_bad_item)
+        rows = []
         if items:
             x, t, _ = _batch(items, model, device)
             a = _attribute(bound, model, x, t, baseline, [it.index for it in items], seed).cpu()
             for j, it in enumerate(items):
-                _io.save_tensors({"attribution": a[j].clone(), "index": it.index,
-                                  "target": it.target, "method": bound.label},
-                                 out / "maps" / f"{it.index:06d}.pt")
+                name = map_name(dataset, it.index, map_format)
+                _save_map(a[j], out / "maps" / name, map_format, {
+                    "index": it.index, "target": int(t[j]), "method": bound.label,
+                    "source": item_source(dataset, it.index) or ""})
                 if previews:
-                    _preview(a[j], out / "previews" / f"{it.index:06d}.png")
+                    _preview(a[j], out / "previews" / map_name(dataset, it.index, "png"))
+                rows.append([it.index, item_source(dataset, it.index) or "", f"maps/{name}",
+                             int(t[j]), "predicted" if it.target == PREDICTED else "label"])
         return {"indices": torch.tensor([it.index for it in items], dtype=torch.long),
-                "skipped": skipped}
+                "skipped": skipped, "rows": rows}
 
     def merge(units):
-        result = {"method": bound.label, "n_written": int(sum(u["indices"].numel() for u in units)),
+        rows = [r for u in units for r in u["rows"]]
+        _io.save_csv([dict(zip(_INDEX_FIELDS, r)) for r in rows], out / "index.csv",
+                     _INDEX_FIELDS)
+        _remove_stale(out, {r[2] for r in rows}, previews)
+        targets = sorted({r[4] for r in rows})
+        result = {"method": bound.label, "n_written": len(rows),
                   "skipped": [[int(i), str(r)] for u in units for i, r in u["skipped"]],
-                  "maps": "maps/<index:06d>.pt"}
+                  "maps": "maps/ (see index.csv)", "targets": targets}
         _io.save_json(result, out / "summary.json")
         return result
 
     model = _prepare(model, dev)
-    return run_job(out, config, n, batch_size, compute, merge, device=dev)
+    return run_job(out, config, fields, n, batch_size,
+                   _reader(dataset, shape, False, on_bad_item), compute, merge, device=dev,
+                   resume=resume, name_item=_namer(dataset))
+
+
+_INDEX_FIELDS = ["index", "source", "map", "target", "explained"]
+
+
+def _save_map(attribution: torch.Tensor, path: Path, fmt: str, record: dict) -> None:
+    if fmt == "pt":
+        _io.save_tensors({"attribution": attribution.clone(), **record}, path)
+    elif fmt == "npy":
+        _io.save_npy(attribution.numpy(), path)
+    else:
+        _preview(attribution, path)
+
+
+def _remove_stale(out: Path, kept: set[str], previews: bool) -> None:
+    """Remove maps (and previews) under ``out`` that no current item wrote: a rerun on a
+    smaller or renamed dataset leaves no map of another input behind."""
+    keep = {out / k for k in kept}
+    if previews:
+        keep |= {out / "previews" / Path(k).relative_to("maps").with_suffix(".png") for k in kept}
+    for folder in ("maps", "previews"):
+        for p in (out / folder).rglob("*"):
+            if p.is_file() and p.suffix.lstrip(".") in MAP_FORMATS and p not in keep:
+                p.unlink()
 
 
 def _preview(attribution: torch.Tensor, path: Path) -> None:
