@@ -153,7 +153,17 @@ def load_tensors(path: str | os.PathLike, map_location: str | torch.device = "cp
         raise FileNotFoundError(f"no such tensor file: {p}")
     try:
         return torch.load(p, map_location=map_location, weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError,
+    except pickle.UnpicklingError as exc:
+        if "Weights only load failed" not in str(exc):
+            raise ValueError(f"{p} is not a readable weights-only torch file (corrupt or "
+                             "truncated): "
+                             f"{' '.join(str(exc).split())[:200]}") from None
+        # torch's own text is long, coloured and about its Python API
+        raise ValueError(
+            f"{p} is not a weights-only torch file: it holds pickled Python objects (a whole "
+            "saved model?), which are not loaded because unpickling can run code; save "
+            "model.state_dict() with torch.save and give that file") from None
+    except (RuntimeError, EOFError, ValueError, AttributeError,
             TypeError, OSError) as exc:
         raise ValueError(
             f"{p} is not a readable weights-only torch file (corrupt, truncated, or it holds "

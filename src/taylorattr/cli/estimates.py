@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from .arguments import CliError
-from .jobs import dataset_job
+from .jobs import dataset_job, explain_network
 
 __all__ = ["TERMINAL_BUDGET", "Stage", "check_estimates", "command_stages"]
 
@@ -293,17 +293,6 @@ def _reproduce(args) -> list[Stage]:
     return stages
 
 
-def explain_network(args):
-    """The network ``explain`` runs (built once: the estimate probes it, the command then
-    explains with it)."""
-    from .. import models as M
-
-    if getattr(args, "network", None) is None:
-        args.network = (M.efficientnet_lite0() if args.model == "efficientnet-lite0"
-                        else M.torchvision_model(args.model, args.weights))
-    return args.network
-
-
 def _explain(args) -> list[Stage]:
     from .. import data
     from ..experiments.explain import _columns
@@ -326,9 +315,12 @@ def _dataset(args, what: str) -> list[Stage]:
     from ..experiments.evaluation.items import reference_shape
     from ..metrics import infidelity_cost
 
+    from ..experiments.evaluate import infidelity_scale
+
     model, dataset = dataset_job(args)
     n = len(dataset)
     shape = reference_shape(dataset, n)
+    scale = getattr(args, "infidelity_scale", None) or infidelity_scale(shape)
     device = torch.device(args.device) if args.device else torch.device(
         "cuda" if torch.cuda.is_available() else "cpu")
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
@@ -346,7 +338,8 @@ def _dataset(args, what: str) -> list[Stage]:
         x = torch.zeros((b,) + tuple(shape), dtype=dtype)
         c, skipped = _method_costs(methods, model, x)
         if "infidelity" in metrics:
-            c += [infidelity_cost(x, max_side=args.max_side)] * (len(methods) - len(skipped))
+            c += [infidelity_cost(x, max_side=args.max_side, scale=scale)] * (
+                len(methods) - len(skipped))
         costs += c * units
     model = model.to(device)
     x = torch.zeros((1,) + tuple(shape), dtype=dtype, device=device)

@@ -43,17 +43,18 @@ from ..metrics import bbox_accuracy, infidelity
 from .evaluation.items import PREDICTED, BadItem, item_source, read_item, reference_shape
 from .evaluation.job import RESUME, JobReport, UnitInput, describe_changes, run_job
 from .fingerprints import digest, item_digest, library_version, model_digest
+from .maps import MAP_FORMATS, save_map, save_picture
 from .evaluation.merge import merge_units
 from .evaluation.sharding import sample_seed
 
 __all__ = ["MAP_FORMATS", "METRICS", "RESUME", "JobReport", "attribute_dataset", "describe_changes",
-           "evaluate", "map_name", "resolve_methods"]
+           "evaluate", "infidelity_scale", "map_name", "resolve_methods"]
 
 #: The metrics :func:`evaluate` computes.
 METRICS = ("infidelity", "bbox")
 _BAD_ITEM = ("refuse", "skip")
 _INFIDELITY_OPTIONS = {"perturbation", "max_side", "n_perturb_samples", "noise_std",
-                       "batch_size", "normalize"}
+                       "batch_size", "normalize", "scale"}
 
 
 def _slug(text: str) -> str:
@@ -168,6 +169,13 @@ def _config(model, n, methods, batch_size, seed, on_bad_item, baseline, shape, *
     return {**config, "model": fields["model"]}, fields
 
 
+def infidelity_scale(shape) -> int:
+    """The infidelity squares' scale for inputs of ``shape`` (``[..., H, W]``):
+    ``min(H, W) // 28``, at least 1, so squares cover the share of the image they cover on
+    MNIST (as the assessment scales its patches)."""
+    return max(1, min(int(shape[-2]), int(shape[-1])) // 28) if len(shape) >= 2 else 1
+
+
 def _namer(dataset):
     """How messages name item ``i``: its index and, for a folder, its file."""
     def name(i: int) -> str:
@@ -196,8 +204,9 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
         on_bad_item: ``"refuse"`` (ValueError naming the item) or ``"skip"`` (warn, list
             it in ``summary.json``).
         infidelity_options: passed to :func:`taylorattr.metrics.infidelity`
-            (``max_side``, ``perturbation``, ``n_perturb_samples``, ``noise_std``,
-            ``batch_size``, ``normalize``).
+            (``max_side``, ``scale``, ``perturbation``, ``n_perturb_samples``,
+            ``noise_std``, ``batch_size``, ``normalize``; :func:`infidelity_scale` gives the
+            assessment's scale for an image size).
         input_shape: the expected input shape (default: the first readable item's).
         device: force a device (default ``cuda:LOCAL_RANK`` if CUDA is available).
         resume: ``"auto"`` recomputes exactly the units whose fingerprint (model,
@@ -269,11 +278,6 @@ def _prepare(model, dev):
     return model.to(dev).eval()
 
 
-#: How :func:`attribute_dataset` saves each map: a ``.pt`` dict, a ``.npy`` array, or a
-#: ``.png`` picture (channel-summed, red positive, blue negative, symmetric scale).
-MAP_FORMATS = ("pt", "npy", "png")
-
-
 def map_name(dataset, index: int, fmt: str) -> str:
     """Where the map of item ``index`` goes under ``maps/``: the item's file path relative
     to the data folder with ``.<fmt>`` added (``cat/a.jpg.npy``), or ``<index:06d>.<fmt>``
@@ -315,11 +319,11 @@ def attribute_dataset(model, dataset, method, *, out, batch_size: int = 16, seed
             a = _attribute(bound, model, x, t, baseline, [it.index for it in items], seed).cpu()
             for j, it in enumerate(items):
                 name = map_name(dataset, it.index, map_format)
-                _save_map(a[j], out / "maps" / name, map_format, {
+                save_map(a[j], out / "maps" / name, map_format, {
                     "index": it.index, "target": int(t[j]), "method": bound.label,
                     "source": item_source(dataset, it.index) or ""})
                 if previews:
-                    _preview(a[j], out / "previews" / map_name(dataset, it.index, "png"))
+                    save_picture(a[j], out / "previews" / map_name(dataset, it.index, "png"))
                 rows.append([it.index, item_source(dataset, it.index) or "", f"maps/{name}",
                              int(t[j]), "predicted" if it.target == PREDICTED else "label"])
         return {"indices": torch.tensor([it.index for it in items], dtype=torch.long),
@@ -346,15 +350,6 @@ def attribute_dataset(model, dataset, method, *, out, batch_size: int = 16, seed
 _INDEX_FIELDS = ["index", "source", "map", "target", "explained"]
 
 
-def _save_map(attribution: torch.Tensor, path: Path, fmt: str, record: dict) -> None:
-    if fmt == "pt":
-        _io.save_tensors({"attribution": attribution.clone(), **record}, path)
-    elif fmt == "npy":
-        _io.save_npy(attribution.numpy(), path)
-    else:
-        _preview(attribution, path)
-
-
 def _remove_stale(out: Path, kept: set[str], previews: bool) -> None:
     """Remove maps (and previews) under ``out`` that no current item wrote: a rerun on a
     smaller or renamed dataset leaves no map of another input behind."""
@@ -365,16 +360,3 @@ def _remove_stale(out: Path, kept: set[str], previews: bool) -> None:
         for p in (out / folder).rglob("*"):
             if p.is_file() and p.suffix.lstrip(".") in MAP_FORMATS and p not in keep:
                 p.unlink()
-
-
-def _preview(attribution: torch.Tensor, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    m = attribution.to(torch.float64)
-    m = m.sum(0) if m.dim() == 3 else m.reshape(m.shape[-2:]) if m.dim() >= 2 else m[None]
-    scale = float(m.abs().max()) or 1.0
-    with _io.atomic_path(path) as tmp:
-        plt.imsave(tmp, m.numpy(), cmap="bwr", vmin=-scale, vmax=scale, format="png")

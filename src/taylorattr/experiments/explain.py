@@ -10,8 +10,8 @@ and the figure says so.
 
 Outputs, beside each other in ``out_dir``: ``<stem>-saliency.png``, ``<stem>-warnings.txt``
 (every warning raised while computing the maps, and every method left out with the
-reason; "no warnings" when there are none) and, with ``save_maps``, ``<stem>-maps/<name>.pt``
-and ``.npy`` holding exactly the plotted arrays. A method that cannot run on the network
+reason; "no warnings" when there are none) and, with ``save_maps``, ``<stem>-maps/<name>.pt``,
+``.npy`` and/or ``.png`` (``map_formats``) holding exactly the plotted arrays. A method that cannot run on the network
 (DeepLIFT on layers it has no rule for) is left out of the figure, never replaced.
 
 Hook for smoothed Taylor panels: ``taylor_model(net) -> (model, note)`` gives the network
@@ -139,10 +139,9 @@ def _difference_panel(maps: dict, notes: list[str]) -> None:
 
 
 def _write_outputs(out: Path, stem: str, plotted: dict, lines: list[str],
-                   save_maps: bool) -> tuple[Path, list[Path]]:
-    import numpy as np
-
+                   save_maps: bool, formats=("pt", "npy")) -> tuple[Path, list[Path]]:
     from .. import _io
+    from .maps import save_map
 
     warnings_file = _io.atomic_write_text(out / f"{stem}-warnings.txt",
                                           "\n".join(lines or ["no warnings"]) + "\n")
@@ -150,10 +149,7 @@ def _write_outputs(out: Path, stem: str, plotted: dict, lines: list[str],
     if save_maps:
         for name, array in plotted.items():
             base = out / f"{stem}-maps" / re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
-            files.append(_io.save_tensors(array, base.with_suffix(".pt")))
-            with _io.atomic_path(base.with_suffix(".npy")) as tmp, open(tmp, "wb") as fh:
-                np.save(fh, array.numpy())
-            files.append(base.with_suffix(".npy"))
+            files += [save_map(array, base.with_suffix(f".{fmt}"), fmt) for fmt in formats]
     return warnings_file, files
 
 
@@ -195,7 +191,8 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
             out_dir="explain", patch: int = 16, ig_steps: int = 32, eg_samples: int = 32,
             eg_noise: float | None = None, *, sign: str = "all", overlay: bool = False,
             save_maps: bool = False, beta: float | None = 10.0, taylor_model=None,
-            interactions: bool = False, show_progress: bool = False) -> Explanation:
+            interactions: bool = False, show_progress: bool = False,
+            map_formats=("pt", "npy")) -> Explanation:
     """Explain ``image`` (a path) with ``methods`` (:func:`explain_methods`, labels or
     registry names; default all) for class ``target`` (default: the top class).
 
@@ -211,6 +208,7 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
     ``interactions``: also draw the exact pair interactions of the image's patches
     (``ta.interactions`` at order 2 on the same network) as ``<stem>-interactions.png``.
     ``show_progress``: a per-chunk bar (``leave=False``) for each method and the pairs.
+    ``map_formats``: the files ``save_maps`` writes per map, any of ``pt``, ``npy``, ``png``.
     """
     import torch
 
@@ -255,7 +253,8 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
     plotted = {k: plotting.signed_map(v, sign) for k, v in shown.items()}
     figure = plotting.saliency_grid([panel], out / f"{stem}-saliency.png", sign=sign,
                                     overlay=overlay, footer="\n".join(footer) or None)
-    warnings_file, map_files = _write_outputs(out, stem, plotted, lines, save_maps)
+    warnings_file, map_files = _write_outputs(out, stem, plotted, lines, save_maps,
+                                              tuple(map_formats))
     return Explanation([(net.class_name(int(i)), float(q)) for q, i in zip(top.values, top.indices)],
                        target, panel, figure, p, chosen, [int(i) for i in top.indices], lines,
                        left_out, warnings_file, map_files, pairs_figure)

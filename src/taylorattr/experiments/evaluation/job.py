@@ -62,7 +62,7 @@ class JobReport:
     merged: object = None
     stale_lock: dict | None = None
     changes: dict = field(default_factory=dict)
-    changed_items: tuple = ()  # item indices whose input digest changed
+    changed_items: tuple = ()  # the items whose input digest changed, named
 
     @property
     def recomputed(self) -> int:
@@ -99,10 +99,10 @@ def _difference(old: dict, new: dict, old_items: list, new_items: list) -> tuple
     return fields, items
 
 
-def _describe(changes: Mapping, items: list, name_item: Callable[[int], str]) -> str:
+def _describe(changes: Mapping, items: list) -> str:
     text = ", ".join(f"{k} ({n} unit{'s' if n != 1 else ''})" for k, n in sorted(changes.items()))
     if items:
-        shown = ", ".join(name_item(i) for i in items[:5])
+        shown = ", ".join(items[:5])
         text += f"; changed items: {shown}{' ...' if len(items) > 5 else ''}"
     return text
 
@@ -119,11 +119,11 @@ def _strict_check(store: UnitStore, ranges, fields, read, name_item) -> None:
             f, i = _difference(old, new, old_items, new_items)
             for k in f:
                 changes[k] = changes.get(k, 0) + 1
-            items += i
+            items += [name_item(j) for j in i]
     if changes:
         raise ValueError(f"out: resume='strict' (--resume strict) refuses to recompute units "
                          f"computed from something else; changed: "
-                         f"{_describe(changes, items, name_item)}; rerun without it to "
+                         f"{_describe(changes, items)}; rerun without it to "
                          "recompute them, or choose another --out")
 
 
@@ -176,7 +176,7 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
                     f, i = _difference(old, new, old_items, unit_input.digests)
                     for k in f:
                         changes[k] = changes.get(k, 0) + 1
-                    items += i
+                    items += [name_item(j) for j in i]
                 result = compute(ranges[u], unit_input.data)
                 _io.save_tensors({**result, "fingerprint": new,
                                   "item_digests": [[int(i), str(d)]
@@ -198,11 +198,11 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
             lock.release()
 
 
-def describe_changes(report: JobReport, name_item: Callable[[int], str] = str) -> str:
+def describe_changes(report: JobReport) -> str:
     """One line: what changed since the recomputed units were computed ("" if nothing)."""
     if not report.changes:
         return ""
-    return _describe(report.changes, list(report.changed_items), name_item)
+    return _describe(report.changes, list(report.changed_items))
 
 
 class _OpenStore(UnitStore):
