@@ -311,11 +311,9 @@ def _explain(args) -> list[Stage]:
 
 
 def _dataset(args, what: str) -> list[Stage]:
-    from ..experiments.evaluate import resolve_methods
+    from ..experiments.evaluate import infidelity_scale, resolve_methods
     from ..experiments.evaluation.items import reference_shape
     from ..metrics import infidelity_cost
-
-    from ..experiments.evaluate import infidelity_scale
 
     model, dataset = dataset_job(args)
     n = len(dataset)

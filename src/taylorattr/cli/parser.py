@@ -30,7 +30,6 @@ from .arguments import (
     _training_flags,
 )
 
-
 #: Every command and its one-line help, in --help order.
 HELP = {
     "validate": "paper Table 3: methods vs their Taylor reformulations",

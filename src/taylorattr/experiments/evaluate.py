@@ -42,10 +42,10 @@ from .._validation import check_positive_int, check_seed
 from ..metrics import bbox_accuracy, infidelity
 from .evaluation.items import PREDICTED, BadItem, item_source, read_item, reference_shape
 from .evaluation.job import RESUME, JobReport, UnitInput, describe_changes, run_job
-from .fingerprints import digest, item_digest, library_version, model_digest
-from .maps import MAP_FORMATS, save_map, save_picture
 from .evaluation.merge import merge_units
 from .evaluation.sharding import sample_seed
+from .fingerprints import digest, item_digest, library_version, model_digest
+from .maps import MAP_FORMATS, save_map, save_picture
 
 __all__ = ["MAP_FORMATS", "METRICS", "RESUME", "JobReport", "attribute_dataset", "describe_changes",
            "evaluate", "infidelity_scale", "map_name", "resolve_methods"]

@@ -37,8 +37,13 @@ from ..data.imagenet import IMAGENET_MEAN, IMAGENET_STD
 from ..models.pretrained import _load_user_state_dict as load_state_dict
 from .fingerprints import digest, file_digest
 
-__all__ = ["BUILTIN_IMAGENET", "is_model_spec", "load_model", "preprocessing",
-           "image_classifier"]
+__all__ = [
+    "BUILTIN_IMAGENET",
+    "image_classifier",
+    "is_model_spec",
+    "load_model",
+    "preprocessing",
+]
 
 #: ImageNet classifiers known by name.
 BUILTIN_IMAGENET = ("efficientnet-lite0", "vgg16", "vgg19", "resnet18")
@@ -82,7 +87,7 @@ def _call(spec: str, model_args):
         if target is None:
             raise ValueError(f"model: {module_name} has no {attr}")
     if not callable(target):
-        raise ValueError(f"model: {spec} is not callable")
+        raise TypeError(f"model: {spec} is not callable")
     if model_args is None:
         model = target()
     elif isinstance(model_args, dict):
@@ -90,10 +95,10 @@ def _call(spec: str, model_args):
     elif isinstance(model_args, list):
         model = target(*model_args)
     else:
-        raise ValueError("model_args: expected a JSON object (keyword arguments) or a list "
+        raise TypeError("model_args: expected a JSON object (keyword arguments) or a list "
                          f"(positional ones), got {json.dumps(model_args)}")
     if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"model: {spec}() returned a {type(model).__name__}, not a "
+        raise TypeError(f"model: {spec}() returned a {type(model).__name__}, not a "
                          "torch.nn.Module")
     source = getattr(module, "__file__", None)
     model.source_digest = digest([spec, model_args,
@@ -159,7 +164,7 @@ def preprocessing(model, size=None, resize=None, mean=None, std=None) -> dict:
         size = int(cfg["input_size"][-1]) if "input_size" in cfg else 224
     if resize is None:
         crop = float(cfg.get("crop_pct") or 0.875)
-        resize = int(round(size / crop))
+        resize = round(size / crop)
     mean = tuple(cfg.get("mean", IMAGENET_MEAN)) if mean is None else tuple(mean)
     std = tuple(cfg.get("std", IMAGENET_STD)) if std is None else tuple(std)
     if len(mean) != 3 or len(std) != 3:
