@@ -26,3 +26,10 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket.socket, "connect_ex", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Say how many registered method variants the common checks ran (tests/test_common.py)."""
+    n = getattr(config, "common_variants", None)
+    if n:
+        terminalreporter.write_line(f"common method checks: {n} registered variants")

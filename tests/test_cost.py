@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 
 import pytest
-import taylorattr.taylor.pair_interactions as PI
 import torch
 from torch import nn
 
+import taylorattr.taylor.pair_interactions as PI
 import taylorattr.taylor.terms as T
 from taylorattr.baselines import ReferenceSet
 from taylorattr.groups import count_windows
@@ -415,7 +415,6 @@ def test_taylor_terms_cost_with_patch_groups_is_linear_in_the_groups():
 # ------------------------------------------------------------------ reformulations count their own rows
 
 import taylorattr.taylor.shapley_rule as SR
-
 from taylorattr.cli.estimates import reformulation_cost
 
 #: Registered methods whose reformulation does not count its rows (``cost`` None), and why.

@@ -189,8 +189,8 @@ def test_held_out_digits_are_the_permutations_head(tmp_path, seed):
     np.testing.assert_array_equal(y2.numpy(), labs[perm[:2]])
     with pytest.raises(ValueError, match="n=5 exceeds the 4 held-out"):
         D.held_out_digits(folder, n=5, seed=seed)
-    for bad in (0, -1, 2.0, True):
-        with pytest.raises(ValueError, match="n must be"):
+    for bad, error in ((0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="n must be"):  # a wrong type is a TypeError everywhere
             D.held_out_digits(folder, n=bad)
     with pytest.raises(TypeError, match="seed must be an int"):
         D.held_out_digits(folder, seed=0.5)

@@ -6,6 +6,7 @@ what was expected. Nothing here silently repairs an input.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from numbers import Integral, Real
 
@@ -167,12 +168,36 @@ def select_output(output: torch.Tensor, target: torch.Tensor | None) -> torch.Te
     return output.gather(1, target.view(-1, 1)).squeeze(1)
 
 
-def check_positive_int(value, name: str) -> int:
-    """Require an int >= 1."""
+def check_int(value, name: str, minimum: int | None = None) -> int:
+    """Require an int (not a bool; a TypeError naming ``name``) of at least ``minimum``
+    (a ValueError)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
+    if minimum is not None and value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_positive_int(value, name: str) -> int:
+    """Require an int >= 1."""
+    return check_int(value, name, 1)
+
+
+def check_optional_positive_int(value, name: str) -> int | None:
+    """None (automatic) or an int >= 1."""
+    return None if value is None else check_positive_int(value, name)
+
+
+def check_real(value, name: str, minimum: float | None = None, strict: bool = False) -> float:
+    """Require a finite real number (not a bool; a TypeError naming ``name``), at least
+    ``minimum`` (above it with ``strict``; a ValueError), returned as a float."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if minimum is not None and (value <= minimum if strict else value < minimum):
+        raise ValueError(f"{name} must be {'>' if strict else '>='} {minimum:g}, got {value:g}")
     return value
 
 
@@ -194,8 +219,4 @@ def check_seed(seed, name: str = "seed") -> int:
 
 def check_nonnegative_real(value, name: str) -> float:
     """A finite real number >= 0 (not a bool), as a float."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__}")
-    if not (0 <= value < float("inf")):
-        raise ValueError(f"{name} must be finite and >= 0, got {value}")
-    return float(value)
+    return check_real(value, name, 0.0)

@@ -244,6 +244,9 @@ class InputModel(nn.Module):
         self.n_inputs = n_inputs  # the model's own inputs (layer mode), first in the context
         self.extra = extra
         self.n_context = 0
+        # the wrapper is in the mode of the model it wraps (nn.Module starts in train mode,
+        # which would warn about dropout the user's eval-mode model does not run)
+        self.train(model.training if isinstance(model, nn.Module) else False)
 
     def set_context(self, tensors: tuple) -> None:
         """The per-sample tensors (``[1, ...]`` each) for the next calls."""

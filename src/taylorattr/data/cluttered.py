@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .._validation import check_int
 from .boxes import boxes_to_mask
 
 __all__ = ["ClutteredMnist", "cluttered_mnist"]
@@ -46,10 +47,8 @@ def cluttered_mnist(images: torch.Tensor, labels: torch.Tensor, n: int, canvas: 
     if labels.shape[:1] != src.shape[:1]:
         raise ValueError("images and labels must have the same length")
     for v, nm in ((n, "n"), (canvas, "canvas"), (fragment, "fragment")):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{nm} must be an int >= 1, got {v!r}")
-    if isinstance(n_clutter, bool) or not isinstance(n_clutter, int) or n_clutter < 0:
-        raise ValueError(f"n_clutter must be an int >= 0, got {n_clutter!r}")
+        check_int(v, nm, 1)
+    check_int(n_clutter, "n_clutter", 0)
     s_h, s_w = src.shape[1], src.shape[2]
     if canvas < max(s_h, s_w):
         raise ValueError(f"canvas ({canvas}) must be at least the digit size {s_h}x{s_w}")

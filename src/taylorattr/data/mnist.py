@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .._validation import check_int, check_optional_positive_int
 from .idx import read_idx
 
 __all__ = ["MnistSplit", "held_out_digits", "load_mnist", "mnist_split"]
@@ -132,8 +133,7 @@ def mnist_split(images: torch.Tensor, labels: torch.Tensor, seed: int = 0,
             f"images and labels must have the same length, got {images.shape[0]} and "
             f"{labels.shape[0]}"
         )
-    if isinstance(held_out, bool) or not isinstance(held_out, int) or held_out < 0:
-        raise ValueError(f"held_out must be an int >= 0, got {held_out!r}")
+    check_int(held_out, "held_out", 0)
     n = images.shape[0]
     n_held = min(held_out, n // 2)
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
@@ -151,10 +151,8 @@ def held_out_digits(mnist_dir: str | os.PathLike | None = None, n: int | None = 
     and :func:`taylorattr.models.get_trained` use ``seed=0``. Raises ``ValueError`` when
     ``n`` exceeds the held-out digits available.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
-        raise ValueError(f"n must be None or an int >= 1, got {n!r}")
+    check_int(seed, "seed")
+    check_optional_positive_int(n, "n")
     split = mnist_split(*load_mnist(mnist_dir), seed=seed)
     images, labels = split.held_images, split.held_labels
     if n is not None:

@@ -57,35 +57,16 @@ _INFIDELITY_OPTIONS = {"perturbation", "max_side", "n_perturb_samples", "noise_s
                        "batch_size", "normalize", "scale"}
 
 
-def _slug(text: str) -> str:
-    return "".join(ch for ch in text.lower() if ch.isalnum())
-
-
 def resolve_methods(methods) -> list[_registry.BoundMethod]:
     """Bound methods from registry names (``"integrated_gradients"``, its default
     setting), variant labels in any case (``"IG"``, ``"ig"``, ``"Occ-4x4"``) or
-    :class:`~taylorattr.registry.BoundMethod` objects."""
+    :class:`~taylorattr.registry.BoundMethod` objects (:func:`taylorattr.registry.resolve`)."""
     if isinstance(methods, (str, _registry.BoundMethod)):
         methods = [methods]
     if not isinstance(methods, Sequence) or not methods:
         raise TypeError("methods must be a non-empty list of method names, labels or bound "
                         f"methods, got {methods!r}")
-    labelled = {}
-    for spec in _registry.METHODS.values():
-        for v in spec.variants:
-            labelled.setdefault(_slug(spec.bind(v).label), spec.bind(v))
-    out = []
-    for m in methods:
-        if isinstance(m, _registry.BoundMethod):
-            out.append(m)
-        elif isinstance(m, str) and m in _registry.METHODS:
-            out.append(_registry.METHODS[m].bind())
-        elif isinstance(m, str) and _slug(m) in labelled:
-            out.append(labelled[_slug(m)])
-        else:
-            raise ValueError(f"methods: unknown method {m!r}; choose registry names "
-                             f"{sorted(_registry.METHODS)} or labels "
-                             f"{sorted({b.label for b in labelled.values()})}")
+    out = [_registry.resolve(m) for m in methods]
     labels = [b.label for b in out]
     if len(set(labels)) != len(labels):
         raise ValueError(f"methods: each method may appear once, got labels {labels}")

@@ -23,7 +23,6 @@ The columns are the methods the registry enters in the saliency grid
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,21 +34,17 @@ SIGNS = ("all", "positive", "negative", "abs")
 DIFFERENCE_LABEL = "Taylor-2 - Taylor-1"
 
 
-def _slug(text) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")
-
-
 def explain_columns(patch: int = 16, ig_steps: int = 32, eg_samples: int = 32,
                     eg_noise: float | None = None) -> dict:
     """Method name -> bound method of every column of the grid (the registry's saliency
     methods), named by the slug of its label (``gi``, ``occ-16x16``, ``taylor-2``, ...)."""
-    from ..registry import variants
+    from ..registry import slug, variants
 
     context = {"patch": patch, "n_steps": ig_steps, "n_samples": eg_samples}
     if eg_noise is not None:
         context["noise_std"] = eg_noise
     bound = [spec.bind(v, context=context) for spec, v in variants("saliency")]
-    return {_slug(m.label): m for m in bound}
+    return {slug(m.label): m for m in bound}
 
 
 def explain_methods(patch: int = 16) -> tuple[str, ...]:
@@ -61,15 +56,11 @@ def canonical_method(name: str, patch: int = 16, columns: dict | None = None) ->
     """The grid name of ``name``: a name, a label (``"Occ-16x16"``) or a registry name
     (``"integrated_gradients"``, the method's first column), in any case. ``columns``:
     :func:`explain_columns` already built (default: built here)."""
+    from ..registry import resolve, slug
+
     columns = explain_columns(patch) if columns is None else columns
-    slug = _slug(name)
-    if slug in columns:
-        return slug
-    for key, m in columns.items():
-        if _slug(m.name) == slug:
-            return key
-    raise ValueError(f"methods: unknown method {name!r}; choose from "
-                     f"{', '.join(columns)} (labels and registry names work too)")
+    key = slug(name)
+    return key if key in columns else slug(resolve(name, among=columns.values()).label)
 
 
 @dataclass
@@ -141,6 +132,7 @@ def _difference_panel(maps: dict, notes: list[str]) -> None:
 def _write_outputs(out: Path, stem: str, plotted: dict, lines: list[str],
                    save_maps: bool, formats=("pt", "npy")) -> tuple[Path, list[Path]]:
     from .. import _io
+    from ..registry import slug
     from .maps import save_map
 
     warnings_file = _io.atomic_write_text(out / f"{stem}-warnings.txt",
@@ -148,7 +140,7 @@ def _write_outputs(out: Path, stem: str, plotted: dict, lines: list[str],
     files = []
     if save_maps:
         for name, array in plotted.items():
-            base = out / f"{stem}-maps" / re.sub(r"[^A-Za-z0-9]+", "-", name).strip("-").lower()
+            base = out / f"{stem}-maps" / slug(name)
             files += [save_map(array, base.with_suffix(f".{fmt}"), fmt) for fmt in formats]
     return warnings_file, files
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import torch
 
-from .._validation import check_positive_int, select_output
+from .._validation import check_optional_positive_int, select_output
 from ..runtime.batching import chunk_rows, count_blocks, heuristic_rows, planned_blocks
 
 __all__ = ["check_optional_positive_int", "chunk_ranges", "default_chunk_rows",
@@ -28,11 +28,6 @@ def default_chunk_rows(inputs: torch.Tensor, backward: bool, model=None) -> int:
     if model is None:
         return heuristic_rows(inputs, backward)
     return chunk_rows(model, inputs, backward)
-
-
-def check_optional_positive_int(value, name: str) -> int | None:
-    """None (automatic) or an int >= 1."""
-    return None if value is None else check_positive_int(value, name)
 
 
 def _progress(blocks, total: int, show_progress: bool, desc: str):

@@ -125,6 +125,8 @@ class ShapleyValues(AttributionMethod):
         (25, Captum's default); ``seed`` of the orders; ``permutations`` ``[n, G]`` orders to
         use instead of drawing them; ``perturbations_per_eval`` rows per model call."""
         chunk = check_optional_positive_int(perturbations_per_eval, "perturbations_per_eval")
+        check_positive_int(n_samples, "n_samples")  # checked whichever method runs
+        check_seed(seed)
         if method not in _METHODS:
             raise ValueError(f"method must be one of {list(_METHODS)}, got {method!r}")
         ids, G = player_ids(feature_mask, x, patch)

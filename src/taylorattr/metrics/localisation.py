@@ -5,7 +5,7 @@ from numbers import Real
 
 import torch
 
-from .._validation import check_bool
+from .._validation import check_bool, check_positive_int
 
 __all__ = ["bbox_accuracy", "boxes_to_mask"]
 
@@ -134,8 +134,7 @@ def boxes_to_mask(boxes, height: int, width: int) -> torch.Tensor:
     ``K = 0`` gives an all-False mask.
     """
     for name, v in (("height", height), ("width", width)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+        check_positive_int(v, name)
     if isinstance(boxes, torch.Tensor):
         t = boxes.detach().to("cpu", torch.float64)
     else:

@@ -9,7 +9,6 @@ Sign convention as in ``docs/design.md``: attributions explain the output drop.
 from __future__ import annotations
 
 from collections.abc import Callable
-from numbers import Real
 
 import torch
 from tqdm.auto import tqdm
@@ -20,6 +19,7 @@ from .._validation import (
     check_inputs,
     check_model,
     check_positive_int,
+    check_real,
     check_seed,
     model_output,
     resolve_target,
@@ -83,10 +83,7 @@ def gaussian_perturbation(noise_std: float = 0.2) -> Perturbation:
     in float64 on the CPU ``generator`` and then cast to the inputs' dtype and device, so
     a seed gives the same perturbations on every device and in float32 and float64.
     """
-    if isinstance(noise_std, bool) or not isinstance(noise_std, Real):
-        raise TypeError(f"noise_std must be a positive real number, got {type(noise_std).__name__}")
-    if not (float(noise_std) > 0 and float(noise_std) < float("inf")):
-        raise ValueError(f"noise_std must be positive and finite, got {noise_std}")
+    check_real(noise_std, "noise_std", 0.0, strict=True)
     std = float(noise_std)
 
     def perturb(inputs: torch.Tensor, generator: torch.Generator):

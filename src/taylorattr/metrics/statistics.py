@@ -34,8 +34,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["PairedTest", "bootstrap_ci", "bootstrap_correlation_ci", "compare_paired", "mean_sem", "pearson", "ranks",
-           "sign_flip_test", "spearman",
+from .._validation import check_positive_int
+
+__all__ = ["PairedTest", "bootstrap_ci", "bootstrap_correlation_ci", "compare_paired",
+           "correlations", "mean_sem", "pearson", "ranks", "sign_flip_test", "spearman",
            "wilcoxon_signed_rank"]
 
 _EXACT_WILCOXON_MAX = 50
@@ -69,19 +71,6 @@ def _paired(a, b) -> np.ndarray:
     return x - y
 
 
-def _ranks(v: np.ndarray) -> np.ndarray:
-    """Ranks 1..n of ``v``, ties given their mean rank."""
-    order = np.argsort(v, kind="mergesort")
-    ranks = np.empty(v.size, dtype=np.float64)
-    sorted_v = v[order]
-    start = 0
-    for end in range(1, v.size + 1):
-        if end == v.size or sorted_v[end] != sorted_v[start]:
-            ranks[order[start:end]] = 0.5 * (start + end + 1)
-            start = end
-    return ranks
-
-
 def _signed_rank_counts(n: int) -> np.ndarray:
     """``counts[t]`` = number of subsets of ``{1..n}`` whose sum is ``t``."""
     counts = np.zeros(n * (n + 1) // 2 + 1, dtype=np.float64)
@@ -101,8 +90,8 @@ def wilcoxon_signed_rank(a, b) -> PairedTest:
     n = int(d.size)
     if n == 0:
         return PairedTest(0.0, 1.0, 0, "no non-zero difference", 0)
-    ranks = _ranks(np.abs(d))
-    w_plus = float(ranks[d > 0].sum())
+    r = ranks(np.abs(d))
+    w_plus = float(r[d > 0].sum())
     w_minus = n * (n + 1) / 2 - w_plus
     direction = int(np.sign(w_plus - w_minus))
     _, tie_sizes = np.unique(np.abs(d), return_counts=True)
@@ -176,33 +165,46 @@ def compare_paired(a, b, alpha: float = 0.05, test: str = "wilcoxon") -> str:
     return f"{'higher' if result.direction > 0 else 'lower'} ({p}, n = {result.n})"
 
 
-def _vector(v, name: str) -> torch.Tensor:
-    t = torch.as_tensor(v if isinstance(v, torch.Tensor) else list(v), dtype=torch.float64)
-    return t.reshape(-1) if isinstance(v, torch.Tensor) else t
+def _vector(v) -> np.ndarray:
+    """A sequence or a tensor (flattened) as a float64 vector."""
+    t = v.detach().cpu().reshape(-1) if isinstance(v, torch.Tensor) else list(v)
+    return np.asarray(torch.as_tensor(t, dtype=torch.float64))
+
+
+def ranks(v) -> np.ndarray:
+    """Ranks 1..n along the last axis, ties given their average rank:
+    ``rank_i = #{j: v_j < v_i} + (#{j: v_j = v_i} + 1) / 2`` (float64, shaped like ``v``)."""
+    v = np.asarray(v, dtype=np.float64)
+    rows = v.reshape(-1, v.shape[-1]) if v.ndim else v.reshape(1, 1)
+    out = np.empty_like(rows)
+    for i, row in enumerate(rows):
+        s = np.sort(row)
+        out[i] = (np.searchsorted(s, row, "left") + np.searchsorted(s, row, "right") + 1) / 2
+    return out.reshape(v.shape)
+
+
+def correlations(x, y) -> np.ndarray:
+    """Pearson's r along the last axis of equally shaped arrays (NaN where a side is
+    constant): ``sum (x - x_bar)(y - y_bar) / (||x - x_bar|| ||y - y_bar||)``."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    x = x - x.mean(axis=-1, keepdims=True)
+    y = y - y.mean(axis=-1, keepdims=True)
+    den = np.sqrt((x * x).sum(axis=-1) * (y * y).sum(axis=-1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (x * y).sum(axis=-1) / np.where(den > 0, den, 1.0), np.nan)
 
 
 def pearson(a, b, undefined: float = float("nan")) -> float:
-    """Pearson's r of two equally long sequences (tensors are flattened)."""
-    x, y = _vector(a, "a"), _vector(b, "b")
+    """Pearson's r of two equally long sequences (tensors are flattened); ``undefined``
+    for fewer than two values or a constant side."""
+    x, y = _vector(a), _vector(b)
     if x.shape != y.shape:
-        raise ValueError(f"a and b must have the same length, got {x.numel()} and {y.numel()}")
-    if x.numel() < 2:
+        raise ValueError(f"a and b must have the same length, got {x.size} and {y.size}")
+    if x.size < 2:
         return undefined
-    x, y = x - x.mean(), y - y.mean()
-    den = float(x.norm() * y.norm())
-    return float((x * y).sum()) / den if den > 0 else undefined
-
-
-def ranks(v: torch.Tensor) -> torch.Tensor:
-    """Ranks 1..n with ties given their average rank."""
-    order = torch.argsort(v, stable=True)
-    r = torch.empty_like(v)
-    r[order] = torch.arange(1, v.numel() + 1, dtype=v.dtype)
-    out = r.clone()
-    for value in torch.unique(v):
-        tie = v == value
-        out[tie] = r[tie].mean()
-    return out
+    r = float(correlations(x, y))
+    return r if math.isfinite(r) else undefined
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
@@ -218,7 +220,7 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
                          f"{tuple(ys.shape)}")
     if xs.numel() < 2:
         return float("nan")
-    return pearson(ranks(xs), ranks(ys))
+    return pearson(ranks(xs.numpy()), ranks(ys.numpy()))
 
 
 def mean_sem(v: torch.Tensor) -> tuple[float, float]:
@@ -227,24 +229,6 @@ def mean_sem(v: torch.Tensor) -> tuple[float, float]:
     mean = float(v.mean())
     sem = float(v.std() / math.sqrt(v.numel())) if v.numel() > 1 else float("nan")
     return mean, sem
-
-
-def _average_ranks(v: np.ndarray) -> np.ndarray:
-    """Average-tie ranks 1..n of every row of ``v`` ``[R, n]``:
-    ``rank = #{values below} + (#{equal values} + 1) / 2``."""
-    out = np.empty_like(v, dtype=np.float64)
-    for i, row in enumerate(v):
-        s = np.sort(row)
-        out[i] = (np.searchsorted(s, row, "left") + np.searchsorted(s, row, "right") + 1) / 2
-    return out
-
-
-def _row_pearson(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    x = x - x.mean(axis=1, keepdims=True)
-    y = y - y.mean(axis=1, keepdims=True)
-    den = np.sqrt((x * x).sum(axis=1) * (y * y).sum(axis=1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(den > 0, (x * y).sum(axis=1) / np.where(den > 0, den, 1.0), np.nan)
 
 
 def bootstrap_correlation_ci(xs, ys, method: str = "pearson", level: float = 0.95,
@@ -265,8 +249,7 @@ def bootstrap_correlation_ci(xs, ys, method: str = "pearson", level: float = 0.9
         raise ValueError(f"method must be 'pearson' or 'spearman', got {method!r}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
-    if isinstance(n_resamples, bool) or not isinstance(n_resamples, int) or n_resamples < 1:
-        raise ValueError(f"n_resamples must be a positive int, got {n_resamples!r}")
+    check_positive_int(n_resamples, "n_resamples")
     if isinstance(xs, (np.ndarray, torch.Tensor)) and np.ndim(xs) == 1:
         xs, ys = [xs], [ys]
     gx = [np.asarray(torch.as_tensor(v, dtype=torch.float64).reshape(-1)) for v in xs]
@@ -283,8 +266,8 @@ def bootstrap_correlation_ci(xs, ys, method: str = "pearson", level: float = 0.9
 
     def corr(a, b):
         if method == "spearman":
-            a, b = _average_ranks(a), _average_ranks(b)
-        return _row_pearson(a, b)
+            a, b = ranks(a), ranks(b)
+        return correlations(a, b)
 
     r = np.mean([corr(a[idx], b[idx]) for a, b in zip(gx, gy)], axis=0)
     boot = r[1:][np.isfinite(r[1:])]

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from .. import _io
+from .. import _validation as V
 from ..data.cluttered import cluttered_mnist
 from ..data.mnist import held_out_digits, load_mnist, mnist_split
 from .layers import fold_batchnorm
@@ -90,16 +91,11 @@ class TrainSettings:
             raise ValueError(f"name must be a non-empty str, got {self.name!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {self.optimizer!r}")
-        if self.lr is not None and (isinstance(self.lr, bool) or not isinstance(self.lr, (int, float))
-                                    or not (self.lr > 0 and math.isfinite(self.lr))):
-            raise ValueError(f"lr must be None or a positive finite number, got {self.lr!r}")
-        wd = self.weight_decay
-        if isinstance(wd, bool) or not isinstance(wd, (int, float)) or not (
-                wd >= 0 and math.isfinite(wd)):
-            raise ValueError(f"weight_decay must be a finite number >= 0, got {wd!r}")
-        if self.epochs is not None and (isinstance(self.epochs, bool)
-                                        or not isinstance(self.epochs, int) or self.epochs < 0):
-            raise ValueError(f"epochs must be None or an int >= 0, got {self.epochs!r}")
+        if self.lr is not None:
+            V.check_real(self.lr, "lr", 0.0, strict=True)
+        V.check_real(self.weight_decay, "weight_decay", 0.0)
+        if self.epochs is not None:
+            V.check_int(self.epochs, "epochs", 0)
 
     def with_epochs(self, epochs: int | None) -> TrainSettings:
         """This recipe with ``epochs`` (None keeps the recipe's own)."""
@@ -191,17 +187,12 @@ def train(model: nn.Module, data, epochs: int, lr: float = 1e-3, batch_size: int
     over the training data (averages of the per-batch statistics). The model is left in
     eval mode. ``desc`` prefixes the progress bar.
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
-        raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if not (isinstance(lr, (int, float)) and lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"lr must be a positive finite number, got {lr!r}")
+    V.check_int(epochs, "epochs", 0)
+    V.check_positive_int(batch_size, "batch_size")
+    V.check_real(lr, "lr", 0.0, strict=True)
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {list(OPTIMIZERS)}, got {optimizer!r}")
-    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)) or not (
-            weight_decay >= 0 and math.isfinite(weight_decay)):
-        raise ValueError(f"weight_decay must be a finite number >= 0, got {weight_decay!r}")
+    V.check_real(weight_decay, "weight_decay", 0.0)
     from tqdm.auto import tqdm
 
     gen = torch.Generator().manual_seed(int(seed))
@@ -374,16 +365,14 @@ def get_trained(name: str, cache_dir: str | os.PathLike, seed: int = 0, quick: b
     """
     if name not in MODELS:
         raise ValueError(f"name must be one of {sorted(MODELS)}, got {name!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    V.check_int(seed, "seed")
     recipe = resolve_training(training)
     cfg = TRAINING[name]
     if epochs is None:
         epochs = recipe.epochs
     if epochs is None:
         epochs = cfg.quick_epochs if quick else cfg.epochs
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0:
-        raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
+    V.check_int(epochs, "epochs", 0)
     if data is not None and len(data) != 4:
         raise ValueError("data must be (train_x, train_y, held_x, held_y)")
     lr = float(cfg.lr if recipe.lr is None else recipe.lr)

@@ -67,7 +67,7 @@ register(MethodSpec("occlusion_patch", Occlusion, variants=(
     defaults=MappingProxyType({"patch": 2}), paper=_paper(_N, _P, _N), reformulation=R.OCCLUSION_PATCH, marker="^"))
 register(MethodSpec("deeplift", DeepLift, variants=(
     Variant("DL", table3=_table3(0.0, 2.35, 32.76)),),
-    paper=_paper(_F, _N, _N), reformulation=R.DEEPLIFT, marker="s"))
+    paper=_paper(_F, _N, _N), reformulation=R.DEEPLIFT, marker="s", complete=True))
 register(MethodSpec("epsilon_lrp", EpsilonLRP, variants=(
     Variant("LRP", experiments=frozenset({"audit"})),),
                     init_args=("epsilon",), paper=_paper(_F, _N, _N),
@@ -107,7 +107,7 @@ register(MethodSpec("grad_cam", GradCAM, variants=(  # needs a convolution (not 
             experiments=frozenset({"saliency", "assessment"})),), marker="8"))
 register(MethodSpec("deeplift_shap", DeepLiftShap, variants=(
     Variant("DLS", {"noise_std": EG_NOISE_STD, "n_samples": 50}, experiments=_NO_VALIDATION),),
-    marker="p"))
+    marker="p", complete=True))
 register(MethodSpec("gradient_shap", GradientShap, variants=(
     Variant("GS", {"noise_std": EG_NOISE_STD, "n_samples": 50, "stdevs": 0.1},
             experiments=_NO_VALIDATION),),
@@ -137,7 +137,7 @@ register(MethodSpec("shapley", ShapleyValues, variants=(
     Variant("Shapley", experiments=_AUDIT),
     Variant("Shapley-4x4", {"patch": 4, "method": "sampling", "n_samples": 25},
             experiments=_ASSESSED)),
-    reformulation=R.SHAPLEY_RULE, marker="h"))
+    reformulation=R.SHAPLEY_RULE, marker="h", complete=True))
 register(MethodSpec("kernel_shap", KernelShap, variants=(
     Variant("KernelSHAP", experiments=_AUDIT),
     Variant("KernelSHAP-4x4", {"patch": 4, "n_samples": 200}, experiments=_ASSESSED)),

@@ -25,6 +25,7 @@ uses the distribution in its settings (or the caller's, when it is one).
 from __future__ import annotations
 
 import inspect
+import re
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,7 +40,8 @@ from ..methods import AttributionMethod, Explanation, noise_tunnel
 from ..methods import reformulations as R
 
 __all__ = ["EXPERIMENTS", "LAYOUT_OPTIONS", "METHODS", "BoundMethod", "MethodSpec", "PaperFacts",
-           "Variant", "reformulate", "reformulate_orders", "register", "unregister", "variants"]
+           "Variant", "reformulate", "reformulate_orders", "register", "resolve", "slug",
+           "unregister", "variants"]
 
 #: Where a method can take part: the principle audit, the validation table (needs a
 #: reformulation), the assessment (infidelity, bounding boxes), the saliency grid.
@@ -103,6 +105,10 @@ class MethodSpec:
         paper: the paper's verdicts, None for methods outside the paper.
         reformulation: the Taylor reformulation, None where the method has none.
         marker: matplotlib marker of the method in the trend figures.
+        complete: whether the attributions sum to ``f(x) - f(x~)`` (the mean over its
+            references) up to float rounding on the models it runs on, one player per
+            feature (with groups, per group: each feature carries its group's value);
+            ``tests/test_common.py`` checks the convergence delta of every such variant.
     """
 
     name: str
@@ -115,6 +121,7 @@ class MethodSpec:
     paper: PaperFacts | None = None
     reformulation: R.Reformulation | None = None
     marker: str = "o"
+    complete: bool = False
 
     def __post_init__(self):
         if not (isinstance(self.cls, type) and issubclass(self.cls, AttributionMethod)):
@@ -332,6 +339,43 @@ def variants(experiment: str) -> list[tuple[MethodSpec, Variant]]:
     return [(spec, v) for spec in _ROWS.values() for v in spec.variants
             if experiment in v.experiments
             and (experiment != "validation" or spec.reformulation is not None)]
+
+
+def slug(label) -> str:
+    """A label as a file and command-line name: lower case, each run of other characters
+    one hyphen (``"Occ-4x4"`` -> ``"occ-4x4"``, ``"Taylor-2"`` -> ``"taylor-2"``)."""
+    return re.sub(r"[^a-z0-9]+", "-", str(label).lower()).strip("-")
+
+
+def _spelling(text) -> str:
+    """What two spellings of one name share: its letters and digits, lower case."""
+    return "".join(ch for ch in str(text).lower() if ch.isalnum())
+
+
+def resolve(name, among=None, argument: str = "methods") -> BoundMethod:
+    """The bound method ``name`` means: a :class:`BoundMethod` (returned as it is), a
+    registry name (the first of ``among`` of that method, or its default variant), or a
+    variant label in any case and spelling (``"IG"``, ``"ig"``, ``"Occ-4x4"``, ``"occ4x4"``).
+
+    ``among``: the bound methods to choose from, in order (default: every variant of every
+    registered method); an unknown name is a ValueError naming ``argument`` and the choices.
+    """
+    if isinstance(name, BoundMethod):
+        return name
+    pool = [spec.bind(v) for spec in _ROWS.values() for v in spec.variants] \
+        if among is None else list(among)
+    if isinstance(name, str):
+        if name in _ROWS:
+            return next((b for b in pool if b.name == name), None) or _ROWS[name].bind()
+        wanted = _spelling(name)
+        found = next((b for b in pool if _spelling(b.label) == wanted), None) or \
+            next((b for b in pool if _spelling(b.name) == wanted), None)
+        if found is not None:
+            return found
+    choices = list(dict.fromkeys(slug(b.label) for b in pool))
+    names = sorted({b.name for b in pool})
+    raise ValueError(f"{argument}: unknown method {name!r}; choose from {', '.join(choices)} "
+                     f"(labels in any spelling) or registry names {names}")
 
 
 # =======================================================================================

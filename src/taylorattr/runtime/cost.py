@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from .._validation import check_inputs, check_positive_int, model_output
+from .._validation import check_inputs, check_int, check_positive_int, check_real, model_output
 from .batching import chunk_rows
 
 __all__ = ["GPU_SCALE_ROWS", "Cost", "CostError", "Rates", "RowCounter",
@@ -77,8 +77,7 @@ class Cost:
         for name in ("samples", "forward_rows", "backward_rows", "taylor_passes",
                      "taylor_rows", "taylor_backward_rows", "order"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise ValueError(f"Cost.{name} must be an int >= 0, got {v!r}")
+            check_int(v, f"Cost.{name}", 0)
 
     def __add__(self, other: Cost) -> Cost:
         if not isinstance(other, Cost):
@@ -257,10 +256,7 @@ def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order
     x = check_inputs(x).detach()
     if max_rows is not None:
         check_positive_int(max_rows, "max_rows")
-    if isinstance(probe_seconds, bool) or not isinstance(probe_seconds, (int, float)) \
-            or not 0 < probe_seconds < math.inf:
-        raise ValueError(f"probe_seconds must be a positive number of seconds, got "
-                         f"{probe_seconds!r}")
+    check_real(probe_seconds, "probe_seconds", 0.0, strict=True)
 
     def fwd(rows):
         with torch.no_grad():

@@ -1,0 +1,92 @@
+"""The package's layering, checked by import-linter on every run (issue 24).
+
+``pyproject.toml`` holds two contracts: the layers (a module imports only from its own
+layer and below) and no import loop between the children of any package. They are run
+here on the real tree, and on a scratch copy with one upward import and one loop added
+(the contracts must catch both: a test of the test). ``docs/design.md`` shows the same
+layers in the same order.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(root: Path) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(root / "src"), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([str(LINT), "--no-cache"], check=False, cwd=root, env=env,
+                          capture_output=True,
+                          text=True, timeout=300)
+
+
+def _layers() -> list[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return next(c["layers"] for c in config["contracts"] if c["type"] == "layers")
+
+
+def test_the_package_keeps_its_layers_and_has_no_import_loops():
+    run = _lint(ROOT)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "2 kept, 0 broken" in run.stdout
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    """A copy of the package and its contracts, to break on purpose."""
+    root = tmp_path_factory.mktemp("layers")
+    shutil.copytree(ROOT / "src" / "taylorattr", root / "src" / "taylorattr",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def _append(path: Path, line: str) -> str:
+    original = path.read_text()
+    path.write_text(original + "\n" + line + "\n")
+    return original
+
+
+def test_an_upward_import_breaks_the_layers(scratch):
+    cost = scratch / "src" / "taylorattr" / "runtime" / "cost.py"
+    original = _append(cost, "from ..methods import occlusion  # noqa: E402 (scratch)")
+    try:
+        run = _lint(scratch)
+    finally:
+        cost.write_text(original)
+    assert run.returncode != 0
+    assert "taylorattr.runtime is not allowed to import taylorattr.methods" in run.stdout
+    assert "taylorattr.runtime.cost -> taylorattr.methods.occlusion" in run.stdout
+
+
+def test_an_import_loop_inside_a_layer_breaks_the_acyclic_contract(scratch):
+    saliency = scratch / "src" / "taylorattr" / "methods" / "saliency.py"
+    occlusion = scratch / "src" / "taylorattr" / "methods" / "occlusion.py"
+    originals = [_append(saliency, "from . import occlusion  # noqa: E402 (scratch)"),
+                 _append(occlusion, "from . import saliency  # noqa: E402 (scratch)")]
+    try:
+        run = _lint(scratch)
+    finally:
+        saliency.write_text(originals[0])
+        occlusion.write_text(originals[1])
+    assert run.returncode != 0
+    assert "No cycles are allowed in taylorattr.methods" in run.stdout
+
+
+def test_the_design_doc_draws_the_contracts_layers():
+    """docs/design.md's layer diagram lists the contract's layers, top to bottom."""
+    text = (ROOT / "docs" / "design.md").read_text()
+    block = re.search(r"<!-- layers -->\n```\n(.*?)```", text, re.DOTALL)
+    assert block, "docs/design.md lost its layer diagram (the block after <!-- layers -->)"
+    drawn = [line.split("  ")[0].strip() for line in block.group(1).splitlines() if line.strip()]
+    contract = [" | ".join(m.strip("()").removeprefix("taylorattr.") for m in layer.split(" | "))
+                for layer in _layers()]
+    assert drawn == contract
