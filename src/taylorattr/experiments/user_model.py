@@ -106,12 +106,30 @@ def _call(spec: str, model_args):
     return model
 
 
+class ExportedProgram(torch.nn.Module):
+    """A ``torch.export`` program's module (``program``) as a module whose ``eval()`` and
+    ``train()`` work: the program's own raise (its graph fixes the mode it was exported
+    in), so they set only this wrapper's flag."""
+
+    def __init__(self, program: torch.nn.Module):
+        super().__init__()
+        self.program = program
+
+    def forward(self, *args, **kwargs):
+        return self.program(*args, **kwargs)
+
+    def train(self, mode: bool = True):
+        self.training = bool(mode)
+        return self
+
+
 def _program(path: Path) -> torch.nn.Module:
     try:
         model = torch.export.load(str(path)).module()
     except Exception as exc:  # noqa: BLE001 - any failure to read the program is the file's
         raise ValueError(f"model: cannot load the torch.export program {path} "
                          f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+    model = ExportedProgram(model)
     model.source_digest = file_digest(path)
     return model
 
