@@ -101,7 +101,7 @@ def test_samples_beyond_the_data_are_an_error_not_a_cap(tmp_path, capsys, refuse
     one_line(err, "--samples", "10000000", f"{held} held-out digits", f"--samples {held}")
     # the largest allowed count passes the check and reaches the (refused) work
     with pytest.raises(AssertionError, match="the work started"):
-        cli.main(["validate", "--samples", str(held), "--out", str(tmp_path)])
+        cli.main(["validate", "--samples", str(held), "--out", str(tmp_path), "--budget", "none"])
 
 
 def test_target_outside_the_classes(tmp_path, capsys, refuse_work):
@@ -168,11 +168,11 @@ def test_defaults_and_method_aliases(tmp_path, capsys, monkeypatch):
         monkeypatch.setitem(cli.COMMANDS, name, lambda args: seen.setdefault(args.command, args)
                             and "ok")
     monkeypatch.chdir(tmp_path)
-    cli.main(["validate"])
-    cli.main(["assess"])
+    cli.main(["validate", "--budget", "none"])  # no estimate: the defaults are tested
+    cli.main(["assess", "--budget", "none"])
     img = png(tmp_path / "i.png")
     cli.main(["explain", str(img), "--methods", "integrated_gradients", "Occ-16x16",
-              "gradient_input", "Taylor-2", "dl"])
+              "gradient_input", "Taylor-2", "dl", "--budget", "none"])
     assert seen["validate"].out == Path("results/validate")
     assert seen["assess"].out == Path("results/assess")
     assert seen["explain"].methods == ["ig", "occ-16x16", "gi", "taylor-2", "dl"]

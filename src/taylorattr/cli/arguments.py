@@ -159,12 +159,11 @@ def _cost_flags(p) -> None:
                    help="refuse, with one line and exit status 2 before any work (no "
                         "training, no files), a run estimated above SECONDS; the estimate "
                         "counts every stage's rows from the methods' plans and times a probe "
-                        "batch (default: 4 h when stdin and stderr are terminals, none in "
-                        "batch mode; 'none' lifts it)")
+                        "batch; every stage's estimate is printed on stderr (default: 4 h, "
+                        "in batch mode too; 'none' lifts it and skips the estimate)")
     p.add_argument("--estimate", action="store_true",
-                   help="print the estimated cost of every stage on stderr, then run (always "
-                        "on a terminal; to see the estimates without running, give a tiny "
-                        "--budget)")
+                   help="print the estimates even with --budget none (to see them without "
+                        "running, give a tiny --budget)")
 
 
 def _json_args(text: str):

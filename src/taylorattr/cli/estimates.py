@@ -6,9 +6,9 @@ reformulations and metrics it will run (:mod:`taylorattr.runtime.cost`: ``BoundM
 ``taylor_terms_cost``, ``group_expansions_cost``, ``interactions_cost``,
 ``infidelity_cost``), times a probe batch on the stage's model architecture (untrained
 copies run at the trained models' speed; nothing is trained to estimate), prints one
-line per stage on stderr (``--estimate``, or always on a terminal) and refuses, with one
-line and exit status 2 before any work, a run estimated above ``--budget`` (default:
-:data:`TERMINAL_BUDGET` on a terminal, none in batch mode).
+line per stage on stderr and refuses, with one line and exit status 2 before any work, a
+run estimated above ``--budget`` (default :data:`DEFAULT_BUDGET`, on a terminal and in
+batch mode alike; ``--budget none`` lifts it and skips the estimate).
 
 Each method's reformulation counts its own rows
 (:meth:`taylorattr.methods.reformulations.Reformulation.cost_of`); one without a count is named.
@@ -28,11 +28,13 @@ import torch
 from .arguments import CliError
 from .jobs import dataset_job, explain_network
 
-__all__ = ["TERMINAL_BUDGET", "Stage", "check_estimates", "command_stages"]
+__all__ = ["DEFAULT_BUDGET", "TERMINAL_BUDGET", "Stage", "check_estimates", "command_stages"]
 
-#: The budget of a run started from a terminal (stdin and stderr both terminals) without
-#: ``--budget``: generous, so that only runs meant for a GPU or a batch job are refused.
-TERMINAL_BUDGET = 4 * 3600.0
+#: The budget of a run without ``--budget``, on a terminal and in batch mode alike:
+#: generous, so that only runs meant for a GPU are refused (a batch job that means it
+#: gives ``--budget none`` or a larger one).
+DEFAULT_BUDGET = 4 * 3600.0
+TERMINAL_BUDGET = DEFAULT_BUDGET  # the earlier name
 
 _INPUTS = {"infidelity": (1, 28, 28), "taylor_order": (1, 28, 28), "bbox": (1, 64, 64)}
 _TRAINING = "training of models not cached under --out not counted"
@@ -356,38 +358,33 @@ def command_stages(args) -> list[Stage]:
 
 # ----------------------------------------------------------------------- print and refuse
 
-def _terminal() -> bool:
-    return sys.stdin.isatty() and sys.stderr.isatty()
-
-
 def check_estimates(args) -> None:
-    """Print the stages' estimates to stderr (``--estimate``, or on a terminal) and fail,
-    with one line naming ``--budget`` and the cheaper options, before any work, when the
-    run is estimated above the budget (``--budget``; on a terminal
-    :data:`TERMINAL_BUDGET` by default; ``--budget none`` lifts it)."""
+    """Fail, with one line naming ``--budget`` and the cheaper options, before any work,
+    when the run is estimated above the budget, else print one estimate line per stage
+    to stderr (the budget: ``--budget``, default :data:`DEFAULT_BUDGET` on a terminal and
+    in batch mode alike). ``--budget none`` lifts it and, without ``--estimate``, skips the
+    estimate."""
     from ..runtime.cost import CostError, check_budget, format_seconds, summed
 
     if args.command not in _STAGES:
         return
-    budget = args.budget if args.budget is not None else (
-        TERMINAL_BUDGET if _terminal() else None)
-    show = args.estimate or _terminal()
+    budget = DEFAULT_BUDGET if args.budget is None else args.budget
     if budget == math.inf:
         budget = None
-    if budget is None and not show:
+    if budget is None and not args.estimate:
         return
     stages = command_stages(args)
-    for stage in stages if show else ():
-        print(f"taylorattr {args.command}: estimate: {stage.line()}", file=sys.stderr)
     total = summed(s.cost for s in stages if s.cost is not None)
-    if total is None or budget is None:
-        return
-    total = replace(total, label=f"{args.command}, all stages", notes=())
-    try:
-        check_budget(total, budget)
-    except CostError:
-        given = "" if args.budget is not None else " (the default on a terminal)"
-        raise CliError("--budget", f"{total.describe()} exceeds the budget of "
-                                   f"{format_seconds(budget)}{given}; cheaper: "
-                                   f"{_CHEAPER[args.command]}; or raise --budget "
-                                   "(--budget none lifts it)") from None
+    if total is not None and budget is not None:
+        total = replace(total, label=f"{args.command}, all stages", notes=())
+        try:
+            check_budget(total, budget)
+        except CostError:
+            given = "" if args.budget is not None else " (the default)"
+            raise CliError("--budget", f"{total.describe()} exceeds the budget of "
+                                       f"{format_seconds(budget)}{given}; cheaper: "
+                                       f"{_CHEAPER[args.command]}; or raise --budget "
+                                       "(--budget none lifts it)") from None
+    for stage in stages:
+        print(f"taylorattr {args.command}: estimate: {stage.line()}", file=sys.stderr,
+              flush=True)
