@@ -368,7 +368,12 @@ def check_estimates(args) -> None:
 
     if args.command not in _STAGES:
         return
-    budget = DEFAULT_BUDGET if args.budget is None else args.budget
+    from ..runtime.distributed import env_world
+
+    # under torchrun only a given --budget applies: each rank times its own probe, and a
+    # default that one rank passes and another refuses would leave the first waiting
+    default = DEFAULT_BUDGET if env_world()[1] == 1 else None
+    budget = default if args.budget is None else args.budget
     if budget == math.inf:
         budget = None
     if budget is None and not args.estimate:
