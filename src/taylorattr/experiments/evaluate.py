@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
@@ -39,16 +40,17 @@ import torch
 from .. import _io
 from .. import registry as _registry
 from .._validation import check_positive_int, check_seed
-from ..metrics import bbox_accuracy, infidelity
+from ..metrics import bbox_accuracy, infidelity, infidelity_cost
 from .evaluation.items import PREDICTED, BadItem, item_source, read_item, reference_shape
 from .evaluation.job import RESUME, JobReport, UnitInput, describe_changes, run_job
 from .evaluation.merge import merge_units
 from .evaluation.sharding import sample_seed
 from .fingerprints import digest, item_digest, library_version, model_digest
 from .maps import MAP_FORMATS, save_map, save_picture
+from .plans import StageCost, method_costs
 
-__all__ = ["MAP_FORMATS", "METRICS", "RESUME", "JobReport", "attribute_dataset", "describe_changes",
-           "evaluate", "infidelity_scale", "map_name", "resolve_methods"]
+__all__ = ["MAP_FORMATS", "METRICS", "RESUME", "DatasetStage", "JobReport", "attribute_dataset",
+           "describe_changes", "evaluate", "infidelity_scale", "map_name", "resolve_methods"]
 
 #: The metrics :func:`evaluate` computes.
 METRICS = ("infidelity", "bbox")
@@ -155,6 +157,43 @@ def infidelity_scale(shape) -> int:
     ``min(H, W) // 28``, at least 1, so squares cover the share of the image they cover on
     MNIST (as the assessment scales its patches)."""
     return max(1, min(int(shape[-2]), int(shape[-1])) // 28) if len(shape) >= 2 else 1
+
+
+@dataclass(frozen=True)
+class DatasetStage:
+    """The rows of :func:`evaluate` (with its ``metrics``; ``max_side`` and ``scale`` of
+    the infidelity squares, ``scale`` None: :func:`infidelity_scale`) or of
+    :func:`attribute_dataset` (no metrics): every method on every unit of ``batch_size``
+    samples, counted by :meth:`cost` before the job runs."""
+
+    methods: tuple
+    metrics: tuple = ()
+    batch_size: int = 16
+    max_side: int = 10
+    scale: int | None = None
+
+    def cost(self, model, dataset, label: str, device=None) -> StageCost:
+        """The job's rows on ``model`` (timed on one input moved to ``device``)."""
+        n = len(dataset)
+        shape = reference_shape(dataset, n)
+        scale = self.scale or infidelity_scale(shape)
+        methods = resolve_methods(list(self.methods))
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()),
+                     torch.float32)
+        costs, skipped = [], []
+        full, rest = divmod(n, self.batch_size)
+        for b, units in ((self.batch_size, full), (rest, 1 if rest else 0)):
+            if not units:
+                continue
+            x = torch.zeros((b,) + tuple(shape), dtype=dtype)
+            c, skipped = method_costs(methods, model, x)
+            if "infidelity" in self.metrics:
+                c += [infidelity_cost(x, max_side=self.max_side, scale=scale)] * (
+                    len(methods) - len(skipped))
+            costs += c * units
+        model = model.to(device) if device is not None else model
+        x = torch.zeros((1,) + tuple(shape), dtype=dtype, device=device)
+        return StageCost(label, ((costs, model, x),), n, tuple(skipped))
 
 
 def _namer(dataset):

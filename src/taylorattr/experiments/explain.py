@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SIGNS", "Explanation", "canonical_method", "explain", "explain_columns",
-           "explain_methods"]
+__all__ = ["SIGNS", "ExplainStage", "Explanation", "canonical_method", "explain",
+           "explain_columns", "explain_methods"]
 
 #: What a map shows: signed values, the positive part, the negative part, or ``|a|``.
 SIGNS = ("all", "positive", "negative", "abs")
@@ -89,11 +89,39 @@ def _classifier(model, weights):
     return models.torchvision_model(model, weights)
 
 
-def _columns(methods, patch: int, ig_steps: int, eg_samples: int, eg_noise) -> dict:
-    """Grid name -> bound method of the chosen methods, in grid order."""
-    table = explain_columns(patch, ig_steps, eg_samples, eg_noise)
-    chosen = set(table) if not methods else {canonical_method(m, patch, table) for m in methods}
-    return {k: m for k, m in table.items() if k in chosen}
+@dataclass(frozen=True)
+class ExplainStage:
+    """The settings of :func:`explain`'s maps (``methods``: names, default all; the
+    occlusion ``patch``, IG's ``ig_steps``, EG's ``eg_samples`` and ``eg_noise``; the pair
+    ``interactions``), its columns and its rows (:meth:`cost`)."""
+
+    methods: tuple | None = None
+    patch: int = 16
+    ig_steps: int = 32
+    eg_samples: int = 32
+    eg_noise: float | None = None
+    interactions: bool = False
+
+    def columns(self) -> dict:
+        """Grid name -> bound method of the chosen methods, in grid order."""
+        table = explain_columns(self.patch, self.ig_steps, self.eg_samples, self.eg_noise)
+        chosen = set(table) if not self.methods else {
+            canonical_method(m, self.patch, table) for m in self.methods}
+        return {k: m for k, m in table.items() if k in chosen}
+
+    def cost(self, net, x, name: str) -> list:
+        """The maps (a target forward and every column) and, with ``interactions``, the
+        pairs of the image's patches at order 2, on ``net`` for the input ``x``."""
+        from ..taylor.pair_interactions import interactions_cost
+        from .plans import StageCost, forwards, method_costs
+
+        costs, skipped = method_costs(list(self.columns().values()), net, x)
+        out = [StageCost(f"saliency maps on {name}", (([forwards(1), *costs], net, x),), 1,
+                         tuple(skipped))]
+        if self.interactions:
+            out.append(StageCost(f"pair interactions on {name}",
+                                 (([interactions_cost(x, None, 2)], net, x),), 1))
+        return out
 
 
 def _maps(net, x, target: int, columns: dict, taylor_model, show_progress: bool = False
@@ -210,7 +238,8 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
 
     if sign not in SIGNS:
         raise ValueError(f"sign must be one of {', '.join(SIGNS)}, got {sign!r}")
-    columns = _columns(methods, patch, ig_steps, eg_samples, eg_noise)
+    columns = ExplainStage(None if methods is None else tuple(methods), patch, ig_steps,
+                           eg_samples, eg_noise, interactions).columns()
     net = _classifier(model, weights)
     x = net.preprocess(data.load_image(image))
     with torch.no_grad():

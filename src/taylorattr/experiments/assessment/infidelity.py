@@ -26,7 +26,7 @@ from .._units import fingerprint
 from .stage import Stage, collect, timed
 
 __all__ = ["infidelity_from_changes", "run_infidelity", "run_taylor_order",
-           "square_output_changes", "square_predictions"]
+           "square_output_changes", "square_predictions", "taylor_order_methods"]
 
 
 def square_output_changes(model, inputs: torch.Tensor, target: torch.Tensor, baselines=0.0,
@@ -137,10 +137,15 @@ def run_infidelity(stage: Stage, models, n: int, counts, result) -> None:
         result.timings[f"infidelity removal forwards {paper.model_label(m)} (s)"] = round(ch, 3)
 
 
+def taylor_order_methods(orders) -> list:
+    """The bound methods of experiment 2: the Taylor attribution at each order."""
+    return [METHODS["taylor"].bind(order=k) for k in orders]
+
+
 def run_taylor_order(stage: Stage, models, n: int, orders, result) -> None:
     """Experiment 2: infidelity of the order-K Taylor attribution, one row per (model, K)."""
     x = stage.ws.held_out_digits(n)
-    taylor = [METHODS["taylor"].bind(order=k) for k in orders]
+    taylor = taylor_order_methods(orders)
     units = _units(stage, models, x, taylor, "taylor order")
     starts = [i0 for i0, _ in stage.spans(x)]
     for m in models:
