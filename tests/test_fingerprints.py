@@ -118,3 +118,38 @@ def test_fingerprint_fields_follow_their_ingredient():
     assert item_digest(x, 1) != item_digest(x, 2)
     assert changed({"model": "a", "seed": "0"}, {"model": "a", "seed": "1", "x": "2"}) \
         == ["seed", "x"]
+
+
+def test_reproduce_units_of_another_library_version_are_recomputed(tmp_path, monkeypatch):
+    """A reproduce unit (UnitStore) is reused by the same library build only."""
+    import taylorattr.experiments._units as U
+
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"x": torch.tensor([float(len(calls))])}
+    store = U.UnitStore(tmp_path)
+    assert store.get("k", compute)["x"].item() == 1.0
+    assert store.get("k", compute)["x"].item() == 1.0 and len(calls) == 1  # reused
+    monkeypatch.setattr(U, "library_version", lambda: "0.0.0+srcother+torch0")
+    assert store.get("k", compute)["x"].item() == 2.0 and len(calls) == 2  # recomputed
+    assert set(store.get("k", compute)) == {"x"}  # the version stamp is not a result
+
+
+def test_cached_models_follow_the_training_data_content(tmp_path):
+    """Two MNIST folders with files of the same names and sizes but one changed byte name
+    different cache entries (the training recipe is in the entry's name already)."""
+    from taylorattr.models.training import _data_tag
+
+    for name, byte in (("a", b"\x00"), ("b", b"\x01")):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "train-images-idx3-ubyte").write_bytes(b"\x00" * 15 + byte)
+        (folder / "train-labels-idx1-ubyte").write_bytes(b"\x00" * 8)
+    assert _data_tag(tmp_path / "a", None)[0] != _data_tag(tmp_path / "b", None)[0]
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    for p in (tmp_path / "a").iterdir():
+        (twin / p.name).write_bytes(p.read_bytes())
+    assert _data_tag(tmp_path / "a", None)[0] == _data_tag(twin, None)[0]  # content, not place
