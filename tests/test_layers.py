@@ -90,3 +90,28 @@ def test_the_design_doc_draws_the_contracts_layers():
     contract = [" | ".join(m.strip("()").removeprefix("taylorattr.") for m in layer.split(" | "))
                 for layer in _layers()]
     assert drawn == contract
+
+
+#: Modules of more lines than this say in their docstring why they are one module.
+LONG_MODULE = 400
+
+
+def test_long_modules_say_why_they_are_one_module():
+    import ast
+
+    unexplained = []
+    for path in sorted((ROOT / "src" / "taylorattr").rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > LONG_MODULE and \
+                "Why one module:" not in (ast.get_docstring(ast.parse(text)) or ""):
+            unexplained.append(str(path.relative_to(ROOT)))
+    assert not unexplained, f"modules over {LONG_MODULE} lines without 'Why one module:' " \
+                            f"in their docstring: {unexplained}"
+
+
+def test_only_the_core_layer_has_loose_top_level_modules():
+    """Every other layer is a sub-package whose ``__init__`` is its public face."""
+    core = {layer.split(".")[-1].strip("()") for line in _layers()[-3:]
+            for layer in line.split(" | ")}
+    loose = {p.stem for p in (ROOT / "src" / "taylorattr").glob("*.py")} - {"__init__"}
+    assert loose <= core | {"__main__"}, sorted(loose - core)

@@ -125,9 +125,10 @@ class ExplainStage:
 
 
 def _maps(net, x, target: int, columns: dict, taylor_model, show_progress: bool = False
-          ) -> tuple[dict, list[str]]:
-    """The maps of every column; Taylor expansions (methods with an ``order``) run on
-    ``taylor_model(net)`` when given (a smoothed copy, say), the others on ``net``."""
+          ) -> tuple[dict, list[str], dict]:
+    """The maps of every column, the notes, and the map key of each Taylor order; Taylor
+    expansions (methods with an ``order``) run on ``taylor_model(net)`` when given (a
+    smoothed copy, say), the others on ``net``."""
     from .saliency import saliency_maps
 
     others = [m for m in columns.values() if "order" not in m.settings]
@@ -139,13 +140,14 @@ def _maps(net, x, target: int, columns: dict, taylor_model, show_progress: bool 
         suffix = f" ({note})" if note else ""
         maps.update({label + suffix: v for label, v in t_maps.items()})
         notes += t_notes
-    return maps, notes
+        return maps, notes, {m.settings["order"]: m.label + suffix for m in taylor}
+    return maps, notes, {}
 
 
-def _difference_panel(maps: dict, notes: list[str]) -> None:
-    """Add "Taylor-2 - Taylor-1" when both orders gave maps, with its relative size noted."""
-    one = next((v for k, v in maps.items() if k.startswith("Taylor-1")), None)
-    two = next((v for k, v in maps.items() if k.startswith("Taylor-2")), None)
+def _difference_panel(maps: dict, notes: list[str], by_order: dict) -> None:
+    """Add "Taylor-2 - Taylor-1" when both orders gave maps (``by_order``: order -> map
+    key), with its relative size noted."""
+    one, two = (maps.get(by_order.get(k)) for k in (1, 2))
     if one is None or two is None or isinstance(one, str) or isinstance(two, str):
         return
     diff = two - one
@@ -252,11 +254,11 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
         raise ValueError(f"target must lie in [0, {probs.shape[0]}), got {target}")
     if taylor_model is None and beta is not None:
         taylor_model = _smoothed(x, target, beta)
-    maps, notes = _maps(net, x, target, columns, taylor_model, show_progress)
+    maps, notes, by_order = _maps(net, x, target, columns, taylor_model, show_progress)
     pairs_figure = None if not interactions else _interaction_figure(
         net, x, target, taylor_model, Path(out_dir), Path(image).stem, net.unnormalize(x[0]),
         show_progress)
-    _difference_panel(maps, notes)
+    _difference_panel(maps, notes, by_order)
     left_out = {k: v.removeprefix("not supported: ").rstrip(": ") for k, v in maps.items()
                 if isinstance(v, str)}
     shown = {k: v for k, v in maps.items() if not isinstance(v, str)}

@@ -21,6 +21,7 @@ import torch
 
 from .. import _io
 from ..reporting.interaction_plot import strongest_pairs
+from ..reporting.report import markdown_table
 from ..taylor.pair_interactions import Interactions, interactions, interactions_cost
 from ..taylor.terms import group_expansions, group_expansions_cost
 from . import paper
@@ -145,12 +146,11 @@ def format_interactions(result: InteractionResult) -> str:
     """Markdown: the shares per model and order, the truncation error and the top pairs."""
     lines = [(f"Shares of |df| by order, {result.n_samples} held-out digits, baseline 0, "
               "predicted class, 4x4 patches (signed means: terms of opposite signs cancel)."), "",
-             ("| model | order k | P_k | inside one patch | between two patches | "
-              "three or more patches |"), "|---|---|---|---|---|---|"]
-    for r in result.rows:
-        lines.append(f"| {r['model']} | {r['order']} | {r['total']:+.3f} | {r['own']:+.3f} | "
-                     f"{r['pairs']:+.3f} | {r['rest']:+.3f} |")
-    lines.append("")
+             markdown_table(["model", "order k", "P_k", "inside one patch", "between two patches",
+                             "three or more patches"],
+                            [[r["model"], r["order"], *(f"{r[k]:+.3f}" for k in
+                                                        ("total", "own", "pairs", "rest"))]
+                             for r in result.rows]), ""]
     for model, err in result.error.items():
         top = ", ".join(f"patches {a}-{b}: {v:+.3g}" for a, b, v in result.top_pairs[model][:3])
         lines.append(f"- {model}: mean |eps_{result.order}|/|df| = {err:.3g}; strongest pairs of "

@@ -19,8 +19,10 @@ method, order, batch) is a resumable unit under ``out/validation/units``.
 reports every cell as mean ± spread (sample standard deviation) over the seeds, the
 correlations as Pearson's r and Spearman's rho averaged over seeds with a 95% bootstrap
 interval over the digits, and the figure "eps_bar vs pre-activation movement".
-:class:`ValidationStage` counts the rows of both before they run. (The module is long
-because the table, its study over seeds and their formatting share its units.)
+:class:`ValidationStage` counts the rows of both before they run.
+
+Why one module: the single run, the multi-seed study and their tables read the same
+units and keys; split, the study would re-derive the run's unit keys.
 """
 from __future__ import annotations
 
@@ -31,8 +33,10 @@ import torch
 
 from .. import _io
 from ..baselines import Point
+from ..methods import IntegratedGradients
 from ..metrics.statistics import bootstrap_correlation_ci, pearson
 from ..registry import variants
+from ..reporting.report import markdown_table
 from ..taylor.terms import taylor_attribution, taylor_attribution_cost
 from . import paper
 from ._units import fingerprint
@@ -227,7 +231,7 @@ def run_validation(ws: Workspace, models=("poly", "m_sg", "c_sg"), orders=(2,),
         return torch.cat([per_unit[(m, k, i)][name] for i in range(len(batches))])
 
     approx = len(methods)
-    ig = next((k for k, mt in enumerate(methods) if mt.label == "IG"), None)
+    ig = next((k for k, mt in enumerate(methods) if mt.spec.cls is IntegratedGradients), None)
     for m in models:
         mlabel = paper.model_label(m)
         for K in orders:
@@ -271,23 +275,19 @@ def format_validation(result: ValidationResult) -> str:
     paper_of = {(r["model"], r["method"]): r["paper"] for r in result.rows if r["paper"] is not None}
     labels = list(dict.fromkeys(r["method"] for r in result.rows))
     header = ["method"] + [f"{m} K={K}" for K in orders for m in models] + [f"{m} paper" for m in models]
-    lines.append("| " + " | ".join(header) + " |")
-    lines.append("|" + "---|" * len(header))
-    for label in labels:
-        cells = [label] + [f"{lookup[(m, label, K)]['percentage_change']:.3g}%" for K in orders
-                           for m in models]
-        cells += [f"{paper_of[(m, label)]}%" if (m, label) in paper_of else "n/a" for m in models]
-        lines.append("| " + " | ".join(cells) + " |")
+    body = [[label] + [f"{lookup[(m, label, K)]['percentage_change']:.3g}%" for K in orders
+                       for m in models]
+            + [f"{paper_of[(m, label)]}%" if (m, label) in paper_of else None for m in models]
+            for label in labels]
+    lines.append(markdown_table(header, body))
     lines.append("")
-    lines.append("| model | order | mean abs(eps)/abs(df) | paper (K=2) |")
-    lines.append("|---|---|---|---|")
-    for r in result.approximation:
-        paper = "" if r["paper"] is None else r["paper"]
-        lines.append(f"| {r['model']} | {r['order']} | {r['approximation_error']:.4g} | {paper} |")
+    lines.append(markdown_table(["model", "order", "mean abs(eps)/abs(df)", "paper (K=2)"],
+                                [[r["model"], r["order"], f"{r['approximation_error']:.4g}",
+                                  r["paper"]] for r in result.approximation]))
     for r in result.correlation:
-        paper = "" if r["paper"] is None else r["paper"]
+        paper = "" if r["paper"] is None else f" (paper: {r['paper']})"
         lines.append(f"\nC-sg, order {r['order']}: correlation of IG's percentage change with the "
-                     f"approximation error r = {r['pearson_ig_pct_vs_error']:.3f} (paper: {paper})")
+                     f"approximation error r = {r['pearson_ig_pct_vs_error']:.3f}{paper}")
     acc = ", ".join(f"{m['model']} {100 * m['held_out_accuracy']:.1f}%" for m in result.models)
     lines.append(f"\nHeld-out accuracy: {acc}; {result.n_samples} held-out samples.")
     return "\n".join(lines)
@@ -429,13 +429,14 @@ def format_study(study: ValidationStudy) -> str:
     """Markdown: the recipes side by side, every cell mean ± sd over the training seeds."""
     lines = [(f"Training seeds {', '.join(map(str, study.seeds))} per recipe; cells are mean ± "
              f"sample sd over the seeds; {study.n_samples} held-out digits."), "",
-             "| recipe | model | held-out accuracy | optimiser | lr | weight decay | epochs |",
-             "|---|---|---|---|---|---|---|"]
-    for m in study.models:
-        acc = _pm(100 * m["accuracy"], None if m["accuracy_spread"] is None
-                  else 100 * m["accuracy_spread"], ".1f", "%")
-        lines.append(f"| {m['preset']} | {m['model']} | {acc} | {m['optimizer']} | {m['lr']:g} | "
-                     f"{m['weight_decay']:g} | {m['epochs']} |")
+             markdown_table(
+                 ["recipe", "model", "held-out accuracy", "optimiser", "lr", "weight decay",
+                  "epochs"],
+                 [[m["preset"], m["model"],
+                   _pm(100 * m["accuracy"], None if m["accuracy_spread"] is None
+                       else 100 * m["accuracy_spread"], ".1f", "%"),
+                   m["optimizer"], f"{m['lr']:g}", f"{m['weight_decay']:g}", m["epochs"]]
+                  for m in study.models])]
     for preset in study.presets:
         rows = [r for r in study.table3 if r["preset"] == preset]
         models = list(dict.fromkeys(r["model"] for r in rows))
@@ -444,14 +445,12 @@ def format_study(study: ValidationStudy) -> str:
         paper_of = {(r["model"], r["method"]): r["paper"] for r in rows if r["paper"] is not None}
         head = ["method"] + [f"{m} K={K}" for K in orders for m in models] + [
             f"{m} paper" for m in models]
-        lines += ["", f"Percentage change, recipe **{preset}**:", "",
-                  "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for label in dict.fromkeys(r["method"] for r in rows):
-            cells = [label] + [_pm(look[(m, label, K)]["mean"], look[(m, label, K)]["spread"],
-                                   unit="%") for K in orders for m in models]
-            cells += [f"{paper_of[(m, label)]}%" if (m, label) in paper_of else "n/a"
-                      for m in models]
-            lines.append("| " + " | ".join(cells) + " |")
+        body = [[label] + [_pm(look[(m, label, K)]["mean"], look[(m, label, K)]["spread"],
+                               unit="%") for K in orders for m in models]
+                + [f"{paper_of[(m, label)]}%" if (m, label) in paper_of else None
+                   for m in models]
+                for label in dict.fromkeys(r["method"] for r in rows)]
+        lines += ["", f"Percentage change, recipe **{preset}**:", "", markdown_table(head, body)]
     lines += ["", ("Approximation error of the order-K expansion at x (mean and median over "
                    "digits of abs(eps)/abs(df)) beside its diagnostic: the RMS movement of "
                    "each nonlinear layer's pre-activations between x and the baseline 0 "
@@ -460,29 +459,30 @@ def format_study(study: ValidationStudy) -> str:
     for p in study.presets:
         head += [f"{p}: mean", f"{p}: median", f"{p}: movement"]
     head.append("paper (mean, K=2)")
-    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     keyed = {(r["preset"], r["model"], r["order"]): r for r in study.approximation}
     for r0 in [r for r in study.approximation if r["preset"] == study.presets[0]]:
         cells = [r0["model"], str(r0["order"])]
         for p in study.presets:
             r = keyed.get((p, r0["model"], r0["order"]))
             if r is None:
-                cells += ["", "", ""]
+                cells += [None, None, None]
                 continue
             move = ", ".join(_pm(v, r["movement_spread"][k], ".2f")
                              for k, v in r["movement"].items())
             cells += [_pm(r["mean"], r["spread"], ".3f"), f"{r['median']:.3f}", move]
-        cells.append("" if r0["paper"] is None else f"{r0['paper']}")
-        lines.append("| " + " | ".join(cells) + " |")
+        cells.append(r0["paper"])
+        body.append(cells)
+    lines.append(markdown_table(head, body))
     if study.correlation:
         lines += ["", ("Correlation of IG's percentage change with the approximation error over "
                        "digits, averaged over seeds, [95% bootstrap interval over digits]:"), "",
-                  ("| recipe | model | order | Pearson r | Spearman rho | Pearson r per seed "
-                  "| paper (Pearson) |"), "|---|---|---|---|---|---|---|"]
-        for r in study.correlation:
-            per_seed = ", ".join(f"{v:.2f}" for v in r["pearson_per_seed"])
-            cells = [f"{r[m]:.3f} [{r[m + '_low']:.2f}, {r[m + '_high']:.2f}]"
-                     for m in ("pearson", "spearman")]
-            lines.append(f"| {r['preset']} | {r['model']} | {r['order']} | {cells[0]} | "
-                         f"{cells[1]} | {per_seed} | {'' if r['paper'] is None else r['paper']} |")
+                  markdown_table(
+                      ["recipe", "model", "order", "Pearson r", "Spearman rho",
+                       "Pearson r per seed", "paper (Pearson)"],
+                      [[r["preset"], r["model"], r["order"],
+                        *(f"{r[m]:.3f} [{r[m + '_low']:.2f}, {r[m + '_high']:.2f}]"
+                          for m in ("pearson", "spearman")),
+                        ", ".join(f"{v:.2f}" for v in r["pearson_per_seed"]), r["paper"]]
+                       for r in study.correlation])]
     return "\n".join(lines)

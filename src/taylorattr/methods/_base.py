@@ -18,6 +18,9 @@ Every method follows one call contract (docs/design.md)::
 
 This module holds what the methods share: argument checks, the chunked passes and the
 delta. Nothing here repairs an input; every error names the offending argument.
+
+Why one module: the call contract (checks, target, structured inputs, chunked passes,
+delta) is one sequence every method runs; splitting it would scatter that order.
 """
 from __future__ import annotations
 

@@ -23,6 +23,9 @@ needs no list of methods; a reformulation registered without one is named as not
 The layer-wise originals replace the neuron's change ``x_j^(l+1) - x~_j^(l+1)`` in the
 ratio by its order-K Taylor expansion in ``y``, so per layer the original and the
 reformulation share the ratio and differ by the truncation of one activation.
+
+Why one module: every reformulation is a few lines over the same Taylor entry points and
+the same :class:`Reformulation` object; split per method they would repeat its contract.
 """
 from __future__ import annotations
 

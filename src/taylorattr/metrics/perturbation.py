@@ -5,6 +5,9 @@ Gaussian noise, one score per sample:
     beta = E[pred * change] / E[pred^2]   (the optimal scale; 1 without ``normalize``)
 
 Sign convention as in ``docs/design.md``: attributions explain the output drop.
+
+Why one module: both perturbation sets share the chunked removal pass, the optimal-beta
+score and the argument checks; only how a perturbation is drawn differs.
 """
 from __future__ import annotations
 

@@ -9,6 +9,9 @@ reproducible for a seed on the CPU); :func:`evaluate` is top-1 accuracy
 atomically; later calls load it with ``torch.load(weights_only=True)``. The MNIST models
 train on :func:`taylorattr.data.mnist_split`'s training part, the localisation models on
 cluttered canvases made from it (:func:`held_out_canvases` are the ones they are scored on).
+
+Why one module: the recipes, the training loop and the cache of trained weights are one
+concept, the trained model a run may reuse; the cache key is built from all three.
 """
 from __future__ import annotations
 

@@ -21,6 +21,10 @@ strictly. A bound method turns the experiment's baseline into what its class tak
 (``baseline_kind``): a point method gets the point, an implicit-baseline method
 (Gradient*Input, epsilon-LRP) ignores it, a distribution method (Expected Gradients)
 uses the distribution in its settings (or the caller's, when it is one).
+
+Why one module: a row (:class:`MethodSpec`), its bound form (:class:`BoundMethod`) and
+the functions that resolve and reformulate by row read one table; splitting them would
+split that table's invariants.
 """
 from __future__ import annotations
 
@@ -40,7 +44,7 @@ from ..methods import AttributionMethod, Explanation, noise_tunnel
 from ..methods import reformulations as R
 
 __all__ = ["EXPERIMENTS", "LAYOUT_OPTIONS", "METHODS", "BoundMethod", "MethodSpec", "PaperFacts",
-           "Variant", "reformulate", "reformulate_orders", "register", "resolve", "slug",
+           "Variant", "of_class", "reformulate", "reformulate_orders", "register", "resolve", "slug",
            "unregister", "variants"]
 
 #: Where a method can take part: the principle audit, the validation table (needs a
@@ -339,6 +343,17 @@ def variants(experiment: str) -> list[tuple[MethodSpec, Variant]]:
     return [(spec, v) for spec in _ROWS.values() for v in spec.variants
             if experiment in v.experiments
             and (experiment != "validation" or spec.reformulation is not None)]
+
+
+def of_class(cls: type) -> MethodSpec:
+    """The registry row of the method class ``cls`` (the first registered, where several
+    rows share a class): how code that needs one particular method finds its row without
+    naming it."""
+    found = next((spec for spec in _ROWS.values() if spec.cls is cls), None)
+    if found is None:
+        raise ValueError(f"cls: {getattr(cls, '__name__', cls)!r} has no registry row; "
+                         "register(MethodSpec(...)) it first")
+    return found
 
 
 def slug(label) -> str:

@@ -4,9 +4,10 @@ A report is a list of sections, each a title, markdown text (paragraphs and pipe
 and PNG figures. The markdown links the figures; the HTML embeds them as base64 so the
 single file can be mailed around. Nothing here computes a result.
 
-Two rules hold for every section (:func:`tidy_markdown`): no value is printed empty (an
-empty table cell reads ``n/a``; an empty ``(paper: )`` bracket is left out), and every
-pipe table of ``report.md`` is an HTML ``<table>`` of ``report.html``, cell for cell.
+Two rules hold for every section: no value is printed empty (every pipe table is built
+by :func:`markdown_table`, where an empty cell reads ``n/a``; a sentence quotes the paper
+only when the paper has a number), and every pipe table of ``report.md`` is an HTML
+``<table>`` of ``report.html``, cell for cell.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from .. import _io
 
-__all__ = ["Section", "markdown_table", "markdown_to_html", "tidy_markdown", "write_report"]
+__all__ = ["Section", "markdown_table", "markdown_to_html", "write_report"]
 
 
 @dataclass
@@ -42,7 +43,6 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
 
 
 _CELL_SPLIT = re.compile(r"(?<!\\)\|")
-_EMPTY_PAPER = re.compile(r"\s*\(paper:\s*\)")
 
 
 def _cells(line: str) -> list[str]:
@@ -51,18 +51,6 @@ def _cells(line: str) -> list[str]:
 
 def _is_rule(cells: list[str]) -> bool:
     return all(c and set(c) <= set("-: ") for c in cells)
-
-
-def tidy_markdown(text: str) -> str:
-    """``text`` with every empty pipe-table cell written ``n/a`` and every empty
-    ``(paper: )`` bracket removed, so that no value is printed blank."""
-    out = []
-    for line in _EMPTY_PAPER.sub("", text).splitlines():
-        stripped = line.strip()
-        if stripped.startswith("|") and not _is_rule(_cells(stripped)):
-            line = "| " + " | ".join(c or "n/a" for c in _cells(stripped)) + " |"
-        out.append(line)
-    return "\n".join(out)
 
 
 _INLINE = [(re.compile(r"`([^`]+)`"), r"<code>\1</code>"),
@@ -145,7 +133,7 @@ def write_report(out_dir: str | Path, title: str, sections: list[Section]) -> Pa
     md = [f"# {title}", ""]
     body = [f"<h1>{html.escape(title)}</h1>"]
     for s in sections:
-        text = tidy_markdown(s.text)
+        text = s.text
         md += [f"## {s.title}", "", text, ""]
         body += [f"<h2>{_inline(s.title)}</h2>", markdown_to_html(text)]
         for fig in s.figures:

@@ -39,6 +39,9 @@ momentarily available memory, so every process on one machine picks the same siz
 Overrides: ``internal_batch_size`` fixes the rows per call (nothing is measured);
 ``max_memory`` (bytes, or a string like ``"512MB"``/``"2GiB"``) replaces the budget, per
 call or for a block of code with :func:`memory_budget`.
+
+Why one module: the memory probe, the budget, the cache of probed sizes and the two
+sizing rules (model rows, Taylor-mode series rows) share one cache and one budget.
 """
 from __future__ import annotations
 

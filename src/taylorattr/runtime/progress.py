@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 
 import torch
+import tqdm.auto
 from torch import nn
-from tqdm.auto import tqdm
 
 from .batching import probing
 
@@ -47,7 +47,7 @@ def model_rows_bar(model, desc: str, total: int | None = None):
     if not isinstance(model, nn.Module) or isinstance(model, torch.jit.ScriptModule):
         yield None
         return
-    bar = tqdm(total=total, desc=desc, unit="row", leave=False, dynamic_ncols=True)
+    bar = tqdm.auto.tqdm(total=total, desc=desc, unit="row", leave=False, dynamic_ncols=True)
 
     def advance(rows: int) -> None:
         if rows and not probing():  # the chunk sizes' memory probe is not planned work

@@ -21,6 +21,9 @@ independent terms are ``n`` univariate expansions along ``-delta_i e_i``, propag
 ``chunk_size`` directions at a time (the primal is shared, so memory stays bounded).
 Their cost grows with the square of the input size; with ``groups=`` the terms are
 group-level (``[B, G]``) and need one expansion per group along ``-delta`` restricted to it.
+
+Why one module: the per-feature and the group terms, their costs and the shared pass
+that gives every share at once build on one prepared expansion (``_prepare``).
 """
 from __future__ import annotations
 

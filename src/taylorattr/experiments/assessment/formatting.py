@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from ...reporting.report import markdown_table
 from .. import paper
 from .localisation import MAX_MASK_COVERAGE
 
@@ -20,7 +21,7 @@ def _trend_table(rows: list[dict], metric: str, sem: str) -> list[str]:
     methods = list(dict.fromkeys(r["method"] for r in rows))
     look = {(r["model"], r["method"]): r for r in rows}
     head = ["method", "principles (measured)", "principles (paper)"] + models
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for meth in methods:
         first = next(r for r in rows if r["method"] == meth)
         cells = [meth, _fmt(first["principles"], "g"), _fmt(first["principles_paper"], "g")]
@@ -30,8 +31,8 @@ def _trend_table(rows: list[dict], metric: str, sem: str) -> list[str]:
                 cells.append("unsupported" if r is not None and r.get("note") else "")
             else:
                 cells.append(f"{r[metric]:.4g} ± {_fmt(r[sem], '.2g')}")
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        body.append(cells)
+    return [markdown_table(head, body)]
 
 
 def _correlation_table(result, experiment: str) -> list[str]:
@@ -40,13 +41,12 @@ def _correlation_table(result, experiment: str) -> list[str]:
         return []
     sign = paper.CORRELATION_SIGN[experiment]
     lines = ["", f"Spearman rank correlation with the number of principles (paper: {sign}):", "",
-             ("| model | measured counts | paper's counts | measured, point baselines only "
-              "| methods |"),
-             "|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['model']} | {_fmt(r['spearman'], '.3f')} | "
-                     f"{_fmt(r['spearman_paper_counts'], '.3f')} | "
-                     f"{_fmt(r.get('spearman_point_baselines'), '.3f')} | {r['n_methods']} |")
+             markdown_table(["model", "measured counts", "paper's counts",
+                             "measured, point baselines only", "methods"],
+                            [[r["model"], _fmt(r["spearman"], ".3f"),
+                              _fmt(r["spearman_paper_counts"], ".3f"),
+                              _fmt(r.get("spearman_point_baselines"), ".3f"), r["n_methods"]]
+                             for r in rows])]
     lines += ["", ("Point baselines only: methods whose references are drawn from a "
                    "distribution (noise around the input, say) explain f(x) - E f(x~), not "
                    "the removal to 0 that the square perturbations test.")]
@@ -76,13 +76,11 @@ def format_assessment(result) -> str:
         lines += ["### Principles followed (x-axis)", "",
                   ("Count = #follows + 0.5 x #partially, from the measured verdicts "
                    f"({s.get('principle_counts_source', '')})."), "",
-                  "| method | principle 1 | principle 2 | principle 3 | count | paper's count |",
-                  "|---|---|---|---|---|---|"]
-        for r in result.principles:
-            v = [r.get(f"verdict_{p}", "") for p in (1, 2, 3)]
-            lines.append(f"| {r['method']} | {v[0]} | {v[1]} | {v[2]} | "
-                         f"{_fmt(r['principles'], 'g')} | {_fmt(r.get('principles_paper'), 'g')} |")
-        lines.append("")
+                  markdown_table(["method", "principle 1", "principle 2", "principle 3", "count",
+                                  "paper's count"],
+                                 [[r["method"], *(r.get(f"verdict_{p}", "") for p in (1, 2, 3)),
+                                   _fmt(r["principles"], "g"), _fmt(r.get("principles_paper"), "g")]
+                                  for r in result.principles]), ""]
     if result.infidelity:
         n = result.settings.get("samples", {}).get("infidelity")
         lines += ["### Infidelity vs principles (paper Figure 3)", "",
@@ -100,11 +98,10 @@ def format_assessment(result) -> str:
                   "logit units, the paper's scale is not stated, so compare directions. "
                   "Paper: " + "; ".join(f"{m} {d[1]} (first) vs {d[2]} (second)"
                                         for m, d in paper.TAYLOR_ORDER.items()) + ".", "",
-                  "| model | order | infidelity | paper |", "|---|---|---|---|"]
-        for r in result.taylor_order:
-            val = "n/a" if r["infidelity"] is None else (
-                f"{r['infidelity']:.4g} ± {_fmt(r['infidelity_sem'], '.2g')}")
-            lines.append(f"| {r['model']} | {r['order']} | {val} | {_fmt(r['paper'], 'g')} |")
+                  markdown_table(["model", "order", "infidelity", "paper"], [
+                      [r["model"], r["order"], None if r["infidelity"] is None else
+                       f"{r['infidelity']:.4g} ± {_fmt(r['infidelity_sem'], '.2g')}",
+                       _fmt(r["paper"], "g")] for r in result.taylor_order])]
         means = {(r["model"], r["order"]): r["infidelity"] for r in result.taylor_order}
         for t in result.taylor_tests:
             m, k, j = t["model"], t["order"], t["against"]

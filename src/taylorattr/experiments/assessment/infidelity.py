@@ -17,10 +17,11 @@ import torch
 
 from ..._validation import broadcast_baselines, check_bool, select_output
 from ...baselines import Point
+from ...methods import TaylorAttribution
 from ...metrics import square_removal
 from ...metrics.perturbation import optimal_beta_score, square_removed_rows, square_sums
 from ...metrics.statistics import compare_paired, mean_sem, wilcoxon_signed_rank
-from ...registry import METHODS
+from ...registry import of_class
 from .. import paper
 from .._units import fingerprint
 from .stage import Stage, collect, timed
@@ -139,7 +140,7 @@ def run_infidelity(stage: Stage, models, n: int, counts, result) -> None:
 
 def taylor_order_methods(orders) -> list:
     """The bound methods of experiment 2: the Taylor attribution at each order."""
-    return [METHODS["taylor"].bind(order=k) for k in orders]
+    return [of_class(TaylorAttribution).bind(order=k) for k in orders]
 
 
 def run_taylor_order(stage: Stage, models, n: int, orders, result) -> None:
