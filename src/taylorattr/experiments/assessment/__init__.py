@@ -75,6 +75,11 @@ planned rows), also inside one long attribution.
 
 Modules: :mod:`.infidelity` (experiments 1 and 2), :mod:`.localisation` (experiment 3),
 :mod:`.ranking` (principle counts and rank correlations), :mod:`.formatting` (Markdown).
+:class:`AssessmentStage` holds the settings (sample counts, methods per experiment) that
+:func:`run_assessment` runs and counts their rows before they run.
+
+Why one module: the stage's settings, its cost and :func:`run_assessment` resolve the same
+defaults (:data:`QUICK_SAMPLES`, :data:`DEFAULT_MODELS`); apart, one would copy the other's.
 """
 from __future__ import annotations
 
