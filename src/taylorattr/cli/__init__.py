@@ -31,6 +31,18 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"taylorattr: warning: {_one_line(message)}", file=sys.stderr)
 
 
+#: The library's words for what the command line calls a flag: "pass on_bad_item='skip'
+#: (--bad-items skip)" reads "pass --bad-items skip" here.
+_LIBRARY_NAMES = {"on_bad_item='skip' (--bad-items skip)": "--bad-items skip",
+                  "resume='strict' (--resume strict)": "--resume strict"}
+
+
+def _flags(text: str) -> str:
+    for name, flag in _LIBRARY_NAMES.items():
+        text = text.replace(name, flag)
+    return "--" + text if text.startswith("out: ") else text
+
+
 def _print(text: str) -> None:
     try:
         print(text)
@@ -82,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as exc:  # an optional package the preflight could not foresee
             parser.exit(2, f"{sub}: error: missing optional package: {_one_line(exc)}\n")
         except (ValueError, FileNotFoundError) as exc:  # bad values found later
-            parser.exit(2, f"{sub}: error: {_one_line(exc)}\n")
+            parser.exit(2, f"{sub}: error: {_flags(_one_line(exc))}\n")
         except OSError as exc:  # disk full, permissions changed under the run
             where = f" ({exc.filename})" if exc.filename else ""
             parser.exit(2, f"{sub}: error: cannot write{where}: {exc.strerror or exc}; free "
