@@ -97,3 +97,30 @@ def test_labels_decide_what_a_class_folder_means(user, capsys):
         got = torch.from_numpy(np.load(user / "o3" / r["map"]))
         expected = gradient_input_by_hand(net, x, int(r["target"]))
         torch.testing.assert_close(got.sum(0).double(), expected, rtol=1e-4, atol=1e-6)
+
+
+def test_paper_model_without_weights_uses_the_model_reproduce_trained(tmp_path, capsys):
+    """``--model poly`` without ``--weights`` loads the model ``reproduce``'s workspace
+    trained and cached under ``--models-dir`` (nothing is trained again): its maps are the
+    hand-written Gradient*Input of that model."""
+    from taylorattr.data import mnist_split
+    from taylorattr.data.mnist import load_mnist
+    from taylorattr.experiments.workspace import Workspace
+
+    model, _ = Workspace(tmp_path / "results", seed=0, quick=True, progress=False).trained("poly")
+    cached = sorted((tmp_path / "results" / "models").iterdir())
+    out = tmp_path / "maps"
+    assert cli.main(["attribute", "--data", "mnist", "--model", "poly", "--models-dir",
+                     str(tmp_path / "results"), "--samples", "2", "--method", "GI",
+                     "--budget", "none", "--out", str(out)]) == 0
+    assert sorted((tmp_path / "results" / "models").iterdir()) == cached
+    held = mnist_split(*load_mnist(None), seed=0).held_images
+    for r in index_rows(out):
+        x = held[int(r["index"]):int(r["index"]) + 1]
+        got = torch.load(out / r["map"], weights_only=True)
+        assert r["explained"] == "label" and got["target"] == int(r["target"])  # digit labels
+        expected = copy.deepcopy(model).double()
+        xd = x.double().requires_grad_(True)
+        (grad,) = torch.autograd.grad(expected(xd)[0, got["target"]], xd)
+        torch.testing.assert_close(got["attribution"].double(), (xd * grad)[0].detach(),
+                                   rtol=1e-4, atol=1e-6)
