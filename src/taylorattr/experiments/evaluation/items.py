@@ -143,9 +143,6 @@ def builtin_dataset(name: str, mnist_dir=None) -> TensorItems:
     raise ValueError(f"data must be 'mnist', 'cluttered' or a folder, got {name!r}")
 
 
-_SUFFIXES = (".jpeg", ".jpg", ".png")
-
-
 def read_labels(path) -> list[str]:
     """The class names of ``--labels FILE``: one per line in the model's output order
     (blank lines skipped); ValueError naming the file when it holds none or repeats one."""
@@ -196,14 +193,12 @@ class ImageFolderItems(torch.utils.data.Dataset):
     def __init__(self, root: str | os.PathLike, size: int = 224, resize: int = 256,
                  labels=None, mean=None, std=None):
         from ...data import IMAGENET_MEAN, IMAGENET_STD
+        from ...data.imagenet import image_files
 
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(f"data folder not found: {self.root}")
-        self.files = sorted(p for p in self.root.rglob("*")
-                            if p.is_file() and p.suffix.lower() in _SUFFIXES)
-        if not self.files:
-            raise ValueError(f"data: no images ({', '.join(_SUFFIXES)}) under {self.root}")
+        self.files = image_files(self.root)
         if isinstance(labels, (str, os.PathLike)):
             labels = read_labels(labels)
         self.labels = None if labels is None else [str(s) for s in labels]
