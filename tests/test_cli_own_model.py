@@ -124,3 +124,16 @@ def test_paper_model_without_weights_uses_the_model_reproduce_trained(tmp_path, 
         (grad,) = torch.autograd.grad(expected(xd)[0, got["target"]], xd)
         torch.testing.assert_close(got["attribution"].double(), (xd * grad)[0].detach(),
                                    rtol=1e-4, atol=1e-6)
+
+
+def test_a_pickled_whole_model_as_weights_is_one_plain_line(user, capsys):
+    """torch's weights-only refusal (long, coloured, about its Python API) becomes one line
+    naming --weights and what to save instead."""
+    torch.save(small_cnn(), user / "whole.pt")  # the whole module, pickled
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["explain", "photo.png", "--model", "mypkg.nets:small_cnn", "--weights",
+                  "whole.pt", "--out", "o"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--weights: whole.pt" in err and "state_dict()" in err and "\x1b" not in err, err
+    assert "weights_only" not in err and not (user / "o").exists()

@@ -66,7 +66,11 @@ def is_model_spec(text: str) -> str | None:
 
 def _load_weights(model: torch.nn.Module, path, spec: str) -> None:
     try:
-        model.load_state_dict(load_state_dict(path))
+        state = load_state_dict(path)
+    except ValueError as exc:  # not a state dict, pickled objects, a corrupt file
+        raise ValueError(f"weights: {exc}") from None
+    try:
+        model.load_state_dict(state)
     except RuntimeError as exc:
         text = " ".join(str(exc).split())
         raise ValueError(f"weights: {path} does not fit --model {spec}: {text[:300]}") from None
@@ -152,7 +156,10 @@ def load_model(spec: str, weights=None, model_args=None, cache="results") -> tor
         if weights is None:
             raise ValueError(f"weights: --model {spec} needs --weights (no weights are "
                              "downloaded)")
-        return models.torchvision_model(spec, weights)
+        try:
+            return models.torchvision_model(spec, weights)
+        except ValueError as exc:  # the file, not the architecture
+            raise ValueError(f"weights: {exc}") from None
     if spec.endswith(".pt2"):
         model = _program(Path(spec))
     else:
