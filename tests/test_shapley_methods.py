@@ -100,7 +100,7 @@ def test_kernel_shap_equals_captum(grouped):
     x, base = _data(batch=2)
     mask = torch.tensor([[0, 0, 1, 2, 3, 3]]) if grouped else None
     ours = KernelShap(model).attribute(x, base, target=0, feature_mask=mask, n_samples=40,
-                                       seed=5)
+                                       seed=5, sampler="captum")
     torch.manual_seed(5)
     theirs = CaptumKernelShap(model).attribute(x, base, target=0, feature_mask=mask,
                                                n_samples=40)
@@ -162,13 +162,13 @@ def test_registry_rows_and_bad_arguments():
     with pytest.raises(ValueError, match="at most 16 players"):
         ShapleyValues(_mlp(n=17)).attribute(torch.zeros(1, 17, dtype=DT), method="exact")
     with pytest.raises(ValueError, match="feature_mask"):
-        ShapleyValues(model).attribute(x, feature_mask=torch.tensor([0, 0, 2, 2, 3, 3]))
+        ShapleyValues(model).attribute(x, feature_mask=torch.tensor([0, 0, 2, 2, 3, -1]))
     with pytest.raises(ValueError, match="method must be one of"):
         ShapleyValues(model).attribute(x, method="fast")
     with pytest.raises(ValueError, match="permutations"):
         ShapleyValues(model).attribute(x, permutations=torch.zeros(2, 6, dtype=torch.long))
     with pytest.raises(ValueError, match="n_samples must be >= 2"):
-        KernelShap(model).attribute(x, n_samples=1)
+        KernelShap(model).attribute(x, n_samples=1, sampler="captum")
     with pytest.raises(ValueError, match="n_samples must be given"):
         PredictionDifference(model).attribute(x, noise_std=0.1)
 

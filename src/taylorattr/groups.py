@@ -161,24 +161,69 @@ def mask_ids(feature_mask, layout: Layout, batch: int, device) -> torch.Tensor:
     return torch.cat([o.expand(rows, -1) for o in out], 1)
 
 
-def player_ids(feature_mask, x: torch.Tensor, patch=None) -> tuple[torch.Tensor, int]:
-    """``(ids [n_features] long, G)``: the player of every feature of a sample, from ids
-    broadcastable to one sample (or Captum's ``[1, ...]`` form with a batch axis of 1), or
-    the square windows of ``patch`` (Occlusion's layout); every feature alone by default."""
-    shape = tuple(x.shape[1:])
+def player_ids(feature_mask, x: torch.Tensor, patch=None,
+               layout: Layout | None = None) -> tuple[torch.Tensor, int]:
+    """``(ids [R, n_features] long, G)``: the player of every feature, ``R = 1`` (one grouping
+    shared by the batch) or ``B`` (a grouping per sample), ``G = max id + 1``.
+
+    ``feature_mask`` follows Captum's convention: integer ids ``>= 0`` whose tensor, with
+    leading 1s prepended up to the input's dimension (batch included), broadcasts to the
+    input; a first dimension of ``B`` gives every sample its own grouping, a 0-d tensor makes
+    the whole input one player. For tuple inputs (``layout`` with several inputs) it is a
+    tuple of one such mask per input (an id shared by two inputs is one player). An id no
+    feature uses (of a sample) is a player without features, whose value is 0 (Captum's
+    convention). ``patch``: the square windows of Occlusion's layout as players (one-tensor
+    inputs). Default: every feature its own player.
+    """
+    shapes = (tuple(x.shape[1:]),) if layout is None else layout.shapes
+    batch = x.shape[0]
     if patch is not None:
         if feature_mask is not None:
             raise ValueError("give at most one of feature_mask and patch (both define players)")
-        feature_mask = window_ids(shape, patch)
+        if len(shapes) > 1:
+            raise ValueError("patch players are for one-tensor inputs; give tuple inputs a "
+                             "feature_mask (one integer id tensor per input)")
+        ids = window_ids(shapes[0], patch).reshape(1, -1).to(x.device)
+        return ids, int(ids.max()) + 1
     if feature_mask is None:
-        n = math.prod(shape)
-        return torch.arange(n, device=x.device), n
-    if isinstance(feature_mask, torch.Tensor) and feature_mask.dim() == x.dim() \
-            and feature_mask.shape[0] == 1:  # Captum's form, with a batch axis of 1
-        feature_mask = feature_mask[0]
-    ids = resolve_groups(feature_mask, shape, "feature_mask").reshape(-1).to(x.device)
-    G = int(ids.max()) + 1
-    if torch.bincount(ids, minlength=G).min() == 0:
-        raise ValueError(f"feature_mask must use every id 0..{G - 1} (a player without features "
-                         "has no value); renumber the groups")
-    return ids, G
+        n = sum(math.prod(s) for s in shapes)
+        return torch.arange(n, device=x.device)[None], n
+    if len(shapes) > 1:
+        if not isinstance(feature_mask, (tuple, list)) or len(feature_mask) != len(shapes):
+            raise TypeError(f"feature_mask must be a tuple of {len(shapes)} integer id tensors "
+                            "(one per input) for tuple inputs")
+        masks, names = tuple(feature_mask), [f"feature_mask[{i}]" for i in range(len(shapes))]
+    else:
+        if isinstance(feature_mask, (tuple, list)) and len(feature_mask) == 1:
+            feature_mask = feature_mask[0]
+        masks, names = (feature_mask,), ["feature_mask"]
+    parts = [_player_mask(m, shape, batch, name) for m, shape, name in zip(masks, shapes, names)]
+    rows = max(p.shape[0] for p in parts)
+    ids = torch.cat([p.expand(rows, -1) for p in parts], 1).to(x.device)
+    return ids, int(ids.max()) + 1 if ids.numel() else 0
+
+
+def _player_mask(mask, shape: tuple[int, ...], batch: int, name: str) -> torch.Tensor:
+    """One input's mask as ``[1 or B, n]`` long ids (Captum's broadcasting, checked)."""
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"{name} must be an integer tensor of player ids, got "
+                        f"{type(mask).__name__}")
+    if mask.dtype.is_floating_point or mask.is_complex() or mask.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor of player ids, got dtype {mask.dtype}")
+    full_dim = len(shape) + 1
+    if mask.dim() > full_dim:
+        raise ValueError(f"{name} has {mask.dim()} dimensions, more than the input's "
+                         f"{full_dim} (batch included): {tuple(mask.shape)}")
+    mask = mask.reshape((1,) * (full_dim - mask.dim()) + tuple(mask.shape))
+    if mask.shape[0] not in (1, batch):
+        raise ValueError(f"{name}'s first dimension must be 1 (shared) or {batch} (one grouping "
+                         f"per sample), got shape {tuple(mask.shape)}")
+    try:
+        full = torch.broadcast_to(mask, (mask.shape[0],) + tuple(shape))
+    except RuntimeError:
+        raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to the input "
+                         f"[{batch}, {', '.join(map(str, shape))}]; give one id per feature "
+                         "(like Captum's feature_mask)") from None
+    if full.numel() and int(full.min()) < 0:
+        raise ValueError(f"{name} must hold player ids >= 0, got {int(full.min())}")
+    return full.reshape(mask.shape[0], -1).to(torch.long)

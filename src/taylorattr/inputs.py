@@ -32,7 +32,7 @@ from dataclasses import dataclass, fields, is_dataclass, replace
 import torch
 from torch import nn
 
-from ._validation import check_inputs
+from ._validation import broadcast_baselines, check_inputs
 
 __all__ = ["InputModel", "Layout", "View", "as_tuple", "check_additional_args", "check_layer",
            "layer_activations", "point_baselines", "swap_layer", "whole_batch_view"]
@@ -281,7 +281,6 @@ def slice_option(value, b: int, batch: int):
 
 def point_baselines(baselines, parts: tuple) -> tuple:
     """Point baselines for every input: a scalar, a tensor (one input) or one per input."""
-    from ._validation import broadcast_baselines
 
     per = Layout.of(parts, True).per_input(baselines, "baselines", lambda v: False)
     names = ["baselines"] if len(parts) == 1 else [f"baselines[{i}]" for i in range(len(parts))]

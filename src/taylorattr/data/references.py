@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from ..baselines import ReferenceSet
+from .mnist import load_mnist, mnist_split
 
 __all__ = ["N_REFERENCE_DIGITS", "TrainingDigits"]
 
@@ -31,8 +32,6 @@ class TrainingDigits(ReferenceSet):
     @property
     def samples(self) -> torch.Tensor:
         if self._rows is None:
-            from .mnist import load_mnist, mnist_split
-
             train = mnist_split(*load_mnist(self.mnist_dir), seed=0).train_images
             object.__setattr__(self, "_rows", train[:self.n])
         return self._rows

@@ -12,6 +12,7 @@ import torch
 
 from .._validation import check_optional_positive_int, select_output
 from ..runtime.batching import chunk_rows, count_blocks, heuristic_rows, planned_blocks
+from ..runtime.cost import Cost
 
 __all__ = ["check_optional_positive_int", "chunk_ranges", "default_chunk_rows",
            "gradient_pass_cost", "grid_blocks", "input_gradient", "per_sample_sum",
@@ -84,7 +85,6 @@ def target_gradient(model, rows: torch.Tensor, target_rows: torch.Tensor | None)
 def gradient_pass_cost(rows: int):
     """The :class:`~taylorattr.runtime.cost.Cost` of ``rows`` rows run forward and swept backward
     (:func:`target_gradient` on them)."""
-    from ..runtime.cost import Cost
 
     return Cost(forward_rows=rows, backward_rows=rows)
 

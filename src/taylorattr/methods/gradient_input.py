@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime.cost import Cost
 from ._base import ImplicitBaselineMethod
 from ._passes import input_gradient
 
@@ -33,6 +34,5 @@ class GradientInput(ImplicitBaselineMethod):
     def _cost(self, x, options):
         """One backward pass through the base class's forward of the batch (kept with its
         graph); one (zero) reference."""
-        from ..runtime.cost import Cost
 
         return Cost(backward_rows=x.shape[0]), 1

@@ -1,66 +1,147 @@
-"""KernelSHAP (Lundberg & Lee 2017), as Captum's ``KernelShap`` computes it.
+r"""KernelSHAP (Lundberg & Lee 2017): Shapley values as a kernel-weighted linear regression.
 
-Players and coalitions as in :mod:`.shapley_values` (``feature_mask`` groups features;
-``v(z) = f(x_z, x~_rest)`` for a binary coalition vector ``z`` of the ``G`` players).
-Per sample, ``n_samples`` coalitions are drawn: all players, none, then coalitions whose
-size ``k`` follows ``p(k) ~ (G - 1) / (k (G - k))`` (``k = 1..G-1``), uniform among those of
-that size (the top ``k`` of ``G`` normal draws); this sampling *is* the Shapley kernel's
-weighting, so the regression weights are 1, except ``10^6`` on the two end points
-(which pins ``v(all)`` and ``v(none)``). The attribution is the coefficient vector of the
-weighted least-squares fit with intercept,
+Players and coalitions as in :mod:`.shapley_values` (``v(z) = f(x_z, x~_rest)`` for a binary
+coalition vector ``z`` of the ``G`` players). The Shapley values are the solution of
 
-    min_{c, phi} sum_s w_s (v(z_s) - c - z_s . phi)^2
+    min_phi  sum_z k(z) (v(z) - v(0) - z . phi)^2   subject to   sum_i phi_i = v(1) - v(0) = df,
 
-(minimum-norm solution on centred data when under-determined, as scikit-learn's
-``LinearRegression``, which Captum uses). All draws come from one CPU generator seeded
-with ``seed`` in Captum's order (per sample: ``multinomial`` for ``k``, ``randn`` for the
-ranking), so after ``torch.manual_seed(seed)`` Captum's ``KernelShap`` draws the same
-coalitions. Every feature of a group carries its group's coefficient. Cost: ``n_samples``
-forward rows per sample.
+over all coalitions ``0 < |z| < G``, with the Shapley kernel ``k(z) = (G - 1) / (C(G, |z|)
+|z| (G - |z|))`` (the kernel's total weight of size ``s`` is ``K_s = (G - 1) / (s (G - s))``).
+KernelSHAP estimates the weighted Gram matrix ``A = sum k z z^T`` and ``b = sum k z (v(z) -
+v(0))`` from some coalitions and solves the constrained problem exactly (its KKT system), so
+the attributions sum to ``df`` to float precision.
+
+``sampler="paired"`` (default), per sample, with ``n_samples`` model rows (the baseline
+``v(0)`` among them; ``v(1) = f(x)`` is the call's own forward): the exact enumeration of the heaviest sizes, then paired (antithetic: ``S`` with its
+complement), size-stratified sampling of the others, weighted to an unbiased design
+(:mod:`.kernel_design`). Paired sampling makes the estimate exact on games without
+interactions of three or more players (a quadratic control variate changed the error by less
+than 1e-14 relative): what error remains comes from those.
+
+When ``n_samples >= 2^G - 1`` every coalition is enumerated and the result *is* the exact
+Shapley value. Default ``n_samples``: ``min(2^G - 1, 2 G + 2048)`` (SHAP's rule). With
+fewer than ``G + 1`` rows the fit is under-determined (the minimum-norm solution of the KKT
+system is returned, with a warning).
+
+Standard errors (``method.standard_error`` after the call): the sandwich (delta-method)
+estimate ``Cov(phi) = M V M^T``, ``M`` the ``phi`` block of the inverse KKT matrix and ``V``
+the between-pair covariance, within strata, of the pairs' estimating-equation terms
+``t_u = sum_{z in u} w_z z (v(z) - v(0) - z . phi)`` (strata holding fewer than two pairs are
+pooled with their neighbours); enumerated coalitions add no variance. The finite-population
+factor of the strata drawn without replacement is left out: with it, 95% intervals held the
+exact value in 91.5% of the test's cases, without it in 95.1%.
+
+``num_features=k`` (optional, SHAP's ``l1_reg="num_features(k)"`` in spirit): keep the ``k``
+players with the largest ``|phi|`` of the full fit and refit with the others at 0 (the
+constraint kept); a selection by magnitude, not SHAP's LARS path.
+
+``sampler="captum"``: Captum's ``KernelShap`` (``n_samples`` rows drawn as Captum draws them,
+:func:`.kernel_design.draw_coalitions`; a least squares fit with intercept, weight ``10^6`` on
+the end points); with the same seed it draws Captum's coalitions (``torch.manual_seed(seed)``
+before Captum's call) and equals it.
+
+``return_input_shape=False`` returns the ``[B, G]`` player values instead of every feature
+carrying its player's value (Captum's option).
 """
 from __future__ import annotations
 
+import math
+import warnings
+
 import torch
 
-from .._validation import check_positive_int, check_seed
-from ._base import AttributionMethod
+from .._validation import check_bool, check_positive_int
+from ..groups import player_ids
 from ._passes import check_optional_positive_int
-from .shapley_values import coalition_values, player_ids
+from .kernel_design import draw_coalitions, paired_design, plan
+from .shapley_values import SampledShapley, coalition_values
 
-__all__ = ["END_POINT_WEIGHT", "KernelShap", "draw_coalitions"]
+__all__ = ["END_POINT_WEIGHT", "SAMPLERS", "KernelShap", "default_n_samples",
+           "draw_coalitions", "paired_design"]
 
 #: Regression weight of the all-players and no-player coalitions (Captum's ``inf_weight``).
 END_POINT_WEIGHT = 1_000_000.0
+SAMPLERS = ("paired", "captum")
+#: SHAP's default budget: ``2 G + 2048`` rows, or every coalition when fewer.
+_BASE_ROWS = 2048
 
 
-def draw_coalitions(n_players: int, n_samples: int, batch: int, seed: int) -> torch.Tensor:
-    """``[batch, n_samples, G]`` boolean coalitions, Captum's sampling (module docstring)."""
-    G = n_players
-    gen = torch.Generator().manual_seed(check_seed(seed))
-    sizes = torch.arange(G, dtype=torch.float)
-    probs = torch.tensor(G - 1) / (sizes * (G - sizes))  # Captum's float32 arithmetic
-    probs[0] = 0.0
-    probs = (probs / probs.sum(-1, keepdim=True)).reshape(1, -1)
-    out = torch.zeros(batch, n_samples, G, dtype=torch.bool)
-    for b in range(batch):
-        out[b, 0] = True
-        for s in range(2, n_samples):
-            k = int(torch.multinomial(probs, 1, True, generator=gen))
-            vals = torch.randn(1, G, generator=gen)
-            threshold = torch.kthvalue(vals, G - k).values.item()
-            out[b, s] = (vals > threshold)[0]
-        # Captum's fit of each sample takes draws from the same (global) generator: its
-        # DataLoader's base seed and the default initialisation of an nn.Linear(G, 1)
-        # surrogate. Take them too, so that batches stay in step with Captum.
-        torch.empty((), dtype=torch.int64).random_(generator=gen)
-        torch.empty(1, G).uniform_(generator=gen)
-        torch.empty(1).uniform_(generator=gen)
+def default_n_samples(n_players: int) -> int:
+    """``min(2^G - 1, 2 G + 2048)``: model rows per sample when ``n_samples`` is not given."""
+    full = 2 ** n_players - 1 if n_players < 40 else math.inf
+    return int(min(full, 2 * n_players + _BASE_ROWS))
+
+
+def _kkt_solve(A: torch.Tensor, b: torch.Tensor, df: torch.Tensor, keep: torch.Tensor | None):
+    """``phi`` minimising the weighted squares with ``sum phi = df``, and the ``phi`` block
+    ``M`` of the inverse KKT matrix; ``keep [B, G]`` bool: players allowed a non-zero value.
+    The least-squares solution of the KKT system (minimum norm when under-determined)."""
+    B, G = b.shape
+    ones = torch.ones(B, G, 1, dtype=A.dtype)
+    if keep is not None:  # players outside keep: phi_i = 0 (row i of the system is e_i)
+        drop = ~keep
+        A = torch.where(drop[:, :, None] | drop[:, None, :], torch.zeros((), dtype=A.dtype), A)
+        A = A + torch.diag_embed(drop.to(A.dtype))
+        b = torch.where(drop, torch.zeros((), dtype=b.dtype), b)
+        ones = ones * keep[..., None].to(A.dtype)
+    top = torch.cat([A, ones], 2)
+    bottom = torch.cat([ones.transpose(1, 2), torch.zeros(B, 1, 1, dtype=A.dtype)], 2)
+    kkt = torch.cat([top, bottom], 1)
+    rhs = torch.cat([b, df[:, None]], 1)
+    inverse = torch.linalg.pinv(kkt, hermitian=True)
+    phi = (inverse @ rhs[..., None])[:, :G, 0]
+    if keep is not None:
+        phi = phi * keep  # exactly 0 (the pseudo-inverse leaves rounding there)
+    return phi, inverse[:, :G, :G]
+
+
+def _pooled_strata(stratum: torch.Tensor, n_units: int) -> torch.Tensor:
+    """One sample's pairs' variance groups: consecutive strata pooled until each group holds
+    at least two pairs (``stratum [U]`` of the pairs, sorted by stratum id)."""
+    group = torch.empty_like(stratum)
+    values, counts = torch.unique(stratum, return_counts=True)
+    g, held, label = 0, 0, {}
+    for value, count in zip(values.tolist(), counts.tolist()):
+        label[value] = g
+        held += count
+        if held >= 2:
+            g, held = g + 1, 0
+    if held and g > 0:  # a last group with a single pair joins the one before it
+        label = {value: min(lab, g - 1) for value, lab in label.items()}
+    for value, lab in label.items():
+        group[stratum == value] = lab
+    return group
+
+
+def _standard_errors(z, w, resid, unit, stratum, inverse) -> torch.Tensor:
+    """Sandwich standard errors ``sqrt(diag(M V M^T))`` per sample (module docstring)."""
+    B, _, G = z.shape
+    out = torch.zeros(B, G, dtype=torch.float64)
+    for b in range(B):
+        sampled = unit[b] >= 0
+        if not bool(sampled.any()):
+            continue
+        terms = (w[b, sampled] * resid[b, sampled])[:, None] * z[b, sampled].double()
+        U = int(unit[b, sampled].max()) + 1
+        t = torch.zeros(U, G, dtype=torch.float64).index_add_(0, unit[b, sampled], terms)
+        pair_stratum = torch.zeros(U, dtype=torch.long)
+        pair_stratum[unit[b, sampled]] = stratum[b, sampled]
+        group = _pooled_strata(pair_stratum, U)
+        n_groups = int(group.max()) + 1
+        count = torch.bincount(group, minlength=n_groups).to(torch.float64)
+        mean = torch.zeros(n_groups, G, dtype=torch.float64).index_add_(0, group, t)
+        mean = mean / count[:, None]
+        centred = t - mean[group]
+        factor = (count / (count - 1).clamp(min=1))[group]
+        V = (centred * factor[:, None]).T @ centred
+        out[b] = torch.diagonal(inverse[b] @ V @ inverse[b].T).clamp(min=0).sqrt()
     return out
 
 
-def _weighted_fit(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def _captum_fit(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Coefficients of ``y ~ c + z . phi`` by weighted least squares, per sample:
-    ``z [B, S, G]``, ``y [B, S]``, ``w [S]`` -> ``[B, G]`` (float64)."""
+    ``z [B, S, G]``, ``y [B, S]``, ``w [S]`` -> ``[B, G]`` (float64; minimum norm on centred
+    data when under-determined, as scikit-learn's ``LinearRegression``, which Captum uses)."""
     z, y, w = z.double(), y.double(), w.double()
     wn = w / w.sum()
     zc = z - (wn[None, :, None] * z).sum(1, keepdim=True)
@@ -71,37 +152,110 @@ def _weighted_fit(z: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> torch.Te
     return torch.linalg.lstsq(a.cpu(), rhs.cpu(), driver="gelsd").solution.squeeze(-1)
 
 
-class KernelShap(AttributionMethod):
-    """KernelSHAP: Shapley values estimated by a kernel-weighted linear regression on
-    ``n_samples`` sampled coalitions; equals Captum's ``KernelShap`` with the same draws
-    (see the module docstring)."""
+class KernelShap(SampledShapley):
+    """KernelSHAP: Shapley values estimated by the kernel-weighted regression on ``n_samples``
+    coalitions per sample, paired and stratified, with the efficiency constraint exact
+    (module docstring); ``sampler="captum"`` is Captum's ``KernelShap`` with the same draws.
+    After a call, ``standard_error`` holds the standard error of every attribution."""
 
     name = "kernel_shap"
 
-    def _attribute(self, x, base, t, fx, *, feature_mask=None, patch=None, n_samples: int = 25,
-                   seed: int = 0, perturbations_per_eval: int | None = None,
-                   show_progress: bool = False):
-        """Options: ``feature_mask`` player ids (default: every feature a player), or
-        ``patch``: square windows as players (Occlusion's layout);
-        ``n_samples`` coalitions per sample (25, Captum's default; at least 2); ``seed`` of
-        the draws; ``perturbations_per_eval`` rows per model call."""
+    def _attribute(self, x, base, t, fx, *, feature_mask=None, patch=None,
+                   n_samples: int | None = None, seed: int = 0, sampler: str = "paired",
+                   num_features: int | None = None, return_input_shape: bool = True,
+                   perturbations_per_eval: int | None = None, show_progress: bool = False):
+        """Options: ``feature_mask`` player ids (Captum's convention: shared or per sample,
+        one per input for tuple inputs; default: every feature a player), or ``patch``:
+        square windows as players (Occlusion's layout); ``n_samples`` model rows per sample
+        (default ``min(2^G - 1, 2 G + 2048)``); ``seed`` of the draws; ``sampler``
+        ``"paired"`` | ``"captum"``; ``num_features`` players kept by the selection step
+        (paired sampler; default all); ``return_input_shape`` False: ``[B, G]`` player
+        values; ``perturbations_per_eval`` rows per model call."""
         chunk = check_optional_positive_int(perturbations_per_eval, "perturbations_per_eval")
+        check_bool(return_input_shape, "return_input_shape")
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {list(SAMPLERS)}, got {sampler!r}")
+        layout = self._layout
+        if not return_input_shape and layout is not None and layout.flat:
+            raise ValueError("return_input_shape=False gives one [B, G] tensor of player values; "
+                             "it is for one-tensor inputs (tuple inputs get their input shapes)")
+        ids, G = player_ids(feature_mask, x, patch, layout)
+        n = self._budget(n_samples, G, sampler)
+        if sampler == "captum":
+            if num_features is not None:
+                raise ValueError("num_features is for sampler='paired'")
+            coal = draw_coalitions(G, n, x.shape[0], seed).to(x.device)
+            v = coalition_values(self.model, x, base, t, ids, coal, chunk, show_progress,
+                                 "kernel shap")
+            w = torch.ones(n, dtype=torch.float64)
+            w[:2] = END_POINT_WEIGHT
+            phi = _captum_fit(coal, v, w).to(x.device, x.dtype)
+            se = None
+        else:
+            phi, se = self._paired(x, base, t, fx, ids, G, n, seed, num_features, chunk,
+                                   show_progress)
+        self._record(se if se is None else self._spread(se, ids, x, return_input_shape))
+        return self._spread(phi, ids, x, return_input_shape), base.unsqueeze(1)
+
+    @staticmethod
+    def _spread(values, ids, x, return_input_shape):
+        if not return_input_shape:
+            return values
+        return values.gather(1, ids.expand(x.shape[0], -1)).view_as(x)
+
+    @staticmethod
+    def _budget(n_samples, G: int, sampler: str) -> int:
+        if n_samples is None:
+            return default_n_samples(G)
         n = check_positive_int(n_samples, "n_samples")
-        if n < 2:
-            raise ValueError(f"n_samples must be >= 2 (the all- and no-player coalitions come "
-                             f"first), got {n_samples}")
-        ids, G = player_ids(feature_mask, x, patch)
-        coal = draw_coalitions(G, n, x.shape[0], seed).to(x.device)
-        v = coalition_values(self.model, x, base, t, ids, coal, chunk, show_progress,
-                             "kernel shap")
-        w = torch.ones(n, dtype=torch.float64)
-        w[:2] = END_POINT_WEIGHT
-        phi = _weighted_fit(coal, v, w).to(x.device, x.dtype)
-        return phi[:, ids].view_as(x), base.unsqueeze(1)
+        if sampler == "captum" and n < 2:
+            raise ValueError(f"n_samples must be >= 2 with sampler='captum' (the all- and "
+                             f"no-player coalitions come first), got {n_samples}")
+        if n < G + 1:
+            warnings.warn(f"KernelShap: n_samples={n} model rows per sample are fewer than the "
+                          f"G + 1 = {G + 1} a determined fit of {G} players needs; the "
+                          "attributions are a minimum-norm solution, not an estimate of the "
+                          "Shapley values. Raise n_samples or group features.", stacklevel=4)
+        return n
+
+    def _paired(self, x, base, t, fx, ids, G, n, seed, num_features, chunk, show_progress):
+        batch = x.shape[0]
+        z, w, unit, stratum = paired_design(G, max(n - 1, 0), batch, seed)
+        z = torch.cat([torch.zeros(batch, 1, G, dtype=torch.bool), z], 1).to(x.device)
+        v = coalition_values(self.model, x, base, t, ids, z, chunk, show_progress,
+                             "kernel shap").double().cpu()
+        z, v0 = z[:, 1:].cpu(), v[:, 0]
+        y = v[:, 1:] - v0[:, None]
+        df = fx.detach().double().cpu() - v0
+        zd = z.double()
+        A = torch.einsum("bs,bsi,bsj->bij", w, zd, zd)
+        b = torch.einsum("bs,bsi,bs->bi", w, zd, y)
+        # a player without features (of a sample) has value 0: fixed, not estimated
+        keep = torch.zeros(batch, G, dtype=torch.bool).scatter_(
+            1, ids.cpu().expand(batch, -1), True)
+        if num_features is not None:
+            k = check_positive_int(num_features, "num_features")
+            if k < G:
+                full, _ = _kkt_solve(A, b, df, keep)
+                top = full.abs().topk(k, 1).indices
+                keep &= torch.zeros(batch, G, dtype=torch.bool).scatter_(1, top, True)
+        phi, inverse = _kkt_solve(A, b, df, None if bool(keep.all()) else keep)
+        resid = y - (zd @ phi[..., None])[..., 0]
+        se = _standard_errors(z, w, resid, unit, stratum, inverse)
+        return phi.to(x.device, x.dtype), se.to(x.device, x.dtype)
 
     def _cost(self, x, options):
-        """``n_samples`` coalitions per sample; one reference."""
+        """``n_samples`` model rows per sample (default ``min(2^G - 1, 2 G + 2048)``; the
+        paired sampler may leave one row unused); one reference."""
         from ..runtime.cost import Cost
 
-        n = check_positive_int(options.get("n_samples", 25), "n_samples")
+        _, G = player_ids(options.get("feature_mask"), x, options.get("patch"))
+        sampler = options.get("sampler", "paired")
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {list(SAMPLERS)}, got {sampler!r}")
+        n = options.get("n_samples")
+        n = default_n_samples(G) if n is None else check_positive_int(n, "n_samples")
+        if sampler == "paired":
+            enumerated, _, U = plan(G, max(n - 1, 0))
+            n = 1 + sum(math.comb(G, s) for s in enumerated) + 2 * U
         return Cost(forward_rows=x.shape[0] * n), 1

@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 
 from ..baselines import ReferenceSet
+from ..groups import count_windows
+from ..runtime.cost import Cost
 from ._base import AttributionMethod
 from .expected_gradients import _reference_rows, draw
 from .occlusion import Occlusion
@@ -64,8 +66,6 @@ class PredictionDifference(AttributionMethod):
 
     def _cost(self, x, options):
         """Occlusion's windows once per reference; the references themselves."""
-        from ..groups import count_windows
-        from ..runtime.cost import Cost
 
         refs = self.references(x, options.get("baselines"), options.get("n_samples"),
                                options.get("noise_std"), options.get("seed", 0))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import check_bool
+from ..runtime.cost import Cost
 from ._base import ImplicitBaselineMethod
 from ._passes import input_gradient
 
@@ -39,6 +40,5 @@ class Saliency(ImplicitBaselineMethod):
     def _cost(self, x, options):
         """One backward pass through the base class's forward of the batch (kept with its
         graph); one (zero) reference."""
-        from ..runtime.cost import Cost
 
         return Cost(backward_rows=x.shape[0]), 1

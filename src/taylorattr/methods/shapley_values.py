@@ -16,7 +16,10 @@ feature of a group carries its group's value (Captum's convention).
   starting from the baseline, and each gets its marginal contribution; the average over
   orders is unbiased. ``G * n_samples`` forward rows per sample (plus one). With the same
   orders (``torch.manual_seed(seed)`` before Captum's call, or ``permutations=``) it equals
-  Captum's ``ShapleyValueSampling``.
+  Captum's ``ShapleyValueSampling``. ``antithetic=True`` follows every order by its reverse
+  (Mitchell et al. 2022): the pair's estimate is exact on games without interactions of three
+  or more players. The standard error (``standard_error`` after the call) is the spread of
+  the orders' (pairs') contributions over the square root of their number.
 * ``method="auto"`` (default): exact for ``G <= 16``, sampling beyond (the audit's
   principle-3 probe has 256 features: it is explained by sampling there).
 
@@ -31,12 +34,12 @@ import math
 
 import torch
 
-from .._validation import check_positive_int, check_seed, select_output
+from .._validation import check_bool, check_positive_int, check_seed, select_output
 from ..groups import player_ids
 from ._base import AttributionMethod
 from ._passes import check_optional_positive_int, chunk_ranges, default_chunk_rows
 
-__all__ = ["MAX_EXACT_PLAYERS", "ShapleyValues", "coalition_values"]
+__all__ = ["MAX_EXACT_PLAYERS", "SampledShapley", "ShapleyValues", "coalition_values"]
 
 #: The most players the exact enumeration takes (``2^16`` coalitions per sample).
 MAX_EXACT_PLAYERS = 16
@@ -46,10 +49,12 @@ _METHODS = ("auto", "exact", "sampling")
 def coalition_values(model, x, base, target, ids, coalitions, chunk: int | None = None,
                      show_progress: bool = False, desc: str = "coalitions") -> torch.Tensor:
     """``v(S) = f(x_S, x~_rest)`` for boolean coalitions ``[B, R, G]`` (or ``[R, G]``, shared by
-    the batch): returns ``[B, R]``, the explained output of every coalition's input."""
+    the batch): returns ``[B, R]``, the explained output of every coalition's input. ``ids``:
+    the player of every feature, ``[n]`` or ``[1 or B, n]`` (:func:`~taylorattr.groups.player_ids`)."""
     batch, feat = x.shape[0], tuple(x.shape[1:])
     if coalitions.dim() == 2:
         coalitions = coalitions.unsqueeze(0).expand(batch, -1, -1)
+    ids = ids[None] if ids.dim() == 1 else ids
     n_rows = coalitions.shape[1]
     chunk = chunk or default_chunk_rows(x, backward=False)
     out = torch.empty(batch, n_rows, dtype=x.dtype, device=x.device)
@@ -57,11 +62,42 @@ def coalition_values(model, x, base, target, ids, coalitions, chunk: int | None 
     per = max(1, chunk // batch)
     with torch.no_grad():
         for r0, r1 in chunk_ranges(n_rows, per, show_progress, desc):
-            keep = coalitions[:, r0:r1][..., ids]  # [B, r, n_features]
+            part = coalitions[:, r0:r1]
+            index = ids[:, None, :].expand(batch, r1 - r0, -1)
+            keep = torch.gather(part, 2, index)  # [B, r, n_features]
             rows = torch.where(keep, xf, bf).reshape((-1,) + feat)
             tr = None if target is None else target.repeat_interleave(r1 - r0)
             out[:, r0:r1] = select_output(model(rows), tr).view(batch, r1 - r0).to(x.dtype)
     return out
+
+
+class SampledShapley(AttributionMethod):
+    """The Shapley family's base: after each ``attribute`` call, :attr:`standard_error` holds
+    the standard error of every sampled attribution (the attributions' structure), or None
+    when nothing was sampled (exact enumeration, or ``sampler="captum"``)."""
+
+    #: Standard errors of the last ``attribute`` call's attributions (None: not estimated).
+    standard_error = None
+    _errors = None  # the passes' standard errors during an ``attribute`` call
+
+    def attribute(self, inputs, baselines=0.0, target=None, **kwargs):
+        """As :meth:`AttributionMethod.attribute`; also sets :attr:`standard_error`."""
+        self._errors, self._error_layout, self.standard_error = [], None, None
+        try:
+            out = super().attribute(inputs, baselines, target, **kwargs)
+            errors, layout = self._errors, self._error_layout
+            if errors and all(e is not None for e in errors):
+                se = torch.cat(errors)
+                self.standard_error = se if layout is None else layout.result(layout.split(se))
+        finally:
+            self._errors = None
+        return out
+
+    def _record(self, se) -> None:
+        """Keep one pass's standard errors (``None``: not estimated) during ``attribute``."""
+        if self._errors is not None:
+            self._errors.append(se)
+            self._error_layout = self._layout
 
 
 def _exact(model, x, base, t, ids, G, chunk, show_progress) -> torch.Tensor:
@@ -87,7 +123,10 @@ def draw_permutations(n_players: int, n_samples: int, seed: int) -> torch.Tensor
     return torch.stack([torch.randperm(n_players, generator=gen) for _ in range(n_samples)])
 
 
-def _sampled(model, x, base, t, fx, ids, G, perms, chunk, show_progress) -> torch.Tensor:
+def _sampled(model, x, base, t, fx, ids, G, perms, chunk, show_progress, unit: int = 1):
+    """Mean marginal contributions over the orders ``perms`` and their standard error, the
+    orders taken in consecutive groups of ``unit`` (an order and its reverse: 2) as the
+    independent draws."""
     n = perms.shape[0]
     perms = perms.to(x.device)
     rank = torch.empty_like(perms)
@@ -101,12 +140,15 @@ def _sampled(model, x, base, t, fx, ids, G, perms, chunk, show_progress) -> torc
         f_base = select_output(model(base), t).to(x.dtype)
     prev = torch.cat([f_base[:, None, None].expand(-1, n, 1), v[..., :-1]], dim=2)
     gains = v - prev  # [B, n, G]: gain of the player joining at step k
-    phi = torch.zeros(x.shape[0], G, dtype=x.dtype, device=x.device)
-    phi.scatter_add_(1, perms.reshape(1, -1).expand(x.shape[0], -1), gains.reshape(x.shape[0], -1))
-    return phi / n
+    # gains per (order, player): the marginal contribution of every player in every order
+    per_order = torch.zeros_like(gains).scatter_(2, perms[None].expand_as(gains), gains)
+    phi = per_order.mean(1)
+    draws = per_order.view(x.shape[0], n // unit, unit, G).mean(2)
+    se = draws.std(1) / math.sqrt(n // unit) if n // unit > 1 else None
+    return phi, se
 
 
-class ShapleyValues(AttributionMethod):
+class ShapleyValues(SampledShapley):
     """Shapley values of the baseline-removal game, exact (``G <= 16``) or sampled.
 
     Equals an enumeration of all coalitions (``method="exact"``) and Captum's
@@ -118,18 +160,22 @@ class ShapleyValues(AttributionMethod):
 
     def _attribute(self, x, base, t, fx, *, feature_mask=None, patch=None, method: str = "auto",
                    n_samples: int = 25, seed: int = 0, permutations=None,
-                   perturbations_per_eval: int | None = None, show_progress: bool = False):
+                   antithetic: bool = False, perturbations_per_eval: int | None = None,
+                   show_progress: bool = False):
         """Options: ``feature_mask`` player ids (default: every feature a player), or
         ``patch``: square windows as players (Occlusion's layout);
         ``method`` ``"auto"`` | ``"exact"`` | ``"sampling"``; ``n_samples`` orders sampled
         (25, Captum's default); ``seed`` of the orders; ``permutations`` ``[n, G]`` orders to
-        use instead of drawing them; ``perturbations_per_eval`` rows per model call."""
+        use instead of drawing them; ``antithetic`` each order followed by its reverse (2
+        ``n_samples`` orders); ``perturbations_per_eval`` rows per model call."""
         chunk = check_optional_positive_int(perturbations_per_eval, "perturbations_per_eval")
         check_positive_int(n_samples, "n_samples")  # checked whichever method runs
         check_seed(seed)
+        check_bool(antithetic, "antithetic")
         if method not in _METHODS:
             raise ValueError(f"method must be one of {list(_METHODS)}, got {method!r}")
-        ids, G = player_ids(feature_mask, x, patch)
+        ids, G = player_ids(feature_mask, x, patch, self._layout)
+        se = None
         exact = method == "exact" or (method == "auto" and G <= MAX_EXACT_PLAYERS
                                       and permutations is None)
         if exact:
@@ -146,8 +192,13 @@ class ShapleyValues(AttributionMethod):
                 perms = draw_permutations(G, check_positive_int(n_samples, "n_samples"), seed)
             else:
                 perms = _check_permutations(permutations, G)
-            phi = _sampled(self.model, x, base, t, fx, ids, G, perms, chunk, show_progress)
-        return phi[:, ids].view_as(x), base.unsqueeze(1)
+            if antithetic:
+                perms = torch.stack([perms, perms.flip(1)], 1).reshape(-1, G)
+            phi, se = _sampled(self.model, x, base, t, fx, ids, G, perms, chunk, show_progress,
+                               2 if antithetic else 1)
+        index = ids.expand(x.shape[0], -1)
+        self._record(None if se is None else se.gather(1, index).view_as(x))
+        return phi.gather(1, index).view_as(x), base.unsqueeze(1)
 
 
     def _cost(self, x, options):
@@ -164,6 +215,7 @@ class ShapleyValues(AttributionMethod):
             return Cost(forward_rows=batch * 2 ** G), 1
         n = _check_permutations(perms, G).shape[0] if perms is not None else \
             check_positive_int(options.get("n_samples", 25), "n_samples")
+        n *= 2 if options.get("antithetic", False) else 1
         return Cost(forward_rows=batch * n * G + batch), 1
 
 

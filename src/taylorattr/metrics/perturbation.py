@@ -30,6 +30,7 @@ from .._validation import (
 )
 from ..inputs import Layout, as_tuple, check_additional_args, check_batch
 from ..runtime.batching import chunk_rows
+from ..runtime.cost import Cost
 from .fidelity import _acc_dtype
 
 __all__ = ["gaussian_perturbation", "infidelity", "infidelity_cost", "optimal_beta_score",
@@ -446,7 +447,6 @@ def infidelity_cost(inputs: torch.Tensor, perturbation="square", max_side: int =
     """The rows :func:`infidelity` runs (a :class:`~taylorattr.runtime.cost.Cost`): one forward of
     the batch and one per (sample, perturbation): the squares of :func:`square_removal`
     (``"square"``) or ``n_perturb_samples`` draws (default 1000). Runs no model."""
-    from ..runtime.cost import Cost
 
     inputs = check_inputs(inputs)
     b = inputs.shape[0]

@@ -19,7 +19,8 @@ from torch import nn
 from .. import _validation as V
 from .._validation import check_seed as _check_seed
 from ..methods import AttributionMethod
-from ..registry import METHODS, MethodSpec
+from ..registry import METHODS, MethodSpec, variants
+from ..reporting.report import markdown_table
 from .measures import _assignment, _completeness, _polarity, _reference_correlation, _target_tensor
 from .probes import _audit_suite
 
@@ -319,8 +320,6 @@ def audit(method, *, seed: int = 0, models=None, method_kwargs=None) -> AuditRep
 
 
 def _audited():
-    from ..registry import variants
-
     seen, out = set(), []
     for spec, v in variants("audit"):
         if spec.name not in seen:
@@ -362,7 +361,6 @@ def format_table(rows: list[dict]) -> str:
     """A Markdown pipe table of :func:`principles_table` rows (score, verdict and the
     paper's verdict per principle); ``*`` marks a measured verdict that differs from the
     paper's."""
-    from ..reporting.report import markdown_table
 
     cols = ["1 low error", "2 assignment", "3 unbiased baseline"]
     body, marked = [], False

@@ -141,7 +141,7 @@ register(MethodSpec("shapley", ShapleyValues, variants=(
 register(MethodSpec("kernel_shap", KernelShap, variants=(
     Variant("KernelSHAP", experiments=_AUDIT),
     Variant("KernelSHAP-4x4", {"patch": 4, "n_samples": 200}, experiments=_ASSESSED)),
-    marker="H"))
+    marker="H", complete=True))
 register(MethodSpec("prediction_difference", PredictionDifference, variants=(
     Variant("PredDiff", {"noise_std": EG_NOISE_STD}, experiments=_AUDIT),
     Variant("PredDiff-4x4", {"patch": 4, "noise_std": EG_NOISE_STD, "n_samples": 8},

@@ -39,9 +39,12 @@ from typing import Any
 import torch
 
 from .. import _validation as V
-from ..baselines import Baseline, Point, as_baseline
+from .._io import fingerprint
+from ..baselines import Baseline, Point, as_baseline, describe
+from ..inputs import whole_batch_view
 from ..methods import AttributionMethod, Explanation, noise_tunnel
 from ..methods import reformulations as R
+from ..runtime.progress import model_rows_bar
 
 __all__ = ["EXPERIMENTS", "LAYOUT_OPTIONS", "METHODS", "BoundMethod", "MethodSpec", "PaperFacts",
            "Variant", "of_class", "reformulate", "reformulate_orders", "register", "resolve", "slug",
@@ -243,7 +246,6 @@ class BoundMethod:
         baselines = self._baselines(baseline)
         if not show_progress:
             return method._run(inputs, baselines, target, opts, False, False)
-        from ..runtime.progress import model_rows_bar
 
         label = f"{desc}: {self.label}" if desc else self.label
         with model_rows_bar(model, label, _planned_rows(method, inputs, baselines, opts)) as bar:
@@ -299,12 +301,8 @@ def _planned_rows(method, inputs, baselines, opts) -> int | None:
 
 def _describe(value) -> str:
     if isinstance(value, torch.Tensor):
-        from .._io import fingerprint
-
         return f"tensor{tuple(value.shape)}:{fingerprint([('t', value)])}"
     if isinstance(value, Baseline):
-        from ..baselines import describe
-
         return describe(value)
     return repr(value)
 
@@ -421,7 +419,6 @@ def _sweep(method, reform, model, inputs, baselines, target, orders, kwargs) -> 
     deltas together; attributions split back into the tuple)."""
     if isinstance(inputs, torch.Tensor):
         return reform.orders(model, inputs, baselines, target, orders, **kwargs)
-    from ..inputs import whole_batch_view
 
     if reform.options & LAYOUT_OPTIONS:
         raise ValueError(f"inputs: reformulate('{method}') groups features by each input's "

@@ -144,7 +144,7 @@ def plot_trend(rows: Sequence[Mapping], metric: str, path: str | Path, *,
 # 2. Saliency grids (paper Figure 5)
 # =======================================================================================
 #: ``sign`` -> (colormap, colour bar label); the range is ``[-s, s]``, ``[0, s]``,
-#: ``[-s, 0]`` or ``[0, s]`` with ``s`` the row's shared scale.
+#: ``[-s, 0]`` or ``[0, s]`` with ``s`` the panel's own scale (:func:`panel_scale`).
 SIGN_COLORMAPS = {"all": ("bwr", "attribution (red +, blue -)"),
                   "positive": ("Reds", "positive part of the attribution"),
                   "negative": ("Blues_r", "negative part of the attribution"),
@@ -161,21 +161,16 @@ def signed_map(a, sign: str = "all"):
             "abs": a.abs()}[sign]
 
 
-def _row_scale(maps) -> float:
-    """The row's shared colour scale: the median over its maps of each map's 99th
-    percentile of ``|m|`` (its largest ``|m|`` where that percentile is 0; all-zero maps
-    do not count), 1 for an all-zero row. The median keeps one map on a much larger scale
-    (occlusion gives every pixel its whole patch's change) from washing out the others;
-    values beyond the scale saturate, which the colour bar's arrows show."""
+def panel_scale(m) -> float:
+    """A panel's own colour scale ``s``: the 99th percentile of ``|m|`` (its largest ``|m|``
+    where that percentile is 0; 1 for an all-zero map). Methods differ in scale by orders
+    of magnitude (occlusion gives every pixel its whole patch's change, so its sum is the
+    patch count times the others'), so each panel gets its own symmetric scale, stated in
+    its title; values beyond it saturate (the colour bar's arrows)."""
     import torch
 
-    scales = []
-    for m in maps:
-        flat = m.abs().flatten()
-        s = float(torch.quantile(flat, 0.99)) or float(flat.max())
-        if s > 0:
-            scales.append(s)
-    return float(torch.tensor(scales).median()) if scales else 1.0
+    flat = m.abs().flatten().double()
+    return float(torch.quantile(flat, 0.99)) or float(flat.max()) or 1.0
 
 
 _EXTEND = {"all": "both", "positive": "max", "negative": "min", "abs": "max"}
@@ -218,9 +213,10 @@ def draw_saliency_grid(panels: Sequence, *, sign: str = "all", overlay: bool = F
         _show_image(row[0], panel.image)
         row[0].set_title(panel.predicted, fontsize=8)
         shown = {k: signed_map(v, sign) for k, v in panel.maps.items() if not isinstance(v, str)}
-        norm = _norm(sign, _row_scale(shown.values()))
         for ax, label in zip(row[1:], labels):
             value = panel.maps.get(label, "not computed")
+            scale = panel_scale(shown[label]) if label in shown else 1.0
+            norm = _norm(sign, scale)
             if isinstance(value, str):
                 ax.text(0.5, 0.5, "\n".join(textwrap.wrap(value, 26)[:7]), ha="center",
                         va="center", fontsize=6, transform=ax.transAxes)
@@ -233,14 +229,15 @@ def draw_saliency_grid(panels: Sequence, *, sign: str = "all", overlay: bool = F
                 ax.imshow(shown[label].numpy(), cmap=cmap, norm=norm)
             title = "\n".join(textwrap.wrap(label, 22))
             if not isinstance(value, str):
-                title += f"\nsum {float(shown[label].double().sum()):.3g}"
+                title += (f"\nsum {float(shown[label].double().sum()):.3g}, "
+                          f"scale {'±' if sign == 'all' else ''}{scale:.2g}")
             ax.set_title(title, fontsize=9)
         for ax in row:
             ax.set_xticks([])
             ax.set_yticks([])
-        bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(row), shrink=0.8,
-                           pad=0.01, aspect=15, extend=_EXTEND[sign])
-        bar.set_label(bar_label, fontsize=8)
+        bar = fig.colorbar(ScalarMappable(norm=_norm(sign, 1.0), cmap=cmap), ax=list(row),
+                           shrink=0.8, pad=0.01, aspect=15, extend=_EXTEND[sign])
+        bar.set_label(f"{bar_label}\n/ the panel's scale (title)", fontsize=8)
         bar.ax.tick_params(labelsize=7)
     if footer:
         fig.supxlabel(footer, fontsize=8)
@@ -254,11 +251,11 @@ def saliency_grid(panels: Sequence, path: str | Path, dpi: int = 150, *, sign: s
     ``panels`` are :class:`taylorattr.experiments.saliency.SaliencyPanel` objects (``image``
     ``[H, W]`` or ``[3, H, W]`` in [0, 1], ``predicted`` (the image's title), ``maps[label]``
     a ``[H, W]`` tensor or the reason it is missing). Each panel shows
-    :func:`signed_map` of its map; the maps of a row share one colour scale, ``s`` =
-    the median over the row's maps of their 99th percentiles of ``|m|``, symmetric about
-    zero for ``sign="all"`` (red positive, blue negative), drawn as a colour bar at the
-    row's end (arrows: values beyond it saturate). Each map's title gives its sum (for a
-    complete method, the explained output change).
+    :func:`signed_map` of its map on its own colour scale ``s`` (:func:`panel_scale`,
+    the 99th percentile of ``|m|``), symmetric about zero for ``sign="all"`` (red
+    positive, blue negative); the colour bar at the row's end is in units of each panel's
+    ``s`` (arrows: values beyond it saturate). Each map's title gives its sum (for a
+    complete method, the explained output change) and its scale.
     ``overlay`` draws each map over a grey copy of the image, opacity ``|m| / s``.
     ``footer`` is a line of text under the grid. Writes a PNG and returns its path.
     """

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from .mode import register_taylor_rule, supported_ops
 from .pair_interactions import Interactions, interactions
-from .path_hessians import integrated_hessians
+from .path_hessians import integrated_hessians, polynomial_integrated_hessians
 from .shapley_rule import shapley_attribution
 from .smoothing import SmoothedModel, smooth
 from .terms import (
@@ -27,6 +27,6 @@ from .terms import (
 )
 
 __all__ = ["Interactions", "SmoothedModel", "TaylorTerms", "group_expansions",
-           "group_expansions_cost", "integrated_hessians", "interactions", "register_taylor_rule",
-           "shapley_attribution", "smooth", "supported_ops", "taylor_attribution",
+           "group_expansions_cost", "integrated_hessians", "interactions",
+           "polynomial_integrated_hessians", "register_taylor_rule", "shapley_attribution", "smooth", "supported_ops", "taylor_attribution",
            "taylor_attribution_cost", "taylor_terms", "taylor_terms_cost"]

@@ -43,6 +43,7 @@ from tqdm.auto import tqdm
 
 from .. import _validation as V
 from ..groups import default_groups, resolve_groups
+from ..runtime.cost import Cost
 from .mode import propagate
 from .terms import _default_chunk, _prepare, _select
 
@@ -213,7 +214,6 @@ def interactions_cost(inputs: torch.Tensor, groups=None, order: int = 2, *, rout
     plan: two forwards of the batch; the gradient route one order-``K`` Taylor-mode row per
     (sample, group), each swept backward ``K - 1`` times; the pairs route one row per
     (sample, group) and one per (sample, pair). Runs no model."""
-    from ..runtime.cost import Cost
 
     V.check_positive_int(order, "order")
     if route not in ROUTES:
