@@ -231,3 +231,17 @@ def test_assess_over_budget_exits_2_with_one_line_before_any_work(tmp_path, caps
     assert cli.main(argv + ["--budget", "1e9", "--estimate"]) == 0 and ran
     err_lines = capsys.readouterr().err.strip().splitlines()
     assert len(err_lines) == 3 and all("estimate: infidelity on" in e for e in err_lines)
+
+
+@pytest.mark.parametrize("argv,torch_imported", [
+    (["--help"], False), (["evaluate"], False), (["validate", "--samples", "0"], False),
+    (["explain", "x.png", "--sign", "odd"], False),
+    (["explain", "--help"], True)])  # lists the registry's methods: the probe sees torch
+def test_help_and_argument_errors_do_not_import_torch(argv, torch_imported):
+    """What keeps ``taylorattr --help`` and argument errors under a second
+    (benchmarks/bench_cli_start.py times it): torch is never imported for them."""
+    code = ("import sys\nfrom taylorattr.cli import main\ntry:\n    main(sys.argv[1:])\n"
+            "except SystemExit:\n    pass\nprint('torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": SRC}, timeout=120, check=False)
+    assert proc.stdout.strip().splitlines()[-1] == str(torch_imported), (proc.stdout, proc.stderr)
