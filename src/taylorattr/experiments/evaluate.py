@@ -145,7 +145,7 @@ def _config(model, n, methods, batch_size, seed, on_bad_item, baseline, shape, *
     config = {"n_samples": n, "batch_size": batch_size, "seed": seed,
               "on_bad_item": on_bad_item, "baseline": float(baseline), "input_shape": list(shape),
               "methods": [[b.label, b.name, b.tag()] for b in methods], **extra}
-    method = {k: config[k] for k in ("methods", *extra)}
+    method = {k: config[k] for k in ("methods", "metrics", "infidelity") if k in config}
     job = {k: v for k, v in config.items() if k not in method and k not in ("seed", "n_samples")}
     fields = {"model": model_digest(model), "method": digest(method), "seed": seed,
               "version": library_version(), "job": digest(job)}
