@@ -91,12 +91,18 @@ def _stored(store: UnitStore, key: str):
     return dict(unit.get("fingerprint", {})), list(unit.get("item_digests", []))
 
 
-def _difference(old: dict, new: dict, old_items: list, new_items: list) -> tuple[list, list]:
-    """The changed fields and the indices of the items whose digest changed."""
-    fields = changed(old, new) or ["fingerprint"]
-    before = {int(i): d for i, d in old_items}
-    items = [int(i) for i, d in new_items if before.get(int(i)) != d]
-    return fields, items
+class _Changes:
+    """Tally of the units found computed from something else: units per changed field,
+    and the changed items, named."""
+
+    def __init__(self, name_item: Callable[[int], str]):
+        self.fields, self.items, self.name_item = {}, [], name_item
+
+    def add(self, old: dict, new: dict, old_items: list, new_items: list) -> None:
+        for k in changed(old, new) or ["fingerprint"]:
+            self.fields[k] = self.fields.get(k, 0) + 1
+        before = {int(i): d for i, d in old_items}
+        self.items += [self.name_item(int(i)) for i, d in new_items if before.get(int(i)) != d]
 
 
 def _describe(changes: Mapping, items: list) -> str:
@@ -108,7 +114,7 @@ def _describe(changes: Mapping, items: list) -> str:
 
 
 def _strict_check(store: UnitStore, ranges, fields, read, name_item) -> None:
-    changes, items = {}, []
+    tally = _Changes(name_item)
     for u, r in enumerate(ranges):
         old, old_items = _stored(store, _unit_key(u))
         if old is None:
@@ -116,14 +122,11 @@ def _strict_check(store: UnitStore, ranges, fields, read, name_item) -> None:
         new_items = read(r).digests
         new = _unit_fingerprint(fields, new_items)
         if old != new:
-            f, i = _difference(old, new, old_items, new_items)
-            for k in f:
-                changes[k] = changes.get(k, 0) + 1
-            items += [name_item(j) for j in i]
-    if changes:
+            tally.add(old, new, old_items, new_items)
+    if tally.fields:
         raise ValueError(f"out: resume='strict' (--resume strict) refuses to recompute units "
                          f"computed from something else; changed: "
-                         f"{_describe(changes, items)}; rerun without it to "
+                         f"{_describe(tally.fields, tally.items)}; rerun without it to "
                          "recompute them, or choose another --out")
 
 
@@ -163,7 +166,7 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
             ctx.barrier()  # stale temporaries are gone before anyone writes
             store = store or _OpenStore(out / "units")
             computed = reused = 0
-            changes, items = {}, []
+            tally = _Changes(name_item)
             for u in rank_units(len(ranges), ctx.rank, ctx.world_size):
                 key = _unit_key(u)
                 unit_input = read(ranges[u])
@@ -173,10 +176,7 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
                     reused += 1
                     continue
                 if old is not None:
-                    f, i = _difference(old, new, old_items, unit_input.digests)
-                    for k in f:
-                        changes[k] = changes.get(k, 0) + 1
-                    items += [name_item(j) for j in i]
+                    tally.add(old, new, old_items, unit_input.digests)
                 result = compute(ranges[u], unit_input.data)
                 _io.save_tensors({**result, "fingerprint": new,
                                   "item_digests": [[int(i), str(d)]
@@ -193,7 +193,7 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
                 _io.save_json(manifest, out / "manifest.json")
             ctx.barrier()
             return JobReport(ctx.rank, ctx.world_size, len(ranges), computed, reused, merged,
-                             lock.stale, changes, tuple(items))
+                             lock.stale, tally.fields, tuple(tally.items))
         finally:
             lock.release()
 
