@@ -41,6 +41,12 @@ from .. import _io
 from .. import registry as _registry
 from .._validation import check_positive_int, check_seed
 from ..metrics import bbox_accuracy, infidelity, infidelity_cost
+from ..runtime.batching import chunk_rows
+from .assessment.infidelity import (
+    infidelity_from_changes,
+    square_output_changes,
+    square_predictions,
+)
 from .evaluation.items import PREDICTED, BadItem, item_source, read_item, reference_shape
 from .evaluation.job import RESUME, JobReport, UnitInput, describe_changes, run_job
 from .evaluation.merge import merge_units
@@ -152,6 +158,15 @@ def _config(model, n, methods, batch_size, seed, on_bad_item, baseline, shape, *
     return {**config, "model": fields["model"]}, fields
 
 
+def _square_changes(model, x, t, baseline, opts: Mapping):
+    """``f(x) - f(x_k)`` for every square removal of :func:`~taylorattr.metrics.infidelity`
+    with ``opts``, once per unit: they do not depend on the method, so the methods of a
+    unit share one set of forwards (the assessment's :func:`square_output_changes`)."""
+    rows = opts.get("batch_size") or int(chunk_rows(model, x, backward=False))
+    return square_output_changes(model, x, t, baseline, opts.get("max_side", 10), rows,
+                                 scale=opts.get("scale", 1))
+
+
 def infidelity_scale(shape) -> int:
     """The infidelity squares' scale for inputs of ``shape`` (``[..., H, W]``):
     ``min(H, W) // 28``, at least 1, so squares cover the share of the image they cover on
@@ -187,9 +202,8 @@ class DatasetStage:
                 continue
             x = torch.zeros((b,) + tuple(shape), dtype=dtype)
             c, skipped = method_costs(methods, model, x)
-            if "infidelity" in self.metrics:
-                c += [infidelity_cost(x, max_side=self.max_side, scale=scale)] * (
-                    len(methods) - len(skipped))
+            if "infidelity" in self.metrics and len(methods) > len(skipped):  # shared
+                c.append(infidelity_cost(x, max_side=self.max_side, scale=scale))
             costs += c * units
         model = model.to(device) if device is not None else model
         x = torch.zeros((1,) + tuple(shape), dtype=dtype, device=device)
@@ -248,6 +262,10 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
         raise ValueError(f"infidelity_options: unknown option(s) {sorted(set(opts) - _INFIDELITY_OPTIONS)}"
                          f"; it takes {sorted(_INFIDELITY_OPTIONS)}")
     square = opts.get("perturbation", "square") == "square"
+    if square and {"n_perturb_samples", "noise_std"} & set(opts):
+        raise ValueError("infidelity_options: n_perturb_samples and noise_std do not apply to "
+                         "perturbation='square' (its squares are fixed by the image size, "
+                         "max_side and scale)")
     shape = tuple(input_shape) if input_shape is not None else reference_shape(dataset, n)
     need_mask = "bbox" in metrics
     config, fields = _config(model, n, bound, batch_size, seed, on_bad_item, baseline, shape,
@@ -262,11 +280,16 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
         if items:
             x, t, masks = _batch(items, model, device)
             idx = [it.index for it in items]
+            changes = None  # the square removals' output changes, shared by every method
             for b in bound:
                 a = _attribute(b, model, x, t, baseline, idx, seed)
                 if "infidelity" in metrics:
                     if square:
-                        s = infidelity(model, x, a, t, baselines=baseline, **opts)
+                        if changes is None:
+                            changes = _square_changes(model, x, t, baseline, opts)
+                        s = infidelity_from_changes(
+                            square_predictions(a, opts.get("max_side", 10), opts.get("scale", 1)),
+                            changes, opts.get("normalize", True)).to(x.dtype)
                     else:
                         s = torch.cat([infidelity(model, x[j:j + 1], a[j:j + 1], t[j:j + 1],
                                                   seed=sample_seed(seed, i), **opts)
