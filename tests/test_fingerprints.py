@@ -153,3 +153,15 @@ def test_cached_models_follow_the_training_data_content(tmp_path):
     for p in (tmp_path / "a").iterdir():
         (twin / p.name).write_bytes(p.read_bytes())
     assert _data_tag(tmp_path / "a", None)[0] == _data_tag(twin, None)[0]  # content, not place
+
+
+def test_saliency_units_follow_the_methods_settings_and_seed():
+    """A saliency map is stored under its methods' settings (seed, window, steps), so a run
+    with another seed or --full's settings never takes a quick run's maps."""
+    from taylorattr.experiments.saliency import SaliencyStage, methods_tag
+
+    quick = SaliencyStage(quick=True, seed=0)
+    assert methods_tag(quick.photo_methods()) == methods_tag(SaliencyStage(True, 0).photo_methods())
+    assert methods_tag(quick.photo_methods()) != methods_tag(SaliencyStage(True, 1).photo_methods())
+    assert methods_tag(quick.photo_methods()) != methods_tag(SaliencyStage(False, 0).photo_methods())
+    assert methods_tag(quick.digit_methods()) != methods_tag(SaliencyStage(True, 1).digit_methods())

@@ -15,11 +15,13 @@ import torch
 
 from ..baselines import Point
 from ..registry import variants
-from ._units import UnitStore, fingerprint
+from ._units import UnitStore, fingerprint, model_fingerprint
+from .fingerprints import digest
 from .plans import StageCost, architecture, forwards, method_costs
 from .workspace import Workspace
 
-__all__ = ["SaliencyPanel", "SaliencyStage", "run_saliency", "saliency_maps", "saliency_methods"]
+__all__ = ["SaliencyPanel", "SaliencyStage", "methods_tag", "run_saliency", "saliency_maps",
+           "saliency_methods"]
 
 
 @dataclass
@@ -74,6 +76,12 @@ def _stored_maps(store: UnitStore, key: str, model, x, target: int, methods,
     return {m.label: maps[m.label] for m in methods}, unit["notes"]
 
 
+def methods_tag(methods) -> str:
+    """A short hash of the methods and their settings (seeds, windows, steps): a map drawn
+    with other settings is never taken from the store."""
+    return digest([[m.label, m.name, m.tag()] for m in methods])
+
+
 def _digit_panels(ws: Workspace, store: UnitStore, methods, n_digits: int):
     model, _ = ws.trained("c_sp")
     held = ws.held_out_digits()
@@ -81,13 +89,13 @@ def _digit_panels(ws: Workspace, store: UnitStore, methods, n_digits: int):
     for i in range(n_digits):
         x = held[i:i + 1]
         target = int(model(x).argmax())
-        key = f"digit-{fingerprint([('x', x)])}-{ws.fingerprint(model)}-quick{ws.quick}"
+        key = f"digit-{fingerprint([('x', x)])}-{ws.fingerprint(model)}-{methods_tag(methods)}"
         maps, notes = _stored_maps(store, key, model, x, target, methods, ws.progress)
         panels.append(SaliencyPanel(f"digit {i}", x[0, 0], f"C-sp predicts {target}", maps, notes))
     return panels
 
 
-def _photo_panels(store: UnitStore, quick: bool, methods, photo_names, progress: bool = False):
+def _photo_panels(store: UnitStore, methods, photo_names, progress: bool = False):
     from .. import data, models
 
     model = models.efficientnet_lite0()
@@ -97,8 +105,9 @@ def _photo_panels(store: UnitStore, quick: bool, methods, photo_names, progress:
         x = model.preprocess(photos[name])
         with torch.no_grad():
             target = int(model(x).argmax())
-        maps, notes = _stored_maps(store, f"photo-{name}-quick{quick}", model, x, target, methods,
-                                   progress)
+        key = (f"photo-{name}-{fingerprint([('x', x)])}-{model_fingerprint(model)}-"
+               f"{methods_tag(methods)}")
+        maps, notes = _stored_maps(store, key, model, x, target, methods, progress)
         panels.append(SaliencyPanel(name, model.unnormalize(x[0]),
                                     f"EfficientNet-Lite0: {model.class_name(target)}", maps, notes))
     return panels
@@ -164,6 +173,6 @@ def run_saliency(ws: Workspace, n_digits: int | None = None,
     store = ws.units("saliency")
     panels = _digit_panels(ws, store, stage.digit_methods(), stage.n_digits)
     if stage.photo_names:
-        panels += _photo_panels(store, ws.quick, stage.photo_methods(), stage.photo_names,
+        panels += _photo_panels(store, stage.photo_methods(), stage.photo_names,
                                 ws.progress)
     return panels
