@@ -21,7 +21,7 @@ from numbers import Real
 
 import torch
 
-from .._validation import broadcast_baselines, check_inputs, check_positive_int
+from .._validation import broadcast_baselines, check_bool, check_inputs, check_positive_int
 from .._validation import check_seed as _check_seed
 from ..baselines import Baseline, Noise, ReferenceSet
 from ._base import AttributionMethod
@@ -151,7 +151,11 @@ class ExpectedGradients(AttributionMethod):
 
     def _attribute(self, x, baselines, t, fx, *, n_samples: int = 50, noise_std=None,
                    seed: int = 0, draws: EGDraws | None = None,
-                   internal_batch_size: int | None = None, show_progress: bool = False):
+                   internal_batch_size: int | None = None, multiply_by_inputs: bool = True,
+                   show_progress: bool = False):
+        """``multiply_by_inputs=False``: the gradients at the path points averaged, without
+        the factor ``x - x~_k`` (Captum's option; not a share of the output change)."""
+        check_bool(multiply_by_inputs, "multiply_by_inputs")
         chunk = check_optional_positive_int(internal_batch_size, "internal_batch_size")
         if draws is None:
             draws = draw(x, baselines, n_samples, noise_std, seed)
@@ -182,7 +186,8 @@ class ExpectedGradients(AttributionMethod):
             rows = torch.addcmul(ref, a.view(a.shape + bcast), diff)
             tr = None if t is None else t[s0:s1].repeat_interleave(k1 - k0)
             grad, _ = target_gradient(self.model, rows.reshape((-1,) + feat), tr)
-            total[s0:s1] += (grad.reshape(diff.shape) * diff).sum(1)
+            grad = grad.reshape(diff.shape)
+            total[s0:s1] += (grad * diff if multiply_by_inputs else grad).sum(1)
         return total / n, xb
 
     def _cost(self, x, options):

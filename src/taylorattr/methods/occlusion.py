@@ -62,6 +62,7 @@ class Occlusion(AttributionMethod):
     """
 
     name = "occlusion"
+    perturbation = True
 
     def _attribute(self, x, base, t, fx, *, patch=1, stride=None, feature_mask=None,
                    perturbations_per_eval: int | None = None, show_progress: bool = False):
@@ -107,7 +108,7 @@ class Occlusion(AttributionMethod):
     def _windows(self, x, base, t, fx, patch, stride, chunk, show_progress, part=None):
         """Window drops of one input (``part = (offset, size, shape)`` inside the flat
         tensor of tuple inputs; None: ``x`` itself), spread back to its features."""
-        shape = tuple(x.shape[1:]) if part is None else part[2]
+        shape = tuple(x.shape[1:]) if part is None else (part[2] or (1,))  # [B]: one feature
         patch_t, stride_t, sizes = window_geometry(shape, patch, stride)
         d = len(patch_t)
 

@@ -78,6 +78,9 @@ class SampledShapley(AttributionMethod):
 
     #: Standard errors of the last ``attribute`` call's attributions (None: not estimated).
     standard_error = None
+    #: Coalition values are model calls on copies of the inputs with players replaced:
+    #: integer/bool inputs and whole-batch outputs are taken (``AttributionMethod``).
+    perturbation = True
     _errors = None  # the passes' standard errors during an ``attribute`` call
 
     def attribute(self, inputs, baselines=0.0, target=None, **kwargs):
