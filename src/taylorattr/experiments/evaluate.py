@@ -20,11 +20,18 @@ dealt round-robin to the ranks of a ``torchrun`` job (gloo on CPU, NCCL on GPU,
 :mod:`taylorattr.runtime.distributed`); sample ``i``'s random draws (Expected Gradients' baselines,
 Gaussian infidelity) are seeded with ``sample_seed(seed, i)``; so for a given
 ``batch_size`` every number is the same whatever the world size (bitwise, with the same
-device type and thread count). Each finished unit is a file written atomically; a rerun
-(any world size) computes only the missing units; a lock with host and pid refuses a
-second job on the same ``out`` (:mod:`.evaluation.lock`). Bad dataset items
-(:mod:`.evaluation.items`) are refused (``on_bad_item="refuse"``, the default: a
-``ValueError`` naming the index) or skipped and listed (``"skip"``).
+device type and thread count). Each finished unit is a file written atomically, with the
+fingerprint of what it was computed from (:mod:`.fingerprints`); a rerun (any world size)
+computes the missing units and those whose fingerprint changed, and says what changed
+(``resume="strict"`` refuses instead); a lock with host and pid refuses a second job on
+the same ``out`` (:mod:`.evaluation.lock`). Bad dataset items (:mod:`.evaluation.items`)
+are refused (``on_bad_item="refuse"``, the default: a ``ValueError`` naming the index) or
+skipped and listed (``"skip"``); an item whose target is ``PREDICTED`` explains the
+model's top class. :class:`DatasetStage` counts the rows of both jobs before they run.
+
+Why one module: :func:`evaluate`, :func:`attribute_dataset` and :class:`DatasetStage`
+share the reading, batching, seeding and fingerprinting of the items; apart, each would
+copy them.
 """
 from __future__ import annotations
 
