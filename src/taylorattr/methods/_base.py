@@ -52,6 +52,7 @@ from ..inputs import (
     slice_option,
     swap_layer,
 )
+from ..runtime.cost import Cost
 from . import _conventions as conventions
 from ._passes import (
     chunk_ranges,
@@ -191,7 +192,6 @@ class AttributionMethod:
         ``target`` do not change the counts. One-tensor inputs only; the automatic chunk
         size's one-off memory probe is not counted.
         """
-        from ..runtime.cost import Cost
 
         check_bool(return_convergence_delta, "return_convergence_delta")
         if not isinstance(inputs, torch.Tensor) or options.get("layer") is not None or \

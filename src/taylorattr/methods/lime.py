@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import check_positive_int, check_seed
+from ..runtime.cost import Cost
 from ._base import AttributionMethod
 from ._passes import check_optional_positive_int
 from .kernel_shap import _captum_fit
@@ -105,7 +106,6 @@ class Lime(AttributionMethod):
 
     def _cost(self, x, options):
         """``n_samples`` coalitions per sample; one reference."""
-        from ..runtime.cost import Cost
 
         n = check_positive_int(options.get("n_samples", 50), "n_samples")
         return Cost(forward_rows=x.shape[0] * n), 1

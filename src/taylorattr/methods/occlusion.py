@@ -43,6 +43,7 @@ import torch
 from .._validation import select_output
 from ..groups import count_windows, mask_ids, window_geometry, window_masks
 from ..inputs import Layout
+from ..runtime.cost import Cost
 from ._base import AttributionMethod
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 
@@ -95,7 +96,6 @@ class Occlusion(AttributionMethod):
     def _cost(self, x, options):
         """One forward per (sample, window), or per (sample, group) with ``feature_mask``;
         one reference (the baseline)."""
-        from ..runtime.cost import Cost
 
         patch, stride = options.get("patch", 1), options.get("stride")
         mask = options.get("feature_mask")
