@@ -109,7 +109,7 @@ def test_alpha1_beta0_is_z_plus_and_errors():
                                LRP(model, rule="z_plus").attribute(x), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="rule must be one of"):
         LRP(model, rule="zplus")
-    with pytest.raises(ValueError, match="gamma must be finite"):
+    with pytest.raises(ValueError, match="gamma must be >= 0"):
         LRP(model, rule="gamma", gamma=-1.0)
 
 

@@ -46,7 +46,7 @@ import torch
 
 from .. import _io
 from .. import registry as _registry
-from .._validation import check_positive_int, check_seed
+from .._validation import check_positive_int, check_real, check_seed
 from ..metrics import bbox_accuracy, infidelity, infidelity_cost
 from ..runtime.batching import chunk_rows
 from .assessment.infidelity import (
@@ -143,8 +143,7 @@ def _common(model, dataset, batch_size, seed, on_bad_item, baseline, device):
     check_seed(seed)
     if on_bad_item not in _BAD_ITEM:
         raise ValueError(f"on_bad_item must be one of {_BAD_ITEM}, got {on_bad_item!r}")
-    if isinstance(baseline, bool) or not isinstance(baseline, (int, float)):
-        raise TypeError(f"baseline must be a number (the point baseline), got {baseline!r}")
+    check_real(baseline, "baseline")  # the point baseline, one number
     n = len(dataset)
     if n < 1:
         raise ValueError("dataset is empty")

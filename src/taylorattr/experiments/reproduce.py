@@ -25,6 +25,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .. import _io
+from .._validation import check_positive_int
 from ..reporting.report import Section, write_report
 from ..runtime import distributed
 from . import paper
@@ -212,8 +213,7 @@ def resolve_settings(full: bool = False, settings: ReproduceSettings | None = No
         cfg = replace(cfg, seeds=seeds)
     if not cfg.presets:
         raise ValueError("presets must name at least one training recipe")
-    if isinstance(cfg.seeds, bool) or not isinstance(cfg.seeds, int) or cfg.seeds < 1:
-        raise ValueError(f"seeds must be an int >= 1, got {cfg.seeds!r}")
+    check_positive_int(cfg.seeds, "seeds")
     return cfg
 
 

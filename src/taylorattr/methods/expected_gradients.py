@@ -17,11 +17,16 @@ Cost: ``n_samples * B`` forward+backward rows, in chunks of ``internal_batch_siz
 from __future__ import annotations
 
 from dataclasses import dataclass
-from numbers import Real
 
 import torch
 
-from .._validation import broadcast_baselines, check_bool, check_inputs, check_positive_int
+from .._validation import (
+    broadcast_baselines,
+    check_bool,
+    check_inputs,
+    check_positive_int,
+    check_real,
+)
 from .._validation import check_seed as _check_seed
 from ..baselines import Baseline, Noise, ReferenceSet
 from ._base import AttributionMethod
@@ -88,10 +93,7 @@ def _distribution(baselines, noise_std) -> Baseline:
                          "[N, ...] to draw baselines from, or a Noise) and noise_std (baselines "
                          "drawn from N(x, noise_std^2))")
     if noise_std is not None:
-        if isinstance(noise_std, bool) or not isinstance(noise_std, Real):
-            raise TypeError(f"noise_std must be a real number, got {type(noise_std).__name__}")
-        if not (noise_std > 0 and noise_std < float("inf")):
-            raise ValueError(f"noise_std must be finite and > 0, got {noise_std}")
+        check_real(noise_std, "noise_std", 0.0, strict=True)
         return Noise(float(noise_std))
     if isinstance(baselines, (Noise, ReferenceSet)):
         return baselines

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_positive_int, check_seed
+from .._validation import check_positive_int, check_real, check_seed
 from ..runtime.cost import Cost
 from ._base import AttributionMethod
 from ._passes import check_optional_positive_int
@@ -82,9 +82,7 @@ class Lime(AttributionMethod):
             if coal.dim() != 3 or coal.shape[0] != batch or coal.shape[2] != G:
                 raise ValueError(f"coalitions must be a [{batch}, n, {G}] boolean tensor (one "
                                  f"row of players per draw), got {tuple(coal.shape)}")
-        if isinstance(kernel_width, bool) or not isinstance(kernel_width, (int, float)) or \
-                not kernel_width > 0:
-            raise ValueError(f"kernel_width must be a number > 0, got {kernel_width!r}")
+        check_real(kernel_width, "kernel_width", 0.0, strict=True)
         coal = coal.to(x.device)
         v = coalition_values(self.model, x, base, t, ids, coal, chunk, show_progress, "lime")
         index = ids[:, None, :].expand(batch, coal.shape[1], -1)

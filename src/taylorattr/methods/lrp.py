@@ -16,11 +16,9 @@ relevance.
 """
 from __future__ import annotations
 
-from numbers import Real
-
 import torch
 
-from .._validation import check_inputs
+from .._validation import check_inputs, check_nonnegative_real
 from ._base import ImplicitBaselineMethod
 from .layerwise import LayerRecord, LayerwiseMethod, epsilon_rule, propagate
 
@@ -47,10 +45,7 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
 
     def __init__(self, model, epsilon: float = 1e-9, *, layer=None,
                  attribute_to_layer_input: bool = False) -> None:
-        if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
-            raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
-        if not epsilon >= 0 or epsilon == float("inf"):
-            raise ValueError(f"epsilon must be finite and >= 0, got {epsilon}")
+        check_nonnegative_real(epsilon, "epsilon")
         super().__init__(model, layer=layer, attribute_to_layer_input=attribute_to_layer_input)
         self.epsilon = float(epsilon)
         self._rules = epsilon_rule(self.epsilon)

@@ -29,8 +29,8 @@ root point depends on the neuron); they do not satisfy completeness with biases 
 from __future__ import annotations
 
 from functools import cache
-from numbers import Real
 
+from .._validation import check_nonnegative_real
 from ._base import ImplicitBaselineMethod
 from .layerwise import LayerwiseMethod, propagate
 from .layerwise.relevance import COMPOSITES, RULES, composite_rules
@@ -63,10 +63,7 @@ class LRP(LayerwiseMethod, ImplicitBaselineMethod):
             raise ValueError(f"rule must be one of {sorted(RULES) + sorted(COMPOSITES)}, "
                              f"got {rule!r}")
         for value, label in ((epsilon, "epsilon"), (stabilizer, "stabilizer"), (gamma, "gamma")):
-            if isinstance(value, bool) or not isinstance(value, Real):
-                raise TypeError(f"{label} must be a real number, got {type(value).__name__}")
-            if not (0 <= value < float("inf")):
-                raise ValueError(f"{label} must be finite and >= 0, got {value}")
+            check_nonnegative_real(value, label)
         super().__init__(model)
         self._check_plan()
         self.rule = rule
