@@ -27,6 +27,7 @@ import weakref
 import torch
 from torch import fx, nn
 
+from ..._validation import model_output
 from ...capture import DEFAULT_KEEP, CaptureError, CoreGraph, capture, copy_graph
 from ...capture import op_name as _aten_name
 
@@ -151,13 +152,18 @@ def capture_model(model: nn.Module, x: torch.Tensor, error: type[Exception]) -> 
     if example.shape[0] == 1:  # a batch of one would be specialised
         example = example.expand(2, *example.shape[1:]).clone()
     declared = _declare(model)
+    failure = None
     try:
         core = capture(model, (example,), keep=tuple(DEFAULT_KEEP) + KEPT_WHOLE)
     except CaptureError as exc:
-        raise error(f"the layer-wise engine captures the model with torch.export: {exc}") \
-            from exc
+        failure = exc
     finally:
         _undeclare(declared)
+    if failure is not None:
+        with torch.no_grad():  # inputs the model itself refuses: a ValueError naming them
+            model_output(model, x.detach())
+        raise error(f"the layer-wise engine captures the model with torch.export: {failure}") \
+            from failure
     core = copy_graph(core)
     _normalise(core.module.graph)
     core.module.recompile()
