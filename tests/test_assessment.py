@@ -362,7 +362,8 @@ def test_cli_passes_the_imagenet_route_through(tmp_path, monkeypatch):
     monkeypatch.setattr(A, "run_assessment", fake_run)
     monkeypatch.setattr(A, "format_assessment", lambda result: "table")
     assert cli.main(["assess", "--experiment", "bbox", "--imagenet-dir", str(tmp_path),
-                     "--weights", f"vgg16={weights}", "--out", str(tmp_path / "out")]) == 0
+                     "--weights", f"vgg16={weights}", "--out", str(tmp_path / "out"),
+                     "--budget", "none"]) == 0
     route = seen["imagenet"]
     assert route.root == tmp_path and dict(route.weights) == {"vgg16": weights}
     assert seen["out"] == tmp_path / "out"

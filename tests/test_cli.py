@@ -101,7 +101,7 @@ def test_samples_beyond_the_data_are_an_error_not_a_cap(tmp_path, capsys, refuse
     one_line(err, "--samples", "10000000", f"{held} held-out digits", f"--samples {held}")
     # the largest allowed count passes the check and reaches the (refused) work
     with pytest.raises(AssertionError, match="the work started"):
-        cli.main(["validate", "--samples", str(held), "--out", str(tmp_path)])
+        cli.main(["validate", "--samples", str(held), "--out", str(tmp_path), "--budget", "none"])
 
 
 def test_target_outside_the_classes(tmp_path, capsys, refuse_work):
@@ -168,11 +168,11 @@ def test_defaults_and_method_aliases(tmp_path, capsys, monkeypatch):
         monkeypatch.setitem(cli.COMMANDS, name, lambda args: seen.setdefault(args.command, args)
                             and "ok")
     monkeypatch.chdir(tmp_path)
-    cli.main(["validate"])
-    cli.main(["assess"])
+    cli.main(["validate", "--budget", "none"])  # no estimate: the defaults are tested
+    cli.main(["assess", "--budget", "none"])
     img = png(tmp_path / "i.png")
     cli.main(["explain", str(img), "--methods", "integrated_gradients", "Occ-16x16",
-              "gradient_input", "Taylor-2", "dl"])
+              "gradient_input", "Taylor-2", "dl", "--budget", "none"])
     assert seen["validate"].out == Path("results/validate")
     assert seen["assess"].out == Path("results/assess")
     assert seen["explain"].methods == ["ig", "occ-16x16", "gi", "taylor-2", "dl"]
@@ -231,3 +231,17 @@ def test_assess_over_budget_exits_2_with_one_line_before_any_work(tmp_path, caps
     assert cli.main(argv + ["--budget", "1e9", "--estimate"]) == 0 and ran
     err_lines = capsys.readouterr().err.strip().splitlines()
     assert len(err_lines) == 3 and all("estimate: infidelity on" in e for e in err_lines)
+
+
+@pytest.mark.parametrize("argv,torch_imported", [
+    (["--help"], False), (["evaluate"], False), (["validate", "--samples", "0"], False),
+    (["explain", "x.png", "--sign", "odd"], False),
+    (["explain", "--help"], True)])  # lists the registry's methods: the probe sees torch
+def test_help_and_argument_errors_do_not_import_torch(argv, torch_imported):
+    """What keeps ``taylorattr --help`` and argument errors under a second
+    (benchmarks/bench_cli_start.py times it): torch is never imported for them."""
+    code = ("import sys\nfrom taylorattr.cli import main\ntry:\n    main(sys.argv[1:])\n"
+            "except SystemExit:\n    pass\nprint('torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": SRC}, timeout=120, check=False)
+    assert proc.stdout.strip().splitlines()[-1] == str(torch_imported), (proc.stdout, proc.stderr)

@@ -137,7 +137,8 @@ def test_second_job_is_refused_naming_the_holder(tmp_path, capsys):
         torch.save(poly().state_dict(), weights)
         with pytest.raises(SystemExit) as exc:
             cli.main(["evaluate", "--data", "mnist", "--model", "poly", "--weights",
-                      str(weights), "--methods", "GI", "--samples", "2", "--out", str(out)])
+                      str(weights), "--methods", "GI", "--samples", "2", "--out", str(out),
+                      "--budget", "none"])
         assert exc.value.code == 2
     finally:
         holder.stdin.close()

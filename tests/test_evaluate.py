@@ -153,7 +153,7 @@ def test_bad_items_are_refused_or_skipped_and_listed(tmp_path):
         assert got[(i, "GI", "bbox")] == pytest.approx(_bbox_slow(_gi(model, x, t), m), abs=1e-12)
 
 
-def test_resume_computes_only_missing_units_and_refuses_other_config(tmp_path):
+def test_resume_computes_only_missing_units_and_recomputes_or_refuses_changed(tmp_path):
     model, ds = _model(), _data(6)
     opts = {"max_side": MAX_SIDE}
     ta.evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, infidelity_options=opts)
@@ -165,9 +165,13 @@ def test_resume_computes_only_missing_units_and_refuses_other_config(tmp_path):
     for name in ("unit-000000.pt", "unit-000002.pt"):
         assert (tmp_path / "units" / name).stat().st_ino == stamps[name]
     assert (tmp_path / "scores.csv").read_bytes() == before
-    with pytest.raises(ValueError, match="differs in seed"):
+    with pytest.raises(ValueError, match=r"--resume strict.*changed: seed \(3 units\)"):
         ta.evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, seed=1,
-                    infidelity_options=opts)
+                    infidelity_options=opts, resume="strict")
+    assert (tmp_path / "units" / "unit-000000.pt").stat().st_ino == stamps["unit-000000.pt"]
+    rep = ta.evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, seed=1,
+                      infidelity_options=opts)
+    assert (rep.computed, rep.reused, rep.changes) == (3, 0, {"seed": 3})
 
 
 def test_lock_names_holder_and_stale_lock_is_taken_over(tmp_path, capsys):
@@ -228,7 +232,8 @@ def test_cli_attribute_folder_skips_unreadable_image(tmp_path, capsys):
     weights = tmp_path / "r18.pt"
     torch.save(tv.models.resnet18(weights=None, num_classes=1000).state_dict(), weights)
     argv = ["attribute", "--data", str(tmp_path / "data"), "--model", "resnet18", "--weights",
-            str(weights), "--method", "GI", "--batch-size", "2", "--out", str(tmp_path / "maps")]
+            str(weights), "--method", "GI", "--batch-size", "2", "--out", str(tmp_path / "maps"),
+            "--budget", "none"]  # the bad item is tested, not the estimate
     with pytest.raises(SystemExit) as exc:
         cli.main(argv)
     err = capsys.readouterr().err
@@ -238,3 +243,38 @@ def test_cli_attribute_folder_skips_unreadable_image(tmp_path, capsys):
     assert "2 maps (GI)" in out and "skipped 1: 2 (cannot be read" in out, out
     summary = _io.load_json(tmp_path / "maps2" / "summary.json")
     assert [i for i, _ in summary["skipped"]] == [2]
+
+
+def test_scaled_infidelity_squares_match_a_slow_enumeration(tmp_path):
+    """``infidelity_options={"scale": s}`` (the CLI's default for large images, side // 28):
+    squares of side s, 2s, ... on a grid of step s, by enumeration; the default for 5x5
+    inputs is scale 1 (Yeh et al.'s squares)."""
+    from taylorattr.experiments.evaluate import infidelity_scale
+
+    assert infidelity_scale((3, 224, 224)) == 8 and infidelity_scale((1, 28, 28)) == 1
+    assert infidelity_scale((1, H, W)) == 1
+    model, ds = _model(), _data(3)
+    scale, sides = 2, 2  # squares 2x2 and 4x4 at even positions of the 5x5 input
+    rep = ta.evaluate(model, ds, ["GI"], out=tmp_path, batch_size=3,
+                      infidelity_options={"max_side": sides, "scale": scale})
+    got = _scores(tmp_path)
+    for i in range(3):
+        x, t = ds[i]
+        a = _gi(model, x, t)
+        with torch.no_grad():
+            f0 = float(model(x[None])[0, t])
+        pred, true = [], []
+        for s in range(scale, scale * sides + 1, scale):
+            for r in range(0, H - s + 1, scale):
+                for c in range(0, W - s + 1, scale):
+                    xk = x.clone()
+                    xk[:, r:r + s, c:c + s] = 0.0
+                    pred.append(float(a[:, r:r + s, c:c + s].sum()))
+                    with torch.no_grad():
+                        true.append(f0 - float(model(xk[None])[0, t]))
+        p, q = np.array(pred), np.array(true)
+        assert len(p) == 4 + 1  # four 2x2 squares and one 4x4
+        beta = (p * q).sum() / (p * p).sum()
+        assert got[(i, "GI", "infidelity")] == pytest.approx(float(np.mean((beta * p - q) ** 2)),
+                                                            rel=1e-9, abs=1e-15)
+    assert rep.computed == 1

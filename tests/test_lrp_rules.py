@@ -15,7 +15,6 @@ from zennit import rules as zr
 from zennit import types as zt
 
 import taylorattr as ta
-from taylorattr.methods.layerwise import UnsupportedModelError
 from taylorattr.methods.lrp_rules import LRP
 
 DT = torch.float64
@@ -110,19 +109,41 @@ def test_alpha1_beta0_is_z_plus_and_errors():
                                LRP(model, rule="z_plus").attribute(x), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="rule must be one of"):
         LRP(model, rule="zplus")
-    with pytest.raises(ValueError, match="gamma must be finite"):
+    with pytest.raises(ValueError, match="gamma must be >= 0"):
         LRP(model, rule="gamma", gamma=-1.0)
 
-    class Residual(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 2)
 
-        def forward(self, x):
-            return self.b(torch.relu(self.a(x)) + x)
 
-    with pytest.raises(UnsupportedModelError, match="a \\+ b|add"):
-        LRP(Residual().to(DT))
+class _Residual(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.b(torch.relu(self.a(x)) + x)
+
+
+def test_residual_sum_splits_relevance_in_proportion():
+    """b(relu(a(x)) + x) with the epsilon rule everywhere, written out in relevance form:
+    the sum s = h + x sends R_h = h / s(s) R_s and x / s(s) R_s (Zennit's Norm rule on a
+    sum, no double counting); the skip and the branch relevances add up at x."""
+    model = _Residual().to(DT).eval()
+    x = _inputs((3, 4), seed=6)
+    eps = 1e-6
+    stab = lambda v: v + eps * torch.where(v >= 0, 1.0, -1.0).to(v.dtype)
+    with torch.no_grad():
+        y = model.a(x)
+        h = torch.relu(y)
+        s = h + x
+        z = model.b(s)
+        r_z = torch.zeros_like(z)
+        r_z[:, 1] = z[:, 1]
+        r_s = s * ((r_z / stab(z)) @ model.b.weight)
+        r_h, r_skip = h / stab(s) * r_s, x / stab(s) * r_s
+        r_x = x * ((r_h / stab(y)) @ model.a.weight) + r_skip
+    ours = LRP(model, rule="epsilon", epsilon=eps, stabilizer=eps).attribute(x, target=1)
+    torch.testing.assert_close(ours, r_x, rtol=1e-10, atol=1e-12)
 
 
 def test_registry_rows_run():

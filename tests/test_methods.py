@@ -458,24 +458,40 @@ class Branchy(nn.Module):
         return -x
 
 
+class Sorted(nn.Module):
+    def forward(self, x):
+        return torch.sort(x, dim=-1).values
+
+
 @pytest.mark.parametrize("cls", [DeepLift, EpsilonLRP])
 def test_unsupported_operations_raise_errors_naming_them(cls):
+    x = vectors()
     cases = [
-        (nn.Sequential(nn.Conv2d(2, 2, 3), nn.LayerNorm(6), nn.Flatten(), nn.Linear(72, 2)),
-         ["LayerNorm", "'1'", "What to do"]),
-        (nn.Sequential(nn.Conv2d(2, 2, 3), nn.BatchNorm2d(2, track_running_stats=False),
-                       nn.Flatten(), nn.Linear(72, 2)), ["BatchNorm2d", "'1'", "batch"]),
-        (WithExp(), ["exp", "test_methods.py"]),
-        (nn.Sequential(nn.Linear(6, 6), Gate(), nn.Linear(6, 2)), ["mul", "'1'"]),
-        (nn.Sequential(nn.Linear(6, 6), PolyUndeclared()), ["pow"]),
-        (Branchy(), ["trace"]),
+        (nn.Sequential(nn.Linear(6, 6), nn.BatchNorm1d(6, track_running_stats=False),
+                       nn.Linear(6, 2)), ["batch_norm", "1 (BatchNorm1d)", "batch"]),
+        (nn.Sequential(nn.Linear(6, 6), Sorted()), ["aten.sort", "test_methods.py", "What to do"]),
+        (Branchy(), ["torch.export", "Branchy"]),
     ]
     for model, words in cases:
         with pytest.raises(UnsupportedModelError) as err:
-            cls(model.to(DT).eval())
+            cls(model.to(DT).eval()).attribute(x, target=0)
         for w in words:
             assert w in str(err.value), (w, str(err.value))
     assert issubclass(UnsupportedModelError, TypeError)
+
+
+def test_formerly_refused_operations_are_complete():
+    """LayerNorm, exp, a gate x * x and an undeclared polynomial now have rules: DeepLIFT
+    is complete on each (f(x) - f(x~) from the model itself)."""
+    x, base = vectors(), 0.3 * vectors()
+    for model in (nn.Sequential(nn.Linear(6, 6), nn.LayerNorm(6), nn.Linear(6, 2)), WithExp(),
+                  nn.Sequential(nn.Linear(6, 6), Gate(), nn.Linear(6, 2)),
+                  nn.Sequential(nn.Linear(6, 6), PolyUndeclared())):
+        model = model.to(DT).eval()
+        a = DeepLift(model).attribute(x, base, target=0)
+        with torch.no_grad():
+            df = model(x)[:, 0] - model(base)[:, 0]
+        torch.testing.assert_close(a.sum(1), df, rtol=1e-10, atol=1e-12)
 
 
 def test_dropout_in_training_mode_is_refused_and_identity_in_eval():

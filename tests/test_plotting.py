@@ -167,7 +167,7 @@ def test_cli_explain_prints_every_warning_to_stderr(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(E, "_classifier", lambda model, weights: tiny_classifier(nn.ReLU6()))
     img = photo(tmp_path / "img.png")
     assert cli.main(["explain", str(img), "--methods", "gi", "DL", "taylor-1", "taylor-2",
-                     "--out", str(tmp_path / "o"), "--save-maps"]) == 0
+                     "--out", str(tmp_path / "o"), "--save-maps", "--budget", "none"]) == 0
     captured = capsys.readouterr()
     lines = (tmp_path / "o" / "img-warnings.txt").read_text().splitlines()
     assert lines and [f"taylorattr explain: warning: {w}" for w in lines] == \

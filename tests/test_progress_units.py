@@ -210,7 +210,7 @@ def test_cli_passes_the_patch_scale(tmp_path, monkeypatch):
                         or A.AssessmentResult())
     monkeypatch.setattr(A, "format_assessment", lambda result: "table")
     argv = ["assess", "--experiment", "bbox", "--imagenet-dir", str(tmp_path), "--weights",
-            f"resnet18={weights}", "--out", str(tmp_path / "out")]
+            f"resnet18={weights}", "--out", str(tmp_path / "out"), "--budget", "none"]
     assert cli.main(argv + ["--imagenet-patch-scale", "4"]) == 0
     assert seen["imagenet"].patch_scale == 4
     assert cli.main(argv) == 0 and seen["imagenet"].patch_scale is None

@@ -140,7 +140,8 @@ def test_explain_command_passes_show_progress(monkeypatch, terminal):
     monkeypatch.setattr(commands.sys.stderr, "isatty", lambda: terminal)
     args = argparse.Namespace(image="i.png", model="resnet18", weights=None, methods=None,
                               target=None, out="o", sign="all", overlay=False, save_maps=False,
-                              beta=10.0, interactions=False, network=None)
+                              beta=10.0, interactions=False, network=object(),
+                              format=["pt"])  # network: built by the preflight
     with pytest.raises(Stop):
         commands._explain(args)
     assert seen["show_progress"] is terminal

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import traceback
 
 import torch
@@ -34,7 +35,16 @@ class Tracer(fx.Tracer):
     def __init__(self, leaf_modules: tuple[type, ...] = (), autowrap_functions: tuple = ()):
         super().__init__(autowrap_functions=tuple(autowrap_functions))
         self.leaf_modules = tuple(leaf_modules)
-        self.record_stack_traces = True
+        # torch's own recording (CapturedTraceback) imports ~900 modules (sympy, ...) on its
+        # first use, seconds in the first call of a process; the Python stack is enough here
+        self.record_stack_traces = False
+
+    def create_node(self, *args, **kwargs):
+        node = super().create_node(*args, **kwargs)
+        summary = self._filter_traceback_frames(traceback.extract_stack(sys._getframe(1)))
+        if summary:
+            node.stack_trace = "".join(summary.format()).strip()
+        return node
 
     def _filter_traceback_frames(self, summary):
         """Keep the innermost frame outside torch below the trace call: the user's line that

@@ -39,6 +39,7 @@ __all__ = [
     "remove_stale_temporaries",
     "save_csv",
     "save_json",
+    "save_npy",
     "save_tensors",
 ]
 
@@ -129,6 +130,17 @@ def save_tensors(obj: Any, path: str | os.PathLike) -> Path:
     return atomic_write_bytes(path, buf.getvalue())
 
 
+def save_npy(array, path: str | os.PathLike) -> Path:
+    """``numpy.save`` an array (or a tensor, moved to the CPU) atomically."""
+    import numpy as np  # numpy comes with torch; only this writer needs it
+
+    if isinstance(array, torch.Tensor):
+        array = array.detach().cpu().numpy()
+    buf = io.BytesIO()
+    np.save(buf, np.asarray(array))
+    return atomic_write_bytes(path, buf.getvalue())
+
+
 def load_tensors(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> Any:
     """Load what :func:`save_tensors` wrote, with ``torch.load(weights_only=True)``.
 
@@ -141,7 +153,17 @@ def load_tensors(path: str | os.PathLike, map_location: str | torch.device = "cp
         raise FileNotFoundError(f"no such tensor file: {p}")
     try:
         return torch.load(p, map_location=map_location, weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, AttributeError,
+    except pickle.UnpicklingError as exc:
+        if "Weights only load failed" not in str(exc):
+            raise ValueError(f"{p} is not a readable weights-only torch file (corrupt or "
+                             "truncated): "
+                             f"{' '.join(str(exc).split())[:200]}") from None
+        # torch's own text is long, coloured and about its Python API
+        raise ValueError(
+            f"{p} is not a weights-only torch file: it holds pickled Python objects (a whole "
+            "saved model?), which are not loaded because unpickling can run code; save "
+            "model.state_dict() with torch.save and give that file") from None
+    except (RuntimeError, EOFError, ValueError, AttributeError,
             TypeError, OSError) as exc:
         raise ValueError(
             f"{p} is not a readable weights-only torch file (corrupt, truncated, or it holds "

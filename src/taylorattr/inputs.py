@@ -34,8 +34,9 @@ from torch import nn
 
 from ._validation import broadcast_baselines, check_inputs
 
-__all__ = ["InputModel", "Layout", "View", "as_tuple", "check_additional_args", "check_layer",
-           "layer_activations", "point_baselines", "swap_layer", "whole_batch_view"]
+__all__ = ["InputModel", "Layout", "NeuronView", "View", "as_tuple", "check_additional_args",
+           "check_layer", "layer_activations", "point_baselines", "swap_layer",
+           "whole_batch_view"]
 
 
 def as_tuple(inputs, name: str = "inputs") -> tuple[tuple, bool]:
@@ -54,13 +55,15 @@ def as_tuple(inputs, name: str = "inputs") -> tuple[tuple, bool]:
                     f"{type(inputs).__name__}")
 
 
-def check_batch(parts: tuple, name: str = "inputs", floats: bool = True) -> int:
-    """Every part batch-first with the same batch size (float, finite when ``floats``)."""
+def check_batch(parts: tuple, name: str = "inputs", floats: bool = True,
+                vectors: bool = False) -> int:
+    """Every part batch-first with the same batch size (float, finite when ``floats``);
+    ``vectors``: a part may be ``[B]`` (one feature per sample)."""
     batch = None
     for i, t in enumerate(parts):
         label = name if len(parts) == 1 else f"{name}[{i}]"
         if floats:
-            check_inputs(t, label)
+            check_inputs(t.unsqueeze(1) if vectors and t.dim() == 1 else t, label)
         elif t.dim() < 1 or t.shape[0] == 0:
             raise ValueError(f"{label} must be batch-first with at least one sample, got shape "
                              f"{tuple(t.shape)}")
@@ -97,8 +100,9 @@ class Layout:
 
     @property
     def flat(self) -> bool:
-        """True when the method works on the flat concatenation (two or more inputs)."""
-        return len(self.shapes) > 1
+        """True when the method works on the flat concatenation (two or more inputs, or an
+        input ``[B]`` of one feature per sample, which the method sees as ``[B, 1]``)."""
+        return len(self.shapes) > 1 or () in self.shapes
 
     def join(self, parts) -> torch.Tensor:
         """``[R, *s_1], ..., [R, *s_m]`` -> the method's tensor (``[R, sum n_i]`` if flat)."""
@@ -349,3 +353,47 @@ def whole_batch_view(model, inputs, baselines=0.0, additional_forward_args=None,
     wrapped.set_context((parts if layer is not None else ()) + tuple(
         a for a in extra if isinstance(a, torch.Tensor)))
     return View(wrapped, x, base, layout, layer, attribute_to_layer_input)
+
+
+class NeuronView(nn.Module):
+    """A neuron of ``layer`` as a model: ``model`` run on its arguments, the output ``[B]`` is
+    the layer's output (its input with ``to_input``) at ``selector``, so any method explains
+    that neuron from the inputs (Captum's ``Neuron*`` attributions).
+
+    ``selector``: an int (the neuron of a ``[B, N]`` layer output), a tuple of ints and
+    slices indexing one sample's output (slices: the selected neurons summed, as Captum
+    aggregates them), or a callable mapping the layer output ``[B, ...]`` to ``[B]``.
+    """
+
+    def __init__(self, model: nn.Module, layer: nn.Module, selector, to_input: bool = False):
+        super().__init__()
+        check_layer(model, layer, to_input)
+        if not (callable(selector) or isinstance(selector, (int, tuple))) or \
+                isinstance(selector, bool):
+            raise TypeError(f"neuron_selector must be an int, a tuple of ints/slices or a "
+                            f"callable, got {type(selector).__name__}")
+        self.model, self.layer, self.selector, self.to_input = model, layer, selector, to_input
+
+    def forward(self, *args):
+        seen = []
+
+        def keep(module, inputs, output):
+            seen.append(inputs[0] if self.to_input else output)
+
+        handle = self.layer.register_forward_hook(keep)
+        try:
+            self.model(*args)
+        finally:
+            handle.remove()
+        if len(seen) != 1:
+            raise ValueError(f"layer ({type(self.layer).__name__}) must run once per forward "
+                             f"pass to select a neuron of it, it ran {len(seen)} times")
+        h = seen[0]
+        if callable(self.selector):
+            return self.selector(h)
+        index = (self.selector,) if isinstance(self.selector, int) else self.selector
+        if len(index) != h.dim() - 1:
+            raise ValueError(f"neuron_selector {self.selector!r} must index one sample of the "
+                             f"layer's output, shape {tuple(h.shape[1:])}")
+        picked = h[(slice(None),) + tuple(index)]
+        return picked.reshape(h.shape[0], -1).sum(1)

@@ -31,6 +31,18 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
     print(f"taylorattr: warning: {_one_line(message)}", file=sys.stderr)
 
 
+#: The library's words for what the command line calls a flag: "pass on_bad_item='skip'
+#: (--bad-items skip)" reads "pass --bad-items skip" here.
+_LIBRARY_NAMES = {"on_bad_item='skip' (--bad-items skip)": "--bad-items skip",
+                  "resume='strict' (--resume strict)": "--resume strict"}
+
+
+def _flags(text: str) -> str:
+    for name, flag in _LIBRARY_NAMES.items():
+        text = text.replace(name, flag)
+    return "--" + text if text.startswith("out: ") else text
+
+
 def _print(text: str) -> None:
     try:
         print(text)
@@ -49,7 +61,13 @@ def _print(text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns 0, or raises ``SystemExit`` with status 2 (an expected
     failure, one line on stderr) or 130 (interrupted)."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)
+    known = command if command in COMMANDS else None
+    # only the parts of the parser this command line needs: no torch import for --help
+    # or an argument error (the explain methods' list reads the registry)
+    parser = build_parser(known or "", method_help=known == "explain" and bool(
+        {"-h", "--help"} & set(argv)))
     args = parser.parse_args(argv)
     sub = f"taylorattr {args.command}"
     if args.command == "assess" and (args.imagenet_dir is None) != (args.weights is None):
@@ -57,9 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "assess" and args.imagenet_patch_scale is not None \
             and args.imagenet_dir is None:
         parser.error("--imagenet-patch-scale is for the ImageNet route; give --imagenet-dir")
-    if args.command == "explain" and args.weights is not None and args.model == "efficientnet-lite0":
-        parser.error("--weights is for vgg16/vgg19/resnet18; EfficientNet-Lite0 ships its own")
-    if args.command == "explain" and args.weights is None and args.model != "efficientnet-lite0":
+    if getattr(args, "model", None) == "efficientnet-lite0" and args.weights is not None:
+        parser.error("--weights: EfficientNet-Lite0 ships its own weights; give --weights "
+                     "with another --model")
+    if getattr(args, "model", None) in IMAGENET_MODELS and args.weights is None:
         parser.error(f"--weights PATH is required for --model {args.model} "
                      "(no weights are downloaded)")
     with warnings.catch_warnings():
@@ -75,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as exc:  # an optional package the preflight could not foresee
             parser.exit(2, f"{sub}: error: missing optional package: {_one_line(exc)}\n")
         except (ValueError, FileNotFoundError) as exc:  # bad values found later
-            parser.exit(2, f"{sub}: error: {_one_line(exc)}\n")
+            parser.exit(2, f"{sub}: error: {_flags(_one_line(exc))}\n")
         except OSError as exc:  # disk full, permissions changed under the run
             where = f" ({exc.filename})" if exc.filename else ""
             parser.exit(2, f"{sub}: error: cannot write{where}: {exc.strerror or exc}; free "

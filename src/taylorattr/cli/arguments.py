@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
+import re
+import sys
 from pathlib import Path
 
 from ..experiments.explain import canonical_method
@@ -10,7 +13,7 @@ from ..experiments.explain import canonical_method
 IMAGENET_MODELS = ("vgg16", "vgg19", "resnet18")  # torchvision models, user-supplied weights
 EXPLAIN_MODELS = ("efficientnet-lite0", *IMAGENET_MODELS)
 ASSESS_EXPERIMENTS = ("infidelity", "taylor_order", "bbox")
-IMAGENET_CLASSES = 1000  # every --model of explain is an ImageNet classifier
+MAP_FORMATS = ("pt", "npy", "png")  # as taylorattr.experiments.evaluate.MAP_FORMATS
 
 
 class CliError(Exception):
@@ -41,8 +44,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
 
 
+_ESCAPES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def _one_line(text) -> str:
-    return " ".join(str(text).split())
+    """``text`` on one line, without terminal escape codes unless stderr is a terminal."""
+    text = " ".join(str(text).split())
+    return text if sys.stderr.isatty() else _ESCAPES.sub("", text)
 
 
 def _int_at_least(minimum: int, name: str):
@@ -151,12 +159,74 @@ def _cost_flags(p) -> None:
                    help="refuse, with one line and exit status 2 before any work (no "
                         "training, no files), a run estimated above SECONDS; the estimate "
                         "counts every stage's rows from the methods' plans and times a probe "
-                        "batch (default: 4 h when stdin and stderr are terminals, none in "
-                        "batch mode; 'none' lifts it)")
+                        "batch; every stage's estimate is printed on stderr (default: 4 h, "
+                        "in batch mode too; 'none' lifts it and skips the estimate)")
     p.add_argument("--estimate", action="store_true",
-                   help="print the estimated cost of every stage on stderr, then run (always "
-                        "on a terminal; to see the estimates without running, give a tiny "
-                        "--budget)")
+                   help="print the estimates even with --budget none (to see them without "
+                        "running, give a tiny --budget)")
+
+
+def _json_args(text: str):
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"expected JSON, e.g. '{{\"num_classes\": 10}}': "
+                                         f"{exc.msg} in {text!r}") from None
+    if not isinstance(value, (dict, list)):
+        raise argparse.ArgumentTypeError("expected a JSON object (keyword arguments) or list "
+                                         f"(positional ones), got {text!r}")
+    return value
+
+
+def _rgb(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def _model_flags(p, default: str | None) -> None:
+    """``--model`` (a name, ``package.module:callable`` or a ``.pt2`` file) with its
+    weights, arguments, labels and input preprocessing."""
+    builtin = "efficientnet-lite0, vgg16, vgg19, resnet18, the paper models poly, m_sg, ..."
+    p.add_argument("--model", required=default is None, default=default, metavar="MODEL",
+                   help=f"a built-in name ({builtin}), package.module:callable (your own "
+                        "network, imported from the working directory or PYTHONPATH) or a "
+                        "torch.export program file .pt2 (exported with a dynamic batch "
+                        "dimension)")
+    p.add_argument("--model-args", type=_json_args, default=None, metavar="JSON",
+                   help="arguments of a package.module:callable --model: a JSON object "
+                        "(keywords) or list (positional)")
+    p.add_argument("--weights", type=_existing_file, default=None,
+                   help="state dict of --model (required for vgg16/vgg19/resnet18; the paper "
+                        "models default to the weights reproduce trained under --models-dir; "
+                        "no weights are downloaded)")
+    p.add_argument("--models-dir", type=_output_dir, default=Path("results"),
+                   help="where reproduce caches its trained paper models (trained there now "
+                        "when absent)")
+    p.add_argument("--labels", type=_existing_file, default=None, metavar="FILE",
+                   help="class names, one per line in the model's output order; class "
+                        "folders of --data must match them (without it the predicted class "
+                        "is explained)")
+    p.add_argument("--input-size", type=_positive_int, default=None, metavar="N",
+                   help="center crop side (default: the model's pretrained_cfg, else 224)")
+    p.add_argument("--resize", type=_positive_int, default=None, metavar="N",
+                   help="shorter side before the crop (default: --input-size / crop_pct of "
+                        "the model's pretrained_cfg, else / 0.875)")
+    p.add_argument("--mean", type=_rgb, nargs=3, default=None, metavar=("R", "G", "B"),
+                   help="normalisation mean (default: the model's pretrained_cfg, else "
+                        "ImageNet's 0.485 0.456 0.406)")
+    p.add_argument("--std", type=_rgb, nargs=3, default=None, metavar=("R", "G", "B"),
+                   help="normalisation std (default: the model's pretrained_cfg, else "
+                        "ImageNet's 0.229 0.224 0.225)")
+
+
+def _dataset_job_flags(p) -> None:
+    """``--resume``: how a rerun into the same ``--out`` treats finished units."""
+    p.add_argument("--resume", choices=("auto", "strict"), default="auto",
+                   help="auto: recompute exactly the units whose model, inputs, method, "
+                        "seed or library version changed, and say so; strict: refuse such a "
+                        "rerun naming what changed")
 
 
 def _method(text: str) -> str:

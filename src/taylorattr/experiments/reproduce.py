@@ -25,12 +25,14 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .. import _io
+from .._validation import check_positive_int
 from ..reporting.report import Section, write_report
 from ..runtime import distributed
 from . import paper
 from .workspace import Workspace
 
-__all__ = ["FULL", "QUICK", "ReproduceSettings", "reproduce"]
+__all__ = ["FULL", "QUICK", "ReproduceSettings", "reproduce", "reproduce_costs",
+           "resolve_settings"]
 
 #: The paper's six assessed methods (EG with noise around the input, the paper's wording).
 
@@ -189,15 +191,57 @@ def _saliency_section(ws, cfg) -> Section:
 
 
 def _interactions_section(ws, cfg) -> Section:
-    from .interactions import format_interactions, run_interactions
+    from .interactions import InteractionsStage, format_interactions
 
-    n = cfg.interaction_samples or (16 if cfg.quick else 100)
-    result = run_interactions(ws, n_samples=n)
+    result = InteractionsStage(cfg.quick, cfg.interaction_samples).run(ws)
     text = ("The paper splits each order into first, independent and interactive terms but never "
             "shows the interactions themselves. Here they are exact (ta.interactions): the part "
             "of P_k inside one patch, between two patches and across three or more, as shares "
             "of the output change.\n\n" + format_interactions(result))
     return Section("Interactions (beyond the paper)", text, [Path(f) for f in result.figures])
+
+
+def resolve_settings(full: bool = False, settings: ReproduceSettings | None = None,
+                     presets: Sequence[str] | None = None, seeds: int | None = None
+                     ) -> ReproduceSettings:
+    """The settings :func:`reproduce` runs with: ``settings``, else :data:`FULL` or
+    :data:`QUICK`, with ``presets`` and ``seeds`` when given."""
+    cfg = settings or (FULL if full else QUICK)
+    if presets is not None:
+        cfg = replace(cfg, presets=tuple(presets))
+    if seeds is not None:
+        cfg = replace(cfg, seeds=seeds)
+    if not cfg.presets:
+        raise ValueError("presets must name at least one training recipe")
+    check_positive_int(cfg.seeds, "seeds")
+    return cfg
+
+
+def reproduce_costs(cfg: ReproduceSettings, seed: int = 0, mnist_dir=None) -> list:
+    """One :class:`~.plans.StageCost` per stage of :func:`reproduce` with ``cfg``, from
+    the stages' own plans (the principles audit has none: named, not counted)."""
+    from .assessment import EXPERIMENTS, AssessmentStage
+    from .interactions import InteractionsStage
+    from .plans import TRAINING_NOTE, StageCost, merged
+    from .saliency import SaliencyStage
+    from .validation import ValidationStage
+
+    single = ValidationStage(orders=cfg.validation_orders, n_samples=cfg.validation_samples,
+                             seed=seed, mnist_dir=mnist_dir)
+    study = replace(single, orders=cfg.study_orders,
+                    n_samples=cfg.study_samples or cfg.validation_samples,
+                    runs=len(cfg.presets) * cfg.seeds)
+    labels = None if cfg.assessment_methods is None else tuple(cfg.assessment_methods)
+    assessment = AssessmentStage(EXPERIMENTS, cfg.quick, cfg.assessment_samples, seed, labels)
+    first = single.cost()
+    validation = merged("validation", first + study.cost(), (TRAINING_NOTE,))
+    return [replace(validation, samples=sum(c.samples for c in first)),  # digits, not runs
+            StageCost("principles",
+                      notes=("probe networks with no row plan (minutes on a CPU)",)),
+            merged("assessment", assessment.cost(), (TRAINING_NOTE,)),
+            SaliencyStage(cfg.quick, seed, cfg.digits, cfg.photos).cost(),
+            InteractionsStage(cfg.quick, cfg.interaction_samples, seed=seed,
+                              mnist_dir=mnist_dir).cost()]
 
 
 def reproduce(out_dir="results", full: bool = False, mnist_dir=None, seed: int = 0,
@@ -208,19 +252,11 @@ def reproduce(out_dir="results", full: bool = False, mnist_dir=None, seed: int =
     ``settings`` overrides the sample counts of :data:`QUICK`/:data:`FULL` (for tests),
     the recipes (``presets``) and the number of training seeds.
     """
+    cfg = resolve_settings(full, settings, presets, seeds)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     for folder in (out, out / "figures", out / "principles"):
         _io.remove_stale_temporaries(folder)  # writes killed mid-way by an earlier run
-    cfg = settings or (FULL if full else QUICK)
-    if presets is not None:
-        cfg = replace(cfg, presets=tuple(presets))
-    if seeds is not None:
-        cfg = replace(cfg, seeds=seeds)
-    if not cfg.presets:
-        raise ValueError("presets must name at least one training recipe")
-    if isinstance(cfg.seeds, bool) or not isinstance(cfg.seeds, int) or cfg.seeds < 1:
-        raise ValueError(f"seeds must be an int >= 1, got {cfg.seeds!r}")
     with distributed.session(device="cpu") as context:
         ws = Workspace(out, seed=seed, quick=cfg.quick, mnist_dir=mnist_dir, epochs=cfg.epochs,
                        progress=show_progress and context.is_main, training=cfg.presets[0],

@@ -15,10 +15,13 @@ import torch
 
 from ..baselines import Point
 from ..registry import variants
-from ._units import UnitStore, fingerprint
+from ._units import UnitStore, fingerprint, model_fingerprint
+from .fingerprints import digest
+from .plans import StageCost, architecture, forwards, method_costs
 from .workspace import Workspace
 
-__all__ = ["SaliencyPanel", "run_saliency", "saliency_maps", "saliency_methods"]
+__all__ = ["SaliencyPanel", "SaliencyStage", "methods_tag", "run_saliency", "saliency_maps",
+           "saliency_methods"]
 
 
 @dataclass
@@ -73,6 +76,12 @@ def _stored_maps(store: UnitStore, key: str, model, x, target: int, methods,
     return {m.label: maps[m.label] for m in methods}, unit["notes"]
 
 
+def methods_tag(methods) -> str:
+    """A short hash of the methods and their settings (seeds, windows, steps): a map drawn
+    with other settings is never taken from the store."""
+    return digest([[m.label, m.name, m.tag()] for m in methods])
+
+
 def _digit_panels(ws: Workspace, store: UnitStore, methods, n_digits: int):
     model, _ = ws.trained("c_sp")
     held = ws.held_out_digits()
@@ -80,13 +89,13 @@ def _digit_panels(ws: Workspace, store: UnitStore, methods, n_digits: int):
     for i in range(n_digits):
         x = held[i:i + 1]
         target = int(model(x).argmax())
-        key = f"digit-{fingerprint([('x', x)])}-{ws.fingerprint(model)}-quick{ws.quick}"
+        key = f"digit-{fingerprint([('x', x)])}-{ws.fingerprint(model)}-{methods_tag(methods)}"
         maps, notes = _stored_maps(store, key, model, x, target, methods, ws.progress)
         panels.append(SaliencyPanel(f"digit {i}", x[0, 0], f"C-sp predicts {target}", maps, notes))
     return panels
 
 
-def _photo_panels(store: UnitStore, quick: bool, methods, photo_names, progress: bool = False):
+def _photo_panels(store: UnitStore, methods, photo_names, progress: bool = False):
     from .. import data, models
 
     model = models.efficientnet_lite0()
@@ -96,32 +105,74 @@ def _photo_panels(store: UnitStore, quick: bool, methods, photo_names, progress:
         x = model.preprocess(photos[name])
         with torch.no_grad():
             target = int(model(x).argmax())
-        maps, notes = _stored_maps(store, f"photo-{name}-quick{quick}", model, x, target, methods,
-                                   progress)
+        key = (f"photo-{name}-{fingerprint([('x', x)])}-{model_fingerprint(model)}-"
+               f"{methods_tag(methods)}")
+        maps, notes = _stored_maps(store, key, model, x, target, methods, progress)
         panels.append(SaliencyPanel(name, model.unnormalize(x[0]),
                                     f"EfficientNet-Lite0: {model.class_name(target)}", maps, notes))
     return panels
 
 
+@dataclass(frozen=True)
+class SaliencyStage:
+    """The saliency grids' settings, defaults resolved here: 3 digits and the photos
+    ``camera`` and ``chelsea`` when ``quick`` (occlusion patch 32, 16 path steps and
+    sampled references on the photos), else 6 digits and 4 photos (patch 16, 50 steps and
+    samples); the digits always with patch 4 and 50 steps and samples. :meth:`cost`
+    counts the rows."""
+
+    quick: bool = True
+    seed: int = 0
+    digits: int | None = None
+    photos: tuple[str, ...] | None = None
+
+    @property
+    def n_digits(self) -> int:
+        return self.digits if self.digits is not None else (3 if self.quick else 6)
+
+    @property
+    def photo_names(self) -> tuple[str, ...]:
+        if self.photos is not None:
+            return tuple(self.photos)
+        return ("camera", "chelsea") if self.quick else ("camera", "chelsea", "astronaut", "coffee")
+
+    def digit_methods(self) -> list:
+        return saliency_methods(patch=4, steps=50, samples=50, seed=self.seed)
+
+    def photo_methods(self) -> list:
+        return saliency_methods(patch=32 if self.quick else 16, steps=16 if self.quick else 50,
+                                samples=16 if self.quick else 50, seed=self.seed)
+
+    def cost(self) -> StageCost:
+        """C-sp (untrained copy) on each digit, EfficientNet-Lite0 on each photo: one
+        target forward and every method."""
+        from .. import data, models
+
+        digits = torch.zeros(1, 1, 28, 28)
+        c_sp = architecture("c_sp", self.seed)
+        costs, skipped = method_costs(self.digit_methods(), c_sp, digits)
+        parts = [([forwards(1), *costs] * self.n_digits, c_sp, digits)]
+        if self.photo_names:
+            net = models.efficientnet_lite0()
+            x = net.preprocess(dict(data.sample_photos())[self.photo_names[0]])
+            costs, more = method_costs(self.photo_methods(), net, x)
+            parts.append(([forwards(1), *costs] * len(self.photo_names), net, x))
+            skipped += more
+        return StageCost("saliency on C-sp and EfficientNet-Lite0", tuple(parts),
+                         self.n_digits + len(self.photo_names), tuple(skipped))
+
+
 def run_saliency(ws: Workspace, n_digits: int | None = None,
                  photos: tuple[str, ...] | None = None) -> list[SaliencyPanel]:
-    """Maps for held-out MNIST digits (C-sp) and for bundled photos (EfficientNet-Lite0).
-
-    Defaults: 3 digits and the photos ``camera`` and ``chelsea`` when ``ws.quick`` (occlusion
-    patch 32, 16 path steps and sampled references on the photos), else 6 digits and 4
-    photos (patch 16, 50 steps and samples). The photo ``camera`` (a dark coat against a
-    light sky) shows the black-baseline bias of IG that noise baselines avoid (paper
-    section on baselines).
+    """Maps for held-out MNIST digits (C-sp) and for bundled photos (EfficientNet-Lite0),
+    with the settings of :class:`SaliencyStage` ``(ws.quick, ws.seed, n_digits, photos)``.
+    The photo ``camera`` (a dark coat against a light sky) shows the black-baseline bias
+    of IG that noise baselines avoid (paper section on baselines).
     """
+    stage = SaliencyStage(ws.quick, ws.seed, n_digits, photos)
     store = ws.units("saliency")
-    if n_digits is None:
-        n_digits = 3 if ws.quick else 6
-    if photos is None:
-        photos = ("camera", "chelsea") if ws.quick else ("camera", "chelsea", "astronaut", "coffee")
-    digit_methods = saliency_methods(patch=4, steps=50, samples=50, seed=ws.seed)
-    photo_methods = saliency_methods(patch=32 if ws.quick else 16, steps=16 if ws.quick else 50,
-                                     samples=16 if ws.quick else 50, seed=ws.seed)
-    panels = _digit_panels(ws, store, digit_methods, n_digits)
-    if photos:
-        panels += _photo_panels(store, ws.quick, photo_methods, photos, ws.progress)
+    panels = _digit_panels(ws, store, stage.digit_methods(), stage.n_digits)
+    if stage.photo_names:
+        panels += _photo_panels(store, stage.photo_methods(), stage.photo_names,
+                                ws.progress)
     return panels

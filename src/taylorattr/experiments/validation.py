@@ -19,6 +19,7 @@ method, order, batch) is a resumable unit under ``out/validation/units``.
 reports every cell as mean ± spread (sample standard deviation) over the seeds, the
 correlations as Pearson's r and Spearman's rho averaged over seeds with a 95% bootstrap
 interval over the digits, and the figure "eps_bar vs pre-activation movement".
+:class:`ValidationStage` counts the rows of both before they run.
 
 Why one module: the single run, the multi-seed study and their tables read the same
 units and keys; split, the study would re-derive the run's unit keys.
@@ -36,20 +37,83 @@ from ..methods import IntegratedGradients
 from ..metrics.statistics import bootstrap_correlation_ci, pearson
 from ..registry import variants
 from ..reporting.report import markdown_table
-from ..taylor.terms import taylor_attribution
+from ..taylor.terms import taylor_attribution, taylor_attribution_cost
 from . import paper
 from ._units import fingerprint
 from .diagnostics import nonlinear_layers, preactivation_movement
+from .plans import TRAINING_NOTE, StageCost, architecture, forwards
 from .workspace import Workspace
 
-__all__ = ["ValidationResult", "ValidationStudy", "format_study", "format_validation",
-           "run_validation", "run_validation_study", "validation_methods"]
+__all__ = ["ValidationResult", "ValidationStage", "ValidationStudy", "format_study",
+           "format_validation", "reformulation_cost", "run_validation", "run_validation_study",
+           "validation_methods"]
 
 
 def validation_methods(ig_steps: int = 50) -> list:
     """The bound methods of Table 3 (every registered variant with a reformulation that
     takes part in the validation), with ``n_steps = ig_steps`` for path methods."""
     return [spec.bind(v, context={"n_steps": ig_steps}) for spec, v in variants("validation")]
+
+
+def reformulation_cost(method, x: torch.Tensor, orders):
+    """The rows of ``method``'s Taylor reformulation at ``orders`` as the validation runs
+    it (baseline 0, the method's settings), or None where the reformulation does not count
+    them (:meth:`taylorattr.methods.reformulations.Reformulation.cost_of`)."""
+    return method.spec.reformulation.cost_of(x, 0.0, orders, method.settings)
+
+
+@dataclass(frozen=True)
+class ValidationStage:
+    """The validation's settings (those of :func:`run_validation`; ``runs``: trainings,
+    recipes x seeds, of :func:`run_validation_study`) and its rows (:meth:`cost`)."""
+
+    models: tuple = ("poly", "m_sg", "c_sg")
+    orders: tuple = (2,)
+    n_samples: int = 100
+    batch_size: int = 25
+    ig_steps: int = 50
+    runs: int = 1
+    seed: int = 0
+    mnist_dir: object = None
+
+    def unit_costs(self, model, x: torch.Tensor) -> tuple[list, list]:
+        """``(costs, skipped)`` of one batch: every method against its reformulation (a
+        target forward, the method, the reformulation; a method whose reformulation does
+        not count its rows is skipped) and the approximation unit (``f(x) - f(0)``, the
+        Taylor attribution per order, the pre-activation movement)."""
+        b, orders = x.shape[0], tuple(self.orders)
+        costs, skipped = [], []
+        for m in validation_methods(self.ig_steps):
+            reform = reformulation_cost(m, x, orders)
+            if reform is None:
+                skipped.append(m.label)
+                continue
+            original = [] if m.spec.reformulation.layerwise else [m.cost(model, x)]
+            costs += [forwards(b), *original, reform]
+        costs += [forwards(2 * b), *(taylor_attribution_cost(x, 0.0, k) for k in orders)]
+        if nonlinear_layers(model):
+            costs.append(forwards(2 * b))
+        return costs, skipped
+
+    def cost(self) -> list[StageCost]:
+        """One :class:`~.plans.StageCost` per model (untrained copies, float64, as run)."""
+        from .. import data
+
+        held = data.mnist_split(*data.load_mnist(self.mnist_dir), seed=0).held_images
+        held = held[:self.n_samples].double()
+        scope = f" ({self.runs} trainings)" if self.runs > 1 else ""
+        out = []
+        for name in self.models:
+            model = architecture(name, self.seed).double()
+            costs, skipped = [], []
+            for i in range(0, held.shape[0], self.batch_size):
+                c, s = self.unit_costs(model, held[i:i + self.batch_size])
+                costs += c
+                skipped += s
+            out.append(StageCost(f"validation on {paper.model_label(name)}{scope}",
+                                 ((costs * self.runs, model, held),), int(held.shape[0]),
+                                 tuple(skipped), (TRAINING_NOTE,)))
+        return out
 
 
 @dataclass

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import torch
 
-from .._validation import check_bool, check_seed
+from .._validation import check_bool, check_positive_int, check_seed
 from ..data.references import TrainingDigits
 from ..models.training import TrainSettings, resolve_training
 from ..runtime.distributed import Context
@@ -120,8 +120,7 @@ class Workspace:
         held = self.held_out_split().held_images
         if n is None:
             return held
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a positive int, got {n!r}")
+        check_positive_int(n, "n")
         if n > held.shape[0]:
             raise ValueError(f"n_samples={n} exceeds the {held.shape[0]} held-out digits")
         return held[:n]

@@ -16,6 +16,7 @@ See :mod:`taylorattr.methods.layerwise` for what the layer-wise rules support.
 from __future__ import annotations
 
 from ._base import AttributionMethod, Explanation, ImplicitBaselineMethod
+from .deconvolution import Deconvolution
 from .deeplift import DeepLift
 from .deeplift_shap import DeepLiftShap
 from .expected_gradients import EGDraws, ExpectedGradients
@@ -23,9 +24,12 @@ from .grad_cam import GradCAM
 from .gradient_input import GradientInput
 from .gradient_shap import GradientShap, GSDraws
 from .guided_backprop import GuidedBackprop
+from .guided_grad_cam import GuidedGradCam
 from .integrated_gradients import IntegratedGradients
 from .kernel_shap import KernelShap
+from .layer_conductance import LayerConductance
 from .layerwise import LayerRecord, UnsupportedModelError, global_relevance, local_relevance
+from .lime import Lime
 from .lrp import EpsilonLRP
 from .lrp_rules import LRP
 from .noise_tunnel import NoiseTunnel, SmoothGrad, SmoothIntegratedGradients
@@ -62,3 +66,4 @@ __all__ = [
     "local_relevance",
 ]
 __all__ += ["LRP", "KernelShap", "PredictionDifference", "ShapleyValues"]
+__all__ += ["Deconvolution", "GuidedGradCam", "LayerConductance", "Lime"]

@@ -52,13 +52,15 @@ from ..inputs import (
     slice_option,
     swap_layer,
 )
+from ..runtime.cost import Cost
+from . import _conventions as conventions
 from ._passes import (
     chunk_ranges,
     default_chunk_rows,
     per_sample_sum,
 )
 
-__all__ = ["AttributionMethod", "Explanation", "ImplicitBaselineMethod"]
+__all__ = ["AttributionMethod", "Explanation", "ImplicitBaselineMethod", "Several"]
 
 def _single_input(model) -> bool:
     """True when ``model.forward`` takes exactly one argument without a default."""
@@ -105,8 +107,14 @@ class AttributionMethod:
     #: Options whose values hold one entry per sample (leading dimension ``B``): cut to the
     #: sample when a method runs sample by sample (:mod:`taylorattr.inputs`).
     batch_options: tuple[str, ...] = ("draws", "feature_mask")
+    #: Whether the method only evaluates the model on copies of the inputs with features
+    #: replaced (the perturbation methods): it then also takes integer and bool inputs
+    #: (token ids, categorical features) and models whose output is one value (or a few)
+    #: for the whole batch, Captum's aggregate mode (:mod:`taylorattr.methods._conventions`).
+    perturbation: bool = False
     #: The input-side arguments every ``attribute`` takes (not the method's own options).
-    INPUT_ARGS = ("additional_forward_args", "layer", "attribute_to_layer_input")
+    INPUT_ARGS = ("additional_forward_args", "layer", "attribute_to_layer_input",
+                  "layer_baselines")
 
     _active = None   # the wrapped model during a structured call
     _layout = None   # the attributed tensors' layout during a call
@@ -115,7 +123,8 @@ class AttributionMethod:
         """``layer`` / ``attribute_to_layer_input``: the default of every ``attribute`` call
         (Captum's ``LayerIntegratedGradients(model, layer)`` style)."""
         check_model(model)
-        check_layer(model, layer, attribute_to_layer_input)
+        for one in (layer if isinstance(layer, (list, tuple)) else [layer]):
+            check_layer(model, one, attribute_to_layer_input)
         self.model = model
         # private: code that rebuilds a method from its public attributes (the audit) keeps
         # working; the layer is a per-call default, not a registry setting
@@ -155,7 +164,8 @@ class AttributionMethod:
                 sample (Captum's sign), averaged over the references a method draws.
             additional_forward_args (option): a value or tuple passed after the inputs to
                 every model call; tensors in it are batch-first ``[B, ...]``.
-            layer (option): a submodule; attributions are then w.r.t. its output (input with
+            layer (option): a submodule (or a list of them: a list of results, one per layer);
+                attributions are then w.r.t. its output (input with
                 ``attribute_to_layer_input=True``), ``baselines`` stay input baselines.
             (tuple inputs: ``baselines`` is a scalar or a tuple with one entry per input)
             show_progress: a tqdm bar over the method's chunks.
@@ -182,7 +192,6 @@ class AttributionMethod:
         ``target`` do not change the counts. One-tensor inputs only; the automatic chunk
         size's one-off memory probe is not counted.
         """
-        from ..runtime.cost import Cost
 
         check_bool(return_convergence_delta, "return_convergence_delta")
         if not isinstance(inputs, torch.Tensor) or options.get("layer") is not None or \
@@ -225,11 +234,44 @@ class AttributionMethod:
                             f"{', '.join(map(repr, unknown))} (method options: {accepted}; "
                             f"input arguments: {', '.join(self.INPUT_ARGS)})")
         options = dict(options)
+        several = options.get("layer", self._layer)
+        if isinstance(several, (list, tuple)):  # several layers: one call each
+            if not several:
+                raise ValueError("layer must be a submodule or a non-empty list of them")
+            to_input = options.get("attribute_to_layer_input",
+                                   self._to_layer_input if several is self._layer else False)
+            return Several(tuple(self._run(inputs, baselines, target,
+                                           {**options, "layer": m,
+                                            "attribute_to_layer_input": to_input},
+                                           show_progress, return_convergence_delta)
+                                 for m in several))
         extra = options.pop("additional_forward_args", None)
         layer = options.pop("layer", self._layer)
         to_input = options.pop("attribute_to_layer_input",
                                self._to_layer_input if layer is self._layer else False)
-        if layer is None and extra is None and isinstance(inputs, torch.Tensor):
+        if isinstance(target, list) and target and not isinstance(target[0], tuple):
+            target = torch.as_tensor(target, dtype=torch.long)  # one class per sample
+        adapted = conventions.adapt(self, inputs, baselines, target, extra, layer, options,
+                                    return_convergence_delta)
+        if adapted is not None:
+            return adapted.run(self, show_progress)
+        if layer is None and options.pop("layer_baselines", None) is not None:
+            raise ValueError("layer_baselines applies only with layer=")
+        try:
+            return self._dispatch(inputs, baselines, target, extra, layer, to_input, options,
+                                  show_progress, return_convergence_delta)
+        except (ValueError, TypeError):  # e.g. an output not shaped [B] / [B, C]
+            whole = conventions.whole_batch(self, inputs, baselines, target, extra, layer,
+                                            options, return_convergence_delta)
+            if whole is None:
+                raise
+            return whole.run(self, show_progress)
+
+    def _dispatch(self, inputs, baselines, target, extra, layer, to_input, options,
+                  show_progress, return_convergence_delta) -> Explanation:
+        """One tensor without extra arguments or a layer: here; the rest: structured."""
+        if layer is None and extra is None and isinstance(inputs, torch.Tensor) and \
+                inputs.dim() >= 2:
             check_layer(self._model, None, to_input)
             x, t, fx = self._inputs_and_target(inputs, target, self.gradient_at_inputs)
             self._layout = Layout.of((x,), False)
@@ -240,7 +282,8 @@ class AttributionMethod:
                 self._layout = None
             return Explanation(attr, refs, fx.detach(), t, delta)
         return self._run_structured(inputs, baselines, target, extra, layer, to_input, options,
-                                    show_progress, return_convergence_delta)
+                                    show_progress, return_convergence_delta,
+                                    options.pop("layer_baselines", None))
 
     def _core(self, x, base, t, fx, options, show_progress, want_delta):
         attr, refs = self._attribute(x, base, t, fx, show_progress=show_progress, **options)
@@ -248,12 +291,16 @@ class AttributionMethod:
         return attr, refs, (self._delta(attr, fx.detach(), refs, t) if want_delta else None)
 
     def _run_structured(self, inputs, baselines, target, extra, layer, to_input, options,
-                        show_progress, want_delta) -> Explanation:
-        """Tuple inputs, additional forward arguments, layers (:mod:`taylorattr.inputs`)."""
+                        show_progress, want_delta, layer_baselines=None) -> Explanation:
+        """Tuple inputs, additional forward arguments, layers (:mod:`taylorattr.inputs`);
+        ``layer_baselines``: point baselines given in the layer's space (Captum's
+        ``LayerFeatureAblation``) instead of input baselines mapped through the model."""
+        if layer_baselines is not None and (layer is None or self.baseline_kind != "point"):
+            raise ValueError("layer_baselines applies to point-baseline methods with layer=")
         model = self._model
         check_layer(model, layer, to_input)
         parts, is_tuple = as_tuple(inputs)
-        batch = check_batch(parts, floats=layer is None)
+        batch = check_batch(parts, floats=layer is None, vectors=True)
         extra = check_additional_args(extra, batch)
         parts = tuple(p.detach() for p in parts)
         with torch.no_grad():
@@ -269,7 +316,9 @@ class AttributionMethod:
             layout = Layout.of((h,), False)
             x = h
             base = self._structured_baselines(baselines, parts, None)
-            if self.baseline_kind == "point":
+            if layer_baselines is not None:
+                base = broadcast_baselines(layer_baselines, h, "layer_baselines")
+            elif self.baseline_kind == "point":
                 base = layer_activations(model, layer, base + extra, to_input)
                 if base.shape != h.shape:
                     raise ValueError(f"layer's {'input' if to_input else 'output'} at the "
@@ -440,3 +489,14 @@ class Explanation:
     def result(self):
         """``attributions``, or ``(attributions, delta)`` when the delta was asked for."""
         return self.attributions if self.delta is None else (self.attributions, self.delta)
+
+
+@dataclass(frozen=True)
+class Several:
+    """The calls of several layers (``layer=[l_1, ..., l_k]``), one :class:`Explanation` each."""
+
+    explanations: tuple
+
+    def result(self):
+        """One result per layer, in order (Captum's list for a list of layers)."""
+        return [e.result() for e in self.explanations]

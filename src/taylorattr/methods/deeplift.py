@@ -23,14 +23,18 @@ __all__ = ["DeepLift"]
 class DeepLift(LayerwiseMethod, AttributionMethod):
     """DeepLIFT (Rescale): one baseline forward, one forward and one backward pass.
 
-    Equals Captum's ``DeepLift`` (``multiply_by_inputs=True``, ``eps=1e-10``) on the
-    models Captum handles correctly, ReLU CNNs with BatchNorm (eval; affine, so exact
-    gradient), max pooling (Captum's max-pool rule), adaptive average pooling,
-    concatenation and residual sums included. It raises
-    :class:`~taylorattr.methods.layerwise.UnsupportedModelError` (at construction)
-    naming any operation it cannot propagate through, where Captum would silently use
-    the plain gradient (e.g. activations called as functions, reused modules). The
-    supported operations: :func:`taylorattr.methods.layerwise.supported_operations`.
+    Runs on the model's captured graph of core ATen operations with one rule per kind of
+    operation (:mod:`taylorattr.methods.layerwise`): Rescale on elementwise
+    nonlinearities, the exact two-player Shapley split on products of two input-dependent
+    tensors (gates, attention), softmax and LayerNorm/GroupNorm composed of those rules,
+    Captum's max-pool rule; complete to rounding on CNNs and transformers alike. Equals
+    Captum's ``DeepLift`` (``multiply_by_inputs=True``, ``eps=1e-10``) on the models
+    Captum handles correctly (ReLU CNNs with BatchNorm, pooling, concatenation, residual
+    sums). The graph is captured at the first call (``torch.export`` needs an input);
+    an operation without a rule raises
+    :class:`~taylorattr.methods.layerwise.UnsupportedModelError` then, where Captum would
+    silently use the plain gradient. The supported operations:
+    :func:`taylorattr.methods.layerwise.supported_operations`.
     """
 
     name = "deeplift"
@@ -62,4 +66,4 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
         return self._propagate(x, broadcast_baselines(baselines, x), target, True).records
 
     def _propagate(self, x, b, target, records):
-        return propagate(self.model, self._get_plan(), self._rules, x, b, target, records)
+        return propagate(self.model, self._get_plan(x), self._rules, x, b, target, records)

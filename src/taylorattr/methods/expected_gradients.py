@@ -17,11 +17,16 @@ Cost: ``n_samples * B`` forward+backward rows, in chunks of ``internal_batch_siz
 from __future__ import annotations
 
 from dataclasses import dataclass
-from numbers import Real
 
 import torch
 
-from .._validation import broadcast_baselines, check_inputs, check_positive_int
+from .._validation import (
+    broadcast_baselines,
+    check_bool,
+    check_inputs,
+    check_positive_int,
+    check_real,
+)
 from .._validation import check_seed as _check_seed
 from ..baselines import Baseline, Noise, ReferenceSet
 from ._base import AttributionMethod
@@ -88,10 +93,7 @@ def _distribution(baselines, noise_std) -> Baseline:
                          "[N, ...] to draw baselines from, or a Noise) and noise_std (baselines "
                          "drawn from N(x, noise_std^2))")
     if noise_std is not None:
-        if isinstance(noise_std, bool) or not isinstance(noise_std, Real):
-            raise TypeError(f"noise_std must be a real number, got {type(noise_std).__name__}")
-        if not (noise_std > 0 and noise_std < float("inf")):
-            raise ValueError(f"noise_std must be finite and > 0, got {noise_std}")
+        check_real(noise_std, "noise_std", 0.0, strict=True)
         return Noise(float(noise_std))
     if isinstance(baselines, (Noise, ReferenceSet)):
         return baselines
@@ -151,7 +153,11 @@ class ExpectedGradients(AttributionMethod):
 
     def _attribute(self, x, baselines, t, fx, *, n_samples: int = 50, noise_std=None,
                    seed: int = 0, draws: EGDraws | None = None,
-                   internal_batch_size: int | None = None, show_progress: bool = False):
+                   internal_batch_size: int | None = None, multiply_by_inputs: bool = True,
+                   show_progress: bool = False):
+        """``multiply_by_inputs=False``: the gradients at the path points averaged, without
+        the factor ``x - x~_k`` (Captum's option; not a share of the output change)."""
+        check_bool(multiply_by_inputs, "multiply_by_inputs")
         chunk = check_optional_positive_int(internal_batch_size, "internal_batch_size")
         if draws is None:
             draws = draw(x, baselines, n_samples, noise_std, seed)
@@ -182,7 +188,8 @@ class ExpectedGradients(AttributionMethod):
             rows = torch.addcmul(ref, a.view(a.shape + bcast), diff)
             tr = None if t is None else t[s0:s1].repeat_interleave(k1 - k0)
             grad, _ = target_gradient(self.model, rows.reshape((-1,) + feat), tr)
-            total[s0:s1] += (grad.reshape(diff.shape) * diff).sum(1)
+            grad = grad.reshape(diff.shape)
+            total[s0:s1] += (grad * diff if multiply_by_inputs else grad).sum(1)
         return total / n, xb
 
     def _cost(self, x, options):

@@ -25,16 +25,19 @@ expansion of ``f`` in the input; with ReLU gating there is no reformulation eith
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validation import check_bool, select_output
-from ._base import ImplicitBaselineMethod
+from .._validation import check_bool, model_output, resolve_target, select_output
+from ..inputs import as_tuple, check_additional_args, check_batch
+from ._base import Explanation, ImplicitBaselineMethod
 from ._passes import gradient_pass_cost
 from .layerwise import UnsupportedModelError
 
-__all__ = ["GradCAM", "find_layer"]
+__all__ = ["GradCAM", "cam", "find_layer"]
 
 _CONVS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
@@ -64,17 +67,20 @@ def find_layer(model: nn.Module, layer=None) -> nn.Module:
                     f"{type(layer).__name__}")
 
 
-def _layer_output_and_gradient(model, layer, x, target):
-    """``(A, dA)``: the layer's output and the gradient of the explained output w.r.t. it."""
-    seen = []
+def _layer_output_and_gradient(model, layer, args, target, to_input=False):
+    """``(A, dA)``: the layer's output (its input with ``to_input``) and the gradient of the
+    explained output w.r.t. it, for ``model(*args)``. Warns when ``A`` is a model input's
+    image through a stem or patch embedding (the layer receives an input tensor itself)."""
+    seen, received = [], []
 
-    def keep(module, args, output):
-        seen.append(output)
+    def keep(module, inputs, output):
+        seen.append(inputs[0] if to_input else output)
+        received.append(inputs[0] if inputs else None)
 
     handle = layer.register_forward_hook(keep)
     try:
         with torch.enable_grad():
-            out = select_output(model(x), target)
+            out = select_output(model(*args), target)
             if len(seen) != 1:
                 raise ValueError(f"conv_layer must run exactly once per forward pass, it ran "
                                  f"{len(seen)} times (pick a layer the model calls once)")
@@ -85,39 +91,124 @@ def _layer_output_and_gradient(model, layer, x, target):
             (grad,) = torch.autograd.grad(out.sum(), act)
     finally:
         handle.remove()
+    if any(received[0] is a for a in args if isinstance(a, torch.Tensor)):
+        warnings.warn(f"conv_layer ({type(layer).__name__}) receives the model's input: it is a "
+                      "stem or patch embedding, where Grad-CAM is a smoothed gradient-times-"
+                      "input map, not a map of the class evidence in the late features; pass "
+                      "conv_layer= a later layer (ViT/Swin/Mixer/LeViT: the last block, "
+                      "reshaped to [B, C, h, w] by a module of your model)", stacklevel=5)
     return act.detach(), grad
+
+
+def cam(model, layer, args, target, relu: bool, to_input: bool = False,
+        sum_channels: bool = True) -> torch.Tensor:
+    """The Grad-CAM map at the layer's resolution: ``sum_c alpha_c A_c`` ``[B, 1, *spatial]``
+    (``sum_channels=False``: ``alpha_c A_c`` ``[B, C, *spatial]``); a layer without spatial
+    dimensions (``[B, C]``) has ``alpha_c = dA_c``, so its map ``[B, 1]`` is the sum of
+    gradient times activation."""
+    act, grad = _layer_output_and_gradient(model, layer, args, target, to_input)
+    weights = grad.mean(dim=tuple(range(2, grad.dim())), keepdim=True) if grad.dim() > 2 else grad
+    cam = weights * act
+    if sum_channels:
+        cam = cam.sum(1, keepdim=True)
+    return F.relu(cam) if relu else cam
 
 
 class GradCAM(ImplicitBaselineMethod):
     """Grad-CAM at ``layer``, upsampled to the input (see the module docstring): one forward
     and one backward pass. Equals Captum's ``LayerGradCam`` +
     ``LayerAttribution.interpolate`` with the same ``relu_attributions`` and mode, expanded
-    over the input channels."""
+    over the input channels; ``upsample=False`` is ``LayerGradCam`` itself (the map at the
+    layer's resolution, also for tuple inputs and ``additional_forward_args``)."""
 
     name = "grad_cam"
 
+    def _run(self, inputs, baselines, target, options, show_progress, want_delta):
+        """``upsample=False``: the layer's map for any inputs (not shaped like them), from one
+        forward and backward of the user's model; else the base class's call. ``layer=`` (and
+        ``attribute_to_layer_input``, here or at construction) name Grad-CAM's layer, as
+        ``conv_layer=`` (``conv_layer_input``) do: Grad-CAM has no other use for a layer."""
+        options = self._conv_layer_options(dict(options))
+        for key in ("upsample", "sum_channels"):
+            check_bool(options.get(key, True), key)
+        if options.get("upsample", True):
+            if not isinstance(inputs, torch.Tensor):
+                raise ValueError("Grad-CAM upsamples its map to the spatial size of one input; "
+                                 "for tuple inputs pass upsample=False (the map at the layer's "
+                                 "resolution) and upsample it to each input yourself")
+            return super()._run(inputs, baselines, target, options, show_progress, want_delta)
+        if want_delta:
+            raise ValueError("return_convergence_delta: the layer-resolution Grad-CAM map "
+                             "(upsample=False) is not shaped like the inputs; no delta")
+        opts = dict(options)
+        opts.pop("layer")
+        extra = opts.pop("additional_forward_args", None)
+        parts, _ = as_tuple(inputs)
+        batch = check_batch(parts, floats=False)
+        extra = check_additional_args(extra, batch)
+        parts = tuple(p.detach().clone().requires_grad_(p.is_floating_point()) for p in parts)
+        with torch.no_grad():
+            out = model_output(lambda _: self._model(*parts, *extra), parts[0])
+        t = resolve_target(target, out)
+        module, relu = self._settings(opts)
+        m = cam(self._model, module, parts + extra, t, relu, opts.get("conv_layer_input", False),
+                opts.get("sum_channels", True))
+        return Explanation(m, None, select_output(out, t).detach(), t, None)
+
+    def _conv_layer_options(self, options: dict) -> dict:
+        layer = options.pop("layer", self._layer)
+        to_input = options.pop("attribute_to_layer_input",
+                               self._to_layer_input if layer is self._layer else False)
+        if layer is not None:
+            if options.get("conv_layer") is not None and options["conv_layer"] is not layer:
+                raise ValueError("give Grad-CAM's layer once: conv_layer= or layer=")
+            options["conv_layer"] = layer
+            options["conv_layer_input"] = options.get("conv_layer_input", False) or to_input
+        options["layer"] = None  # not the base class's layer attribution
+        return options
+
+    def _settings(self, opts):
+        relu = check_bool(opts.get("relu_attributions", False), "relu_attributions")
+        mode = opts.get("interpolate_mode", "nearest")
+        if mode not in _MODES:
+            raise ValueError(f"interpolate_mode must be one of {list(_MODES)}, got {mode!r}")
+        for key in ("upsample", "conv_layer_input", "sum_channels"):
+            check_bool(opts.get(key, key != "conv_layer_input"), key)
+        unknown = sorted(set(opts) - set(self.options()))
+        if unknown:
+            raise TypeError(f"GradCAM.attribute got unexpected keyword argument(s) "
+                            f"{', '.join(map(repr, unknown))}")
+        return find_layer(self._model, opts.get("conv_layer")), relu
+
     def _attribute(self, x, baselines, target, fx, *, conv_layer=None, relu_attributions: bool = False,
-                   interpolate_mode: str = "nearest", show_progress: bool = False):
+                   interpolate_mode: str = "nearest", upsample: bool = True,
+                   conv_layer_input: bool = False, sum_channels: bool = True,
+                   show_progress: bool = False):
         """Options: ``conv_layer`` (submodule or its name; default the last convolution),
         ``relu_attributions`` (ReLU of the map, as published), ``interpolate_mode``
-        (``torch.nn.functional.interpolate``'s mode, default ``"nearest"`` as Captum)."""
-        check_bool(relu_attributions, "relu_attributions")
-        if interpolate_mode not in _MODES:
-            raise ValueError(f"interpolate_mode must be one of {list(_MODES)}, got "
-                             f"{interpolate_mode!r}")
-        module = find_layer(self.model, conv_layer)
-        act, grad = _layer_output_and_gradient(self.model, module, x.clone().requires_grad_(True),
-                                               target)
-        if act.dim() != x.dim():
+        (``torch.nn.functional.interpolate``'s mode, default ``"nearest"`` as Captum);
+        ``upsample=False``: the map at the layer's resolution (Captum's ``LayerGradCam``);
+        ``conv_layer_input``: use the layer's input instead of its output;
+        ``sum_channels=False``: the per-channel terms ``alpha_c A_c`` (Captum's
+        ``attr_dim_summation=False``, with ``upsample=False``)."""
+        module, relu = self._settings({"conv_layer": conv_layer, "relu_attributions":
+                                       relu_attributions, "interpolate_mode": interpolate_mode,
+                                       "conv_layer_input": conv_layer_input})
+        m = cam(self.model, module, (x.clone().requires_grad_(True),), target, relu,
+                conv_layer_input, sum_channels)
+        if m.dim() != x.dim():
+            if m.dim() == 2:
+                raise ValueError(f"conv_layer output {tuple(m.shape)} has no spatial dimensions, "
+                                 "so its Grad-CAM map (one value per sample) cannot be upsampled "
+                                 "to the inputs; pass upsample=False for the map [B, 1]")
             raise ValueError(f"conv_layer output must be [B, C, *spatial] with the inputs' "
-                             f"{x.dim() - 2} spatial dimension(s), got shape {tuple(act.shape)} "
-                             f"for inputs {tuple(x.shape)}")
-        weights = grad.mean(dim=tuple(range(2, grad.dim())), keepdim=True)
-        cam = (weights * act).sum(1, keepdim=True)
-        if relu_attributions:
-            cam = F.relu(cam)
-        cam = F.interpolate(cam, tuple(x.shape[2:]), mode=interpolate_mode)
-        return cam.expand_as(x).contiguous(), torch.zeros_like(x).unsqueeze(1)
+                             f"{x.dim() - 2} spatial dimension(s), got a map of shape "
+                             f"{tuple(m.shape)} for inputs {tuple(x.shape)}")
+        if not sum_channels:
+            raise ValueError("sum_channels=False gives per-channel maps; use it with "
+                             "upsample=False")
+        m = F.interpolate(m, tuple(x.shape[2:]), mode=interpolate_mode)
+        return m.expand_as(x).contiguous(), torch.zeros_like(x).unsqueeze(1)
 
     def _cost(self, x, options):
         """One forward of the batch with its graph, swept back from the explained output to

@@ -130,7 +130,8 @@ class GradientShap(AttributionMethod):
 
     def _attribute(self, x, baselines, t, fx, *, n_samples: int = 50, stdevs: float = 0.0,
                    noise_std=None, seed: int = 0, draws: GSDraws | None = None,
-                   internal_batch_size: int | None = None, show_progress: bool = False):
+                   internal_batch_size: int | None = None, multiply_by_inputs: bool = True,
+                   show_progress: bool = False):
         chunk = check_optional_positive_int(internal_batch_size, "internal_batch_size")
         if draws is None:
             draws = draw(x, baselines, n_samples, stdevs, noise_std, seed)
@@ -143,7 +144,8 @@ class GradientShap(AttributionMethod):
         # each row is a one-draw Expected Gradients estimate at its noisy input
         rows_attr, _ = ExpectedGradients(self.model)._attribute(
             noisy, None, tr, None, draws=EGDraws(refs.unsqueeze(1), alphas),
-            internal_batch_size=chunk, show_progress=show_progress)
+            internal_batch_size=chunk, multiply_by_inputs=multiply_by_inputs,
+            show_progress=show_progress)
         attr = rows_attr.view(draws.baselines.shape).mean(1)
         return attr, draws.baselines.to(x.device, x.dtype)
 

@@ -85,9 +85,19 @@ class GuidedBackprop(ImplicitBaselineMethod):
                             "calls ReLU as a function at " + "; ".join(found) +
                             " (replace these calls by nn.ReLU modules)")
 
+    #: the ReLU's replacement in the backward pass (Deconvolution: its own rule)
+    relu_function = None
+
     def _attribute(self, x, baselines, target, fx, *, show_progress: bool = False):
         relus = [m for m in self.model.modules() if isinstance(m, nn.ReLU)]
-        hooks = [m.register_forward_hook(_gate) for m in relus]
+        function = self.relu_function or _GuidedReLU
+
+        def gate(module, args, output):
+            # the ReLU's output recomputed through the modified function (an in-place ReLU
+            # has overwritten its input with relu(z), which opens where z did)
+            return function.apply(args[0])
+
+        hooks = [m.register_forward_hook(gate) for m in relus]
         try:
             grad, _ = target_gradient(self.model, x.clone(), target)
         finally:
@@ -99,9 +109,3 @@ class GuidedBackprop(ImplicitBaselineMethod):
         """One forward and one (gated) backward row per sample; the zero input is the one
         reference."""
         return gradient_pass_cost(x.shape[0]), 1
-
-
-def _gate(module, args, output):
-    """Forward hook: the ReLU's output recomputed through :class:`_GuidedReLU` (an in-place
-    ReLU has overwritten its input with ``relu(z)``, which opens where ``z`` did)."""
-    return _GuidedReLU.apply(args[0])

@@ -11,6 +11,9 @@ trapezoid) are options, with Captum's nodes and weights, except that the trapezo
 weights here are the rule's own ``1/(n-1)`` (ends halved), summing to 1: Captum uses
 ``1/n``, so its trapezoid attributions are ours times ``(n-1)/n``.
 
+``multiply_by_inputs=False`` returns the path-averaged gradient without the factor
+``x_i - x~_i`` (Captum's option).
+
 Cost: ``n_steps * B`` forward+backward rows, run in chunks of ``internal_batch_size``
 rows (default: automatic, 128 rows of 784 features per thread).
 """
@@ -19,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import check_positive_int
+from .._validation import check_bool, check_positive_int
 from ._base import AttributionMethod
 from ._passes import (
     check_optional_positive_int,
@@ -71,10 +74,15 @@ class IntegratedGradients(AttributionMethod):
     name = "integrated_gradients"
 
     def _attribute(self, x, base, t, fx, *, n_steps: int = 50, method: str = "gausslegendre",
-                   internal_batch_size: int | None = None, show_progress: bool = False):
+                   internal_batch_size: int | None = None, multiply_by_inputs: bool = True,
+                   show_progress: bool = False):
         """Options: ``n_steps`` quadrature nodes (gradient evaluations per sample);
         ``method`` ``"gausslegendre"`` or ``"riemann_left|right|middle|trapezoid"``;
-        ``internal_batch_size`` rows per forward+backward call (default automatic)."""
+        ``internal_batch_size`` rows per forward+backward call (default automatic);
+        ``multiply_by_inputs=False``: the path-averaged gradient ``int_0^1 d_i f d alpha``
+        without the factor ``x_i - x~_i`` (Captum's option; not a share of
+        ``f(x) - f(x~)``)."""
+        check_bool(multiply_by_inputs, "multiply_by_inputs")
         chunk = check_optional_positive_int(internal_batch_size, "internal_batch_size")
         alphas, weights = quadrature(method, n_steps)
         diff = x - base
@@ -96,7 +104,7 @@ class IntegratedGradients(AttributionMethod):
             # total[s] += sum_k w_k grad[k, s]
             total[s0:s1] += torch.einsum("k,kbf->bf", weights[k0:k1], grad).view_as(
                 total[s0:s1])
-        return diff * total, base.unsqueeze(1)
+        return (diff * total if multiply_by_inputs else total), base.unsqueeze(1)
 
     def _cost(self, x, options):
         """``n_steps`` gradient rows per sample; one reference."""

@@ -52,6 +52,7 @@ import torch
 
 from .._validation import check_bool, check_positive_int
 from ..groups import player_ids
+from ..runtime.cost import Cost
 from ._passes import check_optional_positive_int
 from .kernel_design import draw_coalitions, paired_design, plan
 from .shapley_values import SampledShapley, coalition_values
@@ -247,7 +248,6 @@ class KernelShap(SampledShapley):
     def _cost(self, x, options):
         """``n_samples`` model rows per sample (default ``min(2^G - 1, 2 G + 2048)``; the
         paired sampler may leave one row unused); one reference."""
-        from ..runtime.cost import Cost
 
         _, G = player_ids(options.get("feature_mask"), x, options.get("patch"))
         sampler = options.get("sampler", "paired")

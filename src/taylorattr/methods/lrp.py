@@ -16,11 +16,9 @@ relevance.
 """
 from __future__ import annotations
 
-from numbers import Real
-
 import torch
 
-from .._validation import check_inputs
+from .._validation import check_inputs, check_nonnegative_real
 from ._base import ImplicitBaselineMethod
 from .layerwise import LayerRecord, LayerwiseMethod, epsilon_rule, propagate
 
@@ -36,8 +34,10 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
     residual sums, where Captum passes the whole relevance of ``a + b`` to both summands
     and this class splits it in proportion. Captum puts a separate epsilon step on a
     BatchNorm's input, this class folds the BatchNorm into the layer before: the two
-    differ by ``O(eps)``. Unsupported operations raise
-    :class:`~taylorattr.methods.layerwise.UnsupportedModelError` at construction; see
+    differ by ``O(eps)``. On transformers it applies AttnLRP's rules (uniform rule on
+    products and attention matmuls, softmax by its gradient, LayerNorm with the standard
+    deviation held constant) and equals lxt's. Unsupported operations raise
+    :class:`~taylorattr.methods.layerwise.UnsupportedModelError` at the first call; see
     :func:`taylorattr.methods.layerwise.supported_operations`.
     """
 
@@ -45,10 +45,7 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
 
     def __init__(self, model, epsilon: float = 1e-9, *, layer=None,
                  attribute_to_layer_input: bool = False) -> None:
-        if isinstance(epsilon, bool) or not isinstance(epsilon, Real):
-            raise TypeError(f"epsilon must be a real number, got {type(epsilon).__name__}")
-        if not epsilon >= 0 or epsilon == float("inf"):
-            raise ValueError(f"epsilon must be finite and >= 0, got {epsilon}")
+        check_nonnegative_real(epsilon, "epsilon")
         super().__init__(model, layer=layer, attribute_to_layer_input=attribute_to_layer_input)
         self.epsilon = float(epsilon)
         self._rules = epsilon_rule(self.epsilon)
@@ -60,7 +57,7 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
         change), the *opposite* of Captum's ``LRP.compute_convergence_delta``, which returns
         ``f(x) - sum(a)`` for LRP (while its DeepLift and IntegratedGradients return
         ``sum(a) - (f(x) - f(x~))`` like this library)."""
-        prop = propagate(self.model, self._get_plan(), self._rules, x, None, t, False)
+        prop = propagate(self.model, self._get_plan(x), self._rules, x, None, t, False)
         return x * prop.gradient, None
 
     def _cost(self, x, options):
@@ -74,4 +71,5 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
         see :func:`~taylorattr.methods.layerwise.local_relevance`.
         """
         x = check_inputs(inputs).detach()
-        return propagate(self.model, self._get_plan(), self._rules, x, None, target, True).records
+        return propagate(self.model, self._get_plan(x), self._rules, x, None, target,
+                         True).records

@@ -14,9 +14,11 @@ input. ``rule`` names one rule for every Linear/Conv (``"z_plus"``, ``"alpha2_be
 (``"epsilon_plus"``: z-plus on convolutions, epsilon on dense layers;
 ``"epsilon_plus_flat"``: the same with flat on the first layer; ``"epsilon_alpha2_beta1"``,
 ``"epsilon_alpha2_beta1_flat"``), as Zennit's composites of those names assign them
-(first layer = the first Linear/Conv in module order). Zennit's composites without
-canonizers pass relevance through BatchNorm unchanged, and so does this class; fold a
-BatchNorm into its layer beforehand to get Zennit's ``SequentialMergeBatchNorm``.
+(first layer = the first Linear/Conv in module order). A BatchNorm directly after a
+Linear/Conv is folded into it, as Zennit's ``SequentialMergeBatchNorm`` canonizer does
+(equal to Zennit's EpsilonPlusFlat with its ResNet/VGG canonizers to 1e-13); residual
+sums and means split relevance in proportion (Zennit's ``Norm``), and transformer
+operations use the relevance form of epsilon-LRP's rules (:mod:`.layerwise.relevance`).
 
 Taylor reformulation: none is registered. These rules are layer-wise like epsilon-LRP
 (Thm 4 and the supplement), but z-plus, alpha-beta and gamma split each neuron's relevance
@@ -27,8 +29,8 @@ root point depends on the neuron); they do not satisfy completeness with biases 
 from __future__ import annotations
 
 from functools import cache
-from numbers import Real
 
+from .._validation import check_nonnegative_real
 from ._base import ImplicitBaselineMethod
 from .layerwise import LayerwiseMethod, propagate
 from .layerwise.relevance import COMPOSITES, RULES, composite_rules
@@ -37,11 +39,13 @@ __all__ = ["LRP", "rule_class"]
 
 
 class LRP(LayerwiseMethod, ImplicitBaselineMethod):
-    """LRP with a rule or composite (Zennit's); equals Zennit's rule or composite on the same
-    ReLU MLP/CNN with relevance ``f(x)`` at the output (see the module docstring).
+    """LRP with a rule or composite (Zennit's); equals Zennit's rule or composite (with its
+    canonizers) on the same ReLU MLP/CNN/ResNet/VGG with relevance ``f(x)`` at the output
+    (see the module docstring).
 
     Args:
-        model: the network (Linear/Conv, activations, eval BatchNorm, pooling, reshapes).
+        model: the network (any the layer-wise engine captures; see
+            :func:`taylorattr.methods.layerwise.supported_operations`).
         rule: a rule or composite name (module docstring); default ``"epsilon_plus_flat"``.
         epsilon: the epsilon rule's stabiliser (Zennit's default ``1e-6``).
         stabilizer: the other rules' stabiliser (``1e-6``).
@@ -59,19 +63,16 @@ class LRP(LayerwiseMethod, ImplicitBaselineMethod):
             raise ValueError(f"rule must be one of {sorted(RULES) + sorted(COMPOSITES)}, "
                              f"got {rule!r}")
         for value, label in ((epsilon, "epsilon"), (stabilizer, "stabilizer"), (gamma, "gamma")):
-            if isinstance(value, bool) or not isinstance(value, Real):
-                raise TypeError(f"{label} must be a real number, got {type(value).__name__}")
-            if not (0 <= value < float("inf")):
-                raise ValueError(f"{label} must be finite and >= 0, got {value}")
+            check_nonnegative_real(value, label)
         super().__init__(model)
+        self._check_plan()
         self.rule = rule
         self._rules = composite_rules(model, rule, epsilon=float(epsilon),
                                       stabilizer=float(stabilizer), gamma=float(gamma))
-        self._get_plan()
 
     def _attribute(self, x, base, t, fx, *, show_progress=False):
         """Relevances of ``f(x)``; the convergence delta is ``sum(a) - f(x)``."""
-        prop = propagate(self.model, self._get_plan(), self._rules, x, None, t, False)
+        prop = propagate(self.model, self._get_plan(x), self._rules, x, None, t, False)
         scale = prop.output.to(x.dtype).view((-1,) + (1,) * (x.dim() - 1))
         return prop.gradient * scale, None
 

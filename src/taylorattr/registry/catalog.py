@@ -14,6 +14,7 @@ from types import MappingProxyType
 from ..baselines import Noise
 from ..data.references import TrainingDigits
 from ..methods import (
+    Deconvolution,
     DeepLift,
     DeepLiftShap,
     EpsilonLRP,
@@ -22,8 +23,10 @@ from ..methods import (
     GradientInput,
     GradientShap,
     GuidedBackprop,
+    GuidedGradCam,
     IntegratedGradients,
     KernelShap,
+    Lime,
     Occlusion,
     PredictionDifference,
     Saliency,
@@ -156,3 +159,12 @@ for _rule, _label, _marker in (
     register(MethodSpec(f"lrp_{_rule}", rule_class(_rule), variants=(
         Variant(_label, experiments=_AUDIT | _ASSESSED),), init_args=("epsilon", "stabilizer", "gamma"),
         marker=_marker))
+
+# ---- Captum's remaining methods (issue 27): no experiment runs them by default ----------
+_NONE = frozenset()
+register(MethodSpec("deconvolution", Deconvolution, variants=(
+    Variant("Deconv", experiments=_NONE),), marker="v"))
+register(MethodSpec("guided_grad_cam", GuidedGradCam, variants=(  # needs a convolution
+    Variant("Guided Grad-CAM", experiments=_NONE),), marker="8"))
+register(MethodSpec("lime", Lime, variants=(
+    Variant("LIME", experiments=_NONE),), marker="s"))

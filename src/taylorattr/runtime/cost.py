@@ -350,9 +350,7 @@ def check_budget(cost: Cost, budget: float | None) -> Cost:
     :class:`CostError` with one line naming the estimate and the cheaper options."""
     if budget is None:
         return cost
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget > 0 \
-            or not math.isfinite(budget):
-        raise ValueError(f"budget must be a positive number of seconds or None, got {budget!r}")
+    check_real(budget, "budget", 0.0, strict=True)  # seconds
     if cost.seconds is None:
         raise ValueError("cost has no estimated seconds; pass it through estimate() first")
     if cost.seconds <= budget:

@@ -75,6 +75,11 @@ planned rows), also inside one long attribution.
 
 Modules: :mod:`.infidelity` (experiments 1 and 2), :mod:`.localisation` (experiment 3),
 :mod:`.ranking` (principle counts and rank correlations), :mod:`.formatting` (Markdown).
+:class:`AssessmentStage` holds the settings (sample counts, methods per experiment) that
+:func:`run_assessment` runs and counts their rows before they run.
+
+Why one module: the stage's settings, its cost and :func:`run_assessment` resolve the same
+defaults (:data:`QUICK_SAMPLES`, :data:`DEFAULT_MODELS`); apart, one would copy the other's.
 """
 from __future__ import annotations
 
@@ -94,6 +99,7 @@ from .infidelity import (
     run_taylor_order,
     square_output_changes,
     square_predictions,
+    taylor_order_methods,
 )
 from .localisation import (
     MAX_MASK_COVERAGE,
@@ -102,6 +108,7 @@ from .localisation import (
     mask_coverage,
     run_bbox,
     run_imagenet,
+    scale_patches,
 )
 from .ranking import correlation_rows, measured_principle_counts
 from .stage import Stage
@@ -110,9 +117,11 @@ __all__ = [
     "DEFAULT_MODELS",
     "EXPERIMENTS",
     "FULL_SAMPLES",
+    "INPUT_SHAPES",
     "MAX_MASK_COVERAGE",
     "QUICK_SAMPLES",
     "AssessmentResult",
+    "AssessmentStage",
     "ImagenetRoute",
     "assessment_methods",
     "format_assessment",
@@ -134,6 +143,71 @@ DEFAULT_MODELS: dict[str, tuple[str, ...]] = {
 }
 QUICK_SAMPLES = {"infidelity": 24, "taylor_order": 24, "bbox": 12}
 FULL_SAMPLES = {"infidelity": 1000, "taylor_order": 1000, "bbox": 200}
+
+
+#: Input shapes (without the batch axis) of each experiment: MNIST digits, and the
+#: cluttered canvases of :func:`taylorattr.data.cluttered_mnist` (its default canvas).
+INPUT_SHAPES = {"infidelity": (1, 28, 28), "taylor_order": (1, 28, 28), "bbox": (1, 64, 64)}
+
+
+@dataclass(frozen=True)
+class AssessmentStage:
+    """The assessment's settings, resolved as :func:`run_assessment` resolves them
+    (:attr:`samples` from ``quick`` and ``n_samples``; :meth:`methods` per experiment),
+    and its rows (:meth:`cost`)."""
+
+    experiments: tuple = EXPERIMENTS
+    quick: bool = True
+    n_samples: int | None = None
+    seed: int = 0
+    labels: tuple | None = None
+    imagenet: ImagenetRoute | None = None
+    orders: tuple = (1, 2)
+
+    @property
+    def samples(self) -> dict[str, int]:
+        """Samples per experiment: :data:`QUICK_SAMPLES` or :data:`FULL_SAMPLES`, or
+        ``n_samples`` for all."""
+        if self.n_samples is not None:
+            return {k: int(self.n_samples) for k in QUICK_SAMPLES}
+        return dict(QUICK_SAMPLES if self.quick else FULL_SAMPLES)
+
+    def methods(self, experiment: str) -> list:
+        if experiment == "taylor_order":
+            return taylor_order_methods(self.orders)
+        return assessment_methods(self.seed, None if self.labels is None else list(self.labels))
+
+    def cost(self) -> list:
+        """One :class:`~taylorattr.experiments.plans.StageCost` per (experiment, model),
+        untrained copies (the methods, and the square removals of infidelity), then one per
+        model of the ImageNet route at its resolved patch scale."""
+        from ... import models as M
+        from ...metrics import infidelity_cost
+        from .. import paper
+        from ..plans import StageCost, architecture, method_costs
+
+        out, samples = [], self.samples
+        for exp in self.experiments:
+            x = torch.zeros((samples[exp],) + INPUT_SHAPES[exp])
+            methods = self.methods(exp)
+            for name in DEFAULT_MODELS[exp]:
+                model = architecture(name, self.seed)
+                costs, skipped = method_costs(methods, model, x)
+                if exp != "bbox":
+                    costs.append(infidelity_cost(x))
+                out.append(StageCost(f"{exp} on {paper.model_label(name)}",
+                                     ((costs, model, x),), int(x.shape[0]), tuple(skipped)))
+        route = self.imagenet
+        for name, path in ({} if route is None else route.weights).items():
+            x = torch.zeros((samples["bbox"], 3, route.size[1], route.size[1]))
+            model = M.torchvision_model(name, path).eval()
+            scale = route.resolved_patch_scale(next(model.parameters()).device)
+            methods = scale_patches(self.methods("bbox"), scale)
+            costs, skipped = method_costs(methods, model, x)
+            out.append(StageCost(f"bbox on {name}", ((costs, model, x),), int(x.shape[0]),
+                                 tuple(skipped),
+                                 (f"patch scale {scale}",) if scale != 1 else ()))
+        return out
 
 
 @dataclass
@@ -246,9 +320,7 @@ def run_assessment(ws: Workspace, experiments: Sequence[str] = EXPERIMENTS,
         raise TypeError(f"imagenet must be an ImagenetRoute, got {type(imagenet).__name__}")
     bound = assessment_methods(ws.seed, methods, method_kwargs)
     chosen = {**DEFAULT_MODELS, **(dict(models) if models else {})}
-    samples = dict(QUICK_SAMPLES if ws.quick else FULL_SAMPLES)
-    if n_samples is not None:
-        samples = {k: int(n_samples) for k in samples}
+    samples = AssessmentStage(quick=ws.quick, n_samples=n_samples).samples
     stage = Stage(ws, bound, batch_size, dtype)
     result = AssessmentResult()
 

@@ -27,15 +27,16 @@ from .._units import fingerprint
 from .stage import Stage, collect, timed
 
 __all__ = ["infidelity_from_changes", "run_infidelity", "run_taylor_order",
-           "square_output_changes", "square_predictions"]
+           "square_output_changes", "square_predictions", "taylor_order_methods"]
 
 
 def square_output_changes(model, inputs: torch.Tensor, target: torch.Tensor, baselines=0.0,
                           max_side: int = 10, batch_size: int = 1024, *,
-                          show_progress: bool = False, desc: str = "square removals"
-                          ) -> torch.Tensor:
+                          show_progress: bool = False, desc: str = "square removals",
+                          scale: int = 1) -> torch.Tensor:
     """``f(x) - f(x with square k set to the baseline)`` for every square of
-    :func:`taylorattr.metrics.square_removal`, ``[B, N]`` float64.
+    :func:`taylorattr.metrics.square_removal` ``(H, W, max_side, scale)``, ``[B, N]``
+    float64.
 
     ``f`` is the logit of ``target`` (``[B]``). These are the true changes of
     :func:`taylorattr.metrics.infidelity`'s square removal; they do not depend on the
@@ -49,7 +50,7 @@ def square_output_changes(model, inputs: torch.Tensor, target: torch.Tensor, bas
     b, _, h, w = x.shape
     t = target.to(torch.long)
     base = broadcast_baselines(baselines, x)
-    squares = square_removal(h, w, max_side)
+    squares = square_removal(h, w, max_side, scale)
     changes = []
     with torch.no_grad(), tqdm(total=b * squares.shape[0], desc=desc, unit="row", leave=False,
                                disable=not show_progress) as bar:
@@ -63,11 +64,12 @@ def square_output_changes(model, inputs: torch.Tensor, target: torch.Tensor, bas
     return torch.cat(changes, 1)
 
 
-def square_predictions(attributions: torch.Tensor, max_side: int = 10) -> torch.Tensor:
+def square_predictions(attributions: torch.Tensor, max_side: int = 10,
+                       scale: int = 1) -> torch.Tensor:
     """The sum of the (channel-summed) attribution over every square of
     :func:`taylorattr.metrics.square_removal`, ``[B, N]`` float64, from an integral image."""
     _, _, h, w = attributions.shape
-    return square_sums(attributions.detach(), square_removal(h, w, max_side))
+    return square_sums(attributions.detach(), square_removal(h, w, max_side, scale))
 
 
 def infidelity_from_changes(predictions: torch.Tensor, changes: torch.Tensor,
@@ -138,10 +140,15 @@ def run_infidelity(stage: Stage, models, n: int, counts, result) -> None:
         result.timings[f"infidelity removal forwards {paper.model_label(m)} (s)"] = round(ch, 3)
 
 
+def taylor_order_methods(orders) -> list:
+    """The bound methods of experiment 2: the Taylor attribution at each order."""
+    return [of_class(TaylorAttribution).bind(order=k) for k in orders]
+
+
 def run_taylor_order(stage: Stage, models, n: int, orders, result) -> None:
     """Experiment 2: infidelity of the order-K Taylor attribution, one row per (model, K)."""
     x = stage.ws.held_out_digits(n)
-    taylor = [of_class(TaylorAttribution).bind(order=k) for k in orders]
+    taylor = taylor_order_methods(orders)
     units = _units(stage, models, x, taylor, "taylor order")
     starts = [i0 for i0, _ in stage.spans(x)]
     for m in models:

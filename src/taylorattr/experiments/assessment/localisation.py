@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from ..._validation import check_positive_int
 from ...baselines import Point
 from ...metrics import bbox_accuracy
 from ...metrics.statistics import mean_sem
@@ -90,8 +91,7 @@ def scale_patches(methods, scale: int) -> list:
     """The bound methods with every window/player setting (:data:`LAYOUT_SETTINGS`, where
     set) multiplied by ``scale``; labels and the other settings are kept (a setting the
     registry pins, such as Occ-1's ``patch=1``, is scaled too)."""
-    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
-        raise ValueError(f"scale must be an int >= 1, got {scale!r}")
+    check_positive_int(scale, "scale")
     out = []
     for m in methods:
         own = {k: _times(m.settings[k], scale) for k in LAYOUT_SETTINGS

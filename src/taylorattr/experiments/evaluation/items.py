@@ -3,7 +3,7 @@
 An evaluation dataset is any map-style dataset (``len`` and ``dataset[i]``) whose item is
 ``(input, target)`` or ``(input, target, box_mask)``: ``input`` a float tensor of the
 model's input shape without the batch axis, ``target`` an int class index (or a 0-d
-integer tensor), ``box_mask`` a ``[H, W]`` (or ``[1, H, W]``) bool / 0-1 tensor over
+integer tensor; :data:`PREDICTED` = -1: explain the model's predicted class), ``box_mask`` a ``[H, W]`` (or ``[1, H, W]``) bool / 0-1 tensor over
 the input's last two axes, needed by the ``bbox`` metric.
 
 :func:`read_item` turns ``dataset[i]`` into an :class:`Item` or raises :class:`BadItem`
@@ -15,8 +15,9 @@ needs one. The caller then refuses the run or skips the item and records it
 (``on_bad_item``), never drops it silently.
 
 Built in: :class:`TensorItems` (tensors in memory, e.g. the bundled MNIST digits and
-cluttered canvases, see :func:`builtin_dataset`) and :class:`ImageFolderItems` (an
-ImageNet-style folder, images read lazily so that one unreadable file is one bad item).
+cluttered canvases, see :func:`builtin_dataset`) and :class:`ImageFolderItems` (a
+folder of images, read lazily so that one unreadable file is one bad item; class folders
+are output indices only through ``labels``, :func:`match_labels`).
 """
 from __future__ import annotations
 
@@ -26,8 +27,9 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["BadItem", "ImageFolderItems", "Item", "TensorItems", "builtin_dataset",
-           "read_item", "reference_shape"]
+__all__ = ["PREDICTED", "BadItem", "ImageFolderItems", "Item", "TensorItems",
+           "builtin_dataset", "item_source", "match_labels", "read_item", "read_labels",
+           "reference_shape"]
 
 
 class BadItem(ValueError):
@@ -74,8 +76,9 @@ def read_item(dataset, index: int, shape: tuple[int, ...] | None, need_mask: boo
             raise BadItem(index, f"target must be an integer class index, got a tensor "
                                  f"{tuple(target.shape)} {target.dtype}")
         target = int(target.item())
-    if isinstance(target, bool) or not isinstance(target, int) or target < 0:
-        raise BadItem(index, f"target must be a non-negative int class index, got {target!r}")
+    if isinstance(target, bool) or not isinstance(target, int) or target < PREDICTED:
+        raise BadItem(index, f"target must be a non-negative int class index (or -1: the "
+                             f"predicted class), got {target!r}")
     if mask is not None:
         if not isinstance(mask, torch.Tensor):
             raise BadItem(index, f"box mask must be a tensor, got {type(mask).__name__}")
@@ -140,44 +143,89 @@ def builtin_dataset(name: str, mnist_dir=None) -> TensorItems:
     raise ValueError(f"data must be 'mnist', 'cluttered' or a folder, got {name!r}")
 
 
-_SUFFIXES = (".jpeg", ".jpg", ".png")
+def read_labels(path) -> list[str]:
+    """The class names of ``--labels FILE``: one per line in the model's output order
+    (blank lines skipped); ValueError naming the file when it holds none or repeats one."""
+    path = Path(path)
+    names = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if not names:
+        raise ValueError(f"labels: {path} holds no class names (one per line)")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"labels: {path} repeats {', '.join(repeated[:5])}")
+    return names
+
+
+def match_labels(folders, labels: list[str]) -> dict[str, int]:
+    """Folder (class) name -> output index: a folder matches the label line equal to it or
+    whose first word it is (``n01440764 tench`` matches ``n01440764``). ValueError listing
+    the folders no line matches, and some labels, when any is left over."""
+    index = {}
+    for i, line in enumerate(labels):
+        index.setdefault(line, i)
+        index.setdefault(line.split()[0], i)
+    missing = sorted(f for f in set(folders) if f not in index)
+    if missing:
+        raise ValueError(
+            f"labels: the class folder(s) {', '.join(missing[:8])}"
+            f"{' ...' if len(missing) > 8 else ''} match no line of the labels (which start "
+            f"{', '.join(labels[:8])}{' ...' if len(labels) > 8 else ''}); rename the folders "
+            "or fix the labels file")
+    return {f: index[f] for f in set(folders)}
 
 
 class ImageFolderItems(torch.utils.data.Dataset):
-    """An ImageNet-style folder, read lazily: every image (``.JPEG``/``.jpg``/``.png``, any
+    """A folder of images, read lazily: every image (``.JPEG``/``.jpg``/``.png``, any
     depth) is an item ``(image [3, size, size] normalised, target[, box mask])``.
 
-    The class is the synset of a Pascal-VOC ``<stem>.xml`` beside the image when there is
-    one (its boxes give the mask), else the image's parent folder name. Class indices:
-    ``synsets`` (ids in model-output order, or an ILSVRC mapping file with one id first
-    per line) or else the sorted parent folder names. Each image and XML is read when its
-    item is, so an unreadable file or an unknown class is one bad item.
+    Class names: the synset of a Pascal-VOC ``<stem>.xml`` beside the image when there is
+    one (its boxes give the mask), else the image's parent folder name. ``labels`` (the
+    model's class names in output order, or a file of them, :func:`read_labels`) gives
+    each class name its output index (:func:`match_labels`: a name no label matches is
+    refused at construction, listing the names). Without ``labels`` the folder names are
+    not output indices: ``target`` is :data:`PREDICTED` (-1), and the job explains the
+    model's predicted class. ``mean``/``std``/``size``/``resize``: the preprocessing
+    (:func:`taylorattr.data.imagenet_transform`; default ImageNet's). Each image and XML
+    is read when its item is, so an unreadable file is one bad item. ``source(i)``: the
+    image's path relative to ``root``.
     """
 
     def __init__(self, root: str | os.PathLike, size: int = 224, resize: int = 256,
-                 synsets=None):
+                 labels=None, mean=None, std=None):
         from ...data import IMAGENET_MEAN, IMAGENET_STD
+        from ...data.imagenet import image_files
 
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(f"data folder not found: {self.root}")
-        self.files = sorted(p for p in self.root.rglob("*")
-                            if p.is_file() and p.suffix.lower() in _SUFFIXES)
-        if not self.files:
-            raise ValueError(f"data: no images ({', '.join(_SUFFIXES)}) under {self.root}")
-        if synsets is None:
-            names = sorted({p.parent.name for p in self.files})
-        elif isinstance(synsets, (str, os.PathLike)):
-            lines = Path(synsets).read_text(encoding="utf-8").splitlines()
-            names = [ln.split()[0] for ln in lines if ln.strip()]
-        else:
-            names = [str(s) for s in synsets]
-        self.class_to_idx = {s: i for i, s in enumerate(names)}
+        self.files = image_files(self.root)
+        if isinstance(labels, (str, os.PathLike)):
+            labels = read_labels(labels)
+        self.labels = None if labels is None else [str(s) for s in labels]
+        self.class_to_idx = None if self.labels is None else match_labels(
+            {self._class_name(p) for p in self.files}, self.labels)
         self.size, self.resize = int(size), int(resize)
-        self.mean, self.std = IMAGENET_MEAN, IMAGENET_STD
+        self.mean = IMAGENET_MEAN if mean is None else tuple(float(v) for v in mean)
+        self.std = IMAGENET_STD if std is None else tuple(float(v) for v in std)
+
+    @staticmethod
+    def _class_name(path: Path) -> str:
+        from ...data import parse_voc_xml
+
+        xml = path.with_suffix(".xml")
+        if xml.is_file():
+            try:
+                return parse_voc_xml(xml).names[0]
+            except (ValueError, IndexError, OSError):  # a bad XML is that item's problem
+                pass
+        return path.parent.name
 
     def __len__(self) -> int:
         return len(self.files)
+
+    def source(self, i: int) -> str:
+        """Image ``i``'s path relative to the root (POSIX separators)."""
+        return self.files[i].relative_to(self.root).as_posix()
 
     def __getitem__(self, i: int):
         from ...data import boxes_to_mask, imagenet_transform, parse_voc_xml, transform_mask
@@ -188,11 +236,26 @@ class ImageFolderItems(torch.utils.data.Dataset):
         xml = path.with_suffix(".xml")
         ann = parse_voc_xml(xml) if xml.is_file() else None
         name = ann.names[0] if ann is not None else path.parent.name
-        if name not in self.class_to_idx:
-            raise ValueError(f"{path}: class {name!r} is not one of the known classes")
+        if self.class_to_idx is not None and name not in self.class_to_idx:
+            raise ValueError(f"{path}: class {name!r} is not one of the labels")
+        target = PREDICTED if self.class_to_idx is None else self.class_to_idx[name]
         x = imagenet_transform(img, self.resize, self.size, self.mean, self.std)
         if ann is None:
-            return x, self.class_to_idx[name]
+            return x, target
         mask = transform_mask(boxes_to_mask(ann.boxes, img.height, img.width),
                               self.resize, self.size)
-        return x, self.class_to_idx[name], mask
+        return x, target, mask
+
+
+#: The target of an item whose class the dataset cannot map to an output index: the job
+#: explains the model's predicted class.
+PREDICTED = -1
+
+
+def item_source(dataset, index: int) -> str | None:
+    """Where item ``index`` comes from (``dataset.source(i)``, through ``Subset``), or
+    None."""
+    while isinstance(dataset, torch.utils.data.Subset):
+        dataset, index = dataset.dataset, dataset.indices[index]
+    source = getattr(dataset, "source", None)
+    return source(index) if callable(source) else None

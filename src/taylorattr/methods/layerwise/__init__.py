@@ -1,4 +1,5 @@
-"""The layer-wise propagation engine behind DeepLIFT (Rescale) and epsilon-LRP.
+"""The layer-wise propagation engine behind DeepLIFT (Rescale), epsilon-LRP and the LRP
+composites.
 
 Both methods are *modified gradients* (Ancona et al. 2018): the network runs forward,
 then backpropagates with every nonlinear operation's local derivative replaced by its
@@ -6,11 +7,16 @@ rule's multiplier and every linear map left exact; the attribution is
 ``(x - x~) * g`` (DeepLIFT) or ``x * g`` (epsilon-LRP) with ``g`` the modified gradient
 at the input. The package is split by concept:
 
-* :mod:`.rules`: the families of operations the engine understands, one small class per
-  rule (Rescale, Captum's max-pool rule, epsilon, winner-take-all, ...), the two rule sets;
+* :mod:`.graph`: the model captured as core ATen operations (the shared
+  :mod:`taylorattr.capture`, activations and declared elementwise modules kept whole);
+* :mod:`.ops`: the kind of each operation (linear, weighted, activation, product, ...),
+  decided from the graph, so that coverage follows from it;
+* :mod:`.rules`: one rule per kind and method (Rescale, the two-player Shapley split,
+  the composed softmax/LayerNorm rules, epsilon, uniform, ...), the two rule sets;
+* :mod:`.relevance`: Zennit's rules and composites in relevance form;
 * :mod:`.table`: :func:`supported_operations`, the support table generated from them;
-* :mod:`.plan`: tracing with ``torch.fx``, classifying each operation, BatchNorm
-  folding and epsilon placement, :class:`UnsupportedModelError`;
+* :mod:`.plan`: classifying a captured graph, batch-norm folding and epsilon placement,
+  :class:`UnsupportedModelError`;
 * :mod:`.engine`: the modified-gradient pass (:func:`propagate`);
 * :mod:`.records`: per-layer records and the per-edge terms of the paper (Thm 4).
 

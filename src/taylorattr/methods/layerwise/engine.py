@@ -16,93 +16,154 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import fx, nn
 
 from ..._validation import model_output, resolve_target, select_output
+from ...capture import where
 from ...runtime.progress import report_rows
+from .graph import lifted_values, op_name
 from .plan import Plan, get_plan
 from .records import LayerRecord, fold_batchnorm
-from .rules import RuleSet
+from .rules import Gradient, RuleSet, scaled
 
 __all__ = ["LayerwiseMethod", "Propagation", "propagate"]
 
 _RECORDED = {"weighted", "norm"}
 
 
-def _callable(interp: fx.Interpreter, node: fx.Node, args, kwargs):
-    """``y -> op(y, *other args)`` for a single-input node, and a label for it; in-place
-    operations work on a copy (the rules evaluate ``op`` more than once)."""
-    rest = args[1:]
-    if node.op == "call_module":
-        m = interp.fetch_attr(node.target)
-        inplace = getattr(m, "inplace", False) is True
-        fn, label = m, node.target
-    elif node.op == "call_function":
-        inplace = kwargs.get("inplace") is True or any(r is True for r in rest)
-        f = node.target
-        fn = (lambda y: f(y, *rest, **kwargs)) if (rest or kwargs) else f
-        label = getattr(node.target, "__name__", str(node.target))
-    else:
-        meth = getattr(torch.Tensor, node.target)
-        inplace = node.target.endswith("_")
-        fn = lambda y: meth(y, *rest, **kwargs)
-        label = f"Tensor.{node.target}"
-    if inplace:
-        inner = fn
-        fn = lambda y: inner(y.clone())
-    return fn, label
+class _Call:
+    """``v -> op(*args)`` with the input-dependent arguments at ``positions`` replaced
+    by ``v`` (one or two of them); ``op`` is kept for the rules that ask for it."""
+
+    module = None  # the Linear/Conv module of a weighted node (LRP composites)
+    fold = None    # the arguments of a batch norm folded into it (LRP composites)
+
+    def __init__(self, op, args, kwargs, positions):
+        self.op, self.args, self.kwargs, self.positions = op, list(args), kwargs, positions
+
+    def __call__(self, *values):
+        args = list(self.args)
+        for p, v in zip(self.positions, values):
+            args[p] = v
+        return self.op(*args, **self.kwargs)
 
 
 class _Pass(fx.Interpreter):
-    """Runs the traced graph on the live model, applying the rules at planned nodes.
+    """Runs the captured graph, applying the rules at planned nodes; parameters and
+    buffers are read from the live model.
 
-    ``reference=None``: the baseline pass (plain forward; remembers ``(y, op(y))`` of the
-    nodes whose rule needs it). Otherwise the main pass, with the rules' backward.
+    ``reference=None``: the baseline pass (plain forward; remembers the inputs and output
+    of the nodes whose rule needs them). Otherwise the main pass, with the rules' backward.
     """
 
     def __init__(self, model, plan: Plan, rules: RuleSet, reference: dict | None,
                  record: bool):
-        super().__init__(model, garbage_collect_values=True, graph=plan.graph)
+        super().__init__(model, garbage_collect_values=True, graph=plan.core.module.graph)
         self.plan, self.rules, self.reference, self.record = plan, rules, reference, record
-        self.saved: dict = {}     # node -> (y, op(y)) [baseline pass]
+        self.saved: dict = {}     # node -> (inputs, output) [baseline pass]
         self.acts: dict = {}      # activation node -> (output, multiplier) [main pass]
         self.layers: dict = {}    # weighted/norm node -> (input, output)
         self.act_fns: dict = {}   # activation node -> (callable, label)
+        self._nodes = {node.name: node for node in self.graph.nodes}
 
-    def run(self, *args, **kwargs):
-        out = super().run(*args, **kwargs)
-        report_rows(self.module, args[0])  # a plan never calls the model's forward hooks
+    def fetch_attr(self, target: str):
+        return getattr(self.plan.core.module, target)  # constants of the capture
+
+    def run(self, x):
+        lifted = lifted_values(self.plan.core, self.module)
+        placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
+        out = super().run(*[lifted.get(p.name, x) for p in placeholders])
+        if isinstance(out, (tuple, list)) and len(out) == 1:
+            out = out[0]  # the capture's output is a tuple
+        report_rows(self.module, x)  # a plan never calls the model's forward hooks
         return out
+
+    def _discrete(self, n: fx.Node, out):
+        """DeepLIFT's rules hold one selection fixed: an input-dependent mask, index or
+        detached value must be the same at the input and at the baseline."""
+        if self.reference is None:
+            self.saved[n.name] = out
+            return
+        ref = self.reference.get(n.name)
+        if isinstance(out, torch.Tensor) and isinstance(ref, torch.Tensor) and \
+                out.shape == ref.shape and not torch.equal(out, ref):
+            raise ValueError(
+                f"{op_name(n.target)} at {where(n)}: this input-dependent mask, index or "
+                f"detached value "
+                f"differs between the inputs and the baselines, so {self.rules.method}'s "
+                "rules (one fixed selection) would not be complete; choose baselines that "
+                "select the same entries")
 
     def run_node(self, n: fx.Node):
         kind = self.plan.kinds.get(n.name)
         if kind is None:
-            return super().run_node(n)
-        family, rule = self.rules.family(kind), self.rules.rules[kind]
+            out = super().run_node(n)
+            if n.name in self.plan.discrete and self.rules.needs_reference:
+                self._discrete(n, out)
+            return out
+        rule = self.rules.rules[kind]
         with self._set_current_node(n):
             args, kwargs = self.fetch_args_kwargs_from_env(n)
-            if family.eval_only and self.fetch_attr(n.target).training:
-                raise ValueError(
-                    f"model: {type(self.fetch_attr(n.target)).__name__} module '{n.target}' "
-                    "is in training mode; call model.eval() before attributing")
-            if not family.single_input:
-                return getattr(self, n.op)(n.target, args, kwargs)
-            y = args[0]
-            fn, label = _callable(self, n, args, kwargs)
-            if self.reference is None:
-                out = fn(y)
-                if rule.needs_reference:
-                    self.saved[n.name] = (y, out)
-                wrapped, m = out, None
-            else:
-                wrapped, m = rule.apply(fn, y, self.reference.get(n.name),
-                                        n.name in self.plan.unfused)
-            if kind == "activation":
-                self.acts[n.name] = (wrapped, m)
-                self.act_fns[n.name] = (fn, label)
-            elif kind in _RECORDED and self.record:
-                self.layers[n.name] = (y, wrapped)
-            return wrapped
+        if getattr(rule, "converts", False) and self.reference is not None:
+            if rule.routes(n.target):
+                rule = rule.inner
+            else:  # relevance form: R_y = y * G^T [R_z / s(z)], G the inner rule's
+                args, kwargs = self._live_args(n, lambda v: scaled(v, v.detach(), v.detach()))
+                out = self._apply(n, kind, rule.inner, args, kwargs)
+                z = out.detach()
+                return scaled(out, z, 1 / rule.stabilize(z))
+        return self._apply(n, kind, rule, args, kwargs)
+
+    def _live_args(self, n: fx.Node, wrap):
+        """``n``'s arguments with ``wrap`` applied to each input-dependent value."""
+        def load(a):
+            v = self.env[a]
+            return wrap(v) if a.name in self.plan.live and isinstance(v, torch.Tensor) else v
+        return fx.node.map_arg(n.args, load), fx.node.map_arg(n.kwargs, load)
+
+    def _activation(self, n: fx.Node, args, kwargs, pos):
+        """The activation of a record as a torch-level callable (its module, or the
+        ``torch.nn.functional``/``torch`` function of the same name), so that Taylor mode
+        can expand it; the ATen operation itself otherwise."""
+        module = self.plan.act_modules.get(n.name)
+        if module is not None:
+            return module
+        name = op_name(n.target).split(".")[1] if op_name(n.target).startswith("aten.") else ""
+        f = getattr(F, name, None) or getattr(torch, name, None)
+        if f is not None and pos == [0]:
+            rest = tuple(args[1:])
+            return (lambda y: f(y, *rest, **kwargs)) if rest or kwargs else f
+        return _Call(n.target, args, kwargs, pos[:1])
+
+    def _apply(self, n: fx.Node, kind: str, rule, args, kwargs):
+        pos = self.plan.positions[n.name]
+        ys = [args[p] for p in pos[:rule.inputs]]
+        if self.reference is None or isinstance(rule, Gradient):
+            out = n.target(*args, **kwargs)
+            if self.reference is None and rule.needs_reference:
+                self.saved[n.name] = (ys[0] if rule.inputs == 1 else ys, out)
+            wrapped, m = out, None
+        elif getattr(rule, "wants_node", False):
+            wrapped, m = rule.apply_node(n.target, args, ys[0], self.reference.get(n.name)), None
+        else:
+            fn = _Call(n.target, args, kwargs, pos[:rule.inputs])
+            fn.module = self.plan.modules.get(n.name)
+            if n.name in self.plan.fold:  # the batch norm folded into this layer
+                bn = self._nodes[self.plan.fold[n.name]]
+                fn.fold = [self.env[a] if isinstance(a, fx.Node) else a
+                           for a in (*bn.args[1:5], bn.args[6])]
+            wrapped, m = rule.apply(fn, ys[0] if rule.inputs == 1 else ys,
+                                    self.reference.get(n.name), n.name in self.plan.unfused)
+        if isinstance(wrapped, torch.Tensor) and not wrapped.is_contiguous():
+            wrapped = wrapped.contiguous()  # the graph's views assume the op's own layout
+        if kind == "activation":
+            self.acts[n.name] = (wrapped, m)
+            self.act_fns[n.name] = (self._activation(n, args, kwargs, pos),
+                                    self.plan.targets.get(n.name))
+        elif kind in _RECORDED and self.record:
+            self.layers[n.name] = (ys[0], wrapped)
+        return wrapped
 
 
 @dataclass
@@ -189,8 +250,15 @@ class LayerwiseMethod:
 
     _rules: RuleSet
 
-    def _get_plan(self) -> Plan:
-        return get_plan(self.model, self._rules)
+    def _get_plan(self, x: torch.Tensor) -> Plan:
+        return get_plan(self.model, self._rules, x)
+
+    def _check_plan(self) -> None:
+        """At construction only the model's type: the graph is captured at the first
+        call's input shape (``torch.export`` needs an example input), refusals come then."""
+        if not isinstance(self.model, nn.Module):
+            raise TypeError(f"model must be an nn.Module for {type(self).__name__}, "
+                            f"got {type(self.model).__name__}")
 
     def _propagate_cost(self, rows: int):
         """The :class:`~taylorattr.runtime.cost.Cost` of :func:`propagate` on ``rows`` rows (without

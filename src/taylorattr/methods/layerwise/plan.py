@@ -1,33 +1,37 @@
-"""Tracing a model and planning the layer-wise pass: which rule family each operation
-belongs to, where epsilon factors go, and which BatchNorm folds into which layer.
+"""Planning the layer-wise pass over a captured graph (:mod:`.graph`): the kind of each
+operation (:mod:`.ops`), where epsilon factors go, which batch norm folds into which
+layer.
 
-``model.forward`` is traced once with ``torch.fx`` (modules declaring ``elementwise =
-True`` kept whole). Every operation whose value depends on the input is matched to a
-:class:`~taylorattr.methods.layerwise.rules.Family` of the method's rule set; anything
-else raises :class:`UnsupportedModelError` listing each offending operation with its
-source line and what to do. The engine never falls back to the plain gradient (Captum
-does, silently, for nonlinearities it cannot see).
+Every operation whose value depends on the input is given a kind; a kind the method has
+no rule for, or an operation no kind covers, goes into one short
+:class:`UnsupportedModelError`: the distinct operations with their count and one source
+location each, then what to do. The engine never falls back to the plain gradient
+(Captum does, silently, for nonlinearities it cannot see).
 
 The plan also records, for the epsilon rule and for the per-layer records:
 
-* ``fold``: a Linear/Conv whose only user is a BatchNorm of matching dimension (eval
-  mode) is folded with it into one affine layer ``W' = W * gamma / sigma``,
-  ``b' = (b - mu) * gamma / sigma + beta``: the layer's output carries no epsilon factor
-  of its own and its record describes the folded layer (DeepLIFT is unchanged by
-  folding: both are affine, propagated by their exact gradient);
+* ``fold``: a convolution/linear node whose only user is an eval-mode batch norm is
+  folded with it into one affine layer (the layer's output carries no epsilon factor);
 * ``act_of``: the elementwise activation that is the only user of a layer's output;
 * ``unfused``: layer outputs whose users are not all activations, so that the output
   carries the epsilon factor ``z / (z + eps s(z))`` itself (otherwise the activations'
-  multiplier ``op(z) / (z + eps s(z))`` contains it).
+  multiplier ``op(z) / (z + eps s(z))`` contains it);
+* ``discrete``: input-dependent values that carry no relevance (``where``'s condition,
+  indices, ``detach``-ed values): DeepLIFT holds them fixed, so it checks that they agree
+  at the input and the baseline.
 """
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
+import torch
 from torch import fx, nn
 
-from ... import _fx
+from ...capture import CoreGraph, where
+from .graph import cached_capture, module_path, op_name
+from .ops import classify, live_positions
 from .rules import RuleSet
 from .table import support_summary
 
@@ -38,153 +42,176 @@ class UnsupportedModelError(TypeError):
     """The model holds an operation the layer-wise rules cannot propagate through."""
 
 
-_STATIC_METHODS = {"size", "dim"}  # results describe the shape, not the values
-_STATIC_ATTRS = {"shape", "ndim", "dtype", "device"}
 _EPSILON_KINDS = {"weighted", "norm", "avg_pool", "max_pool"}  # layers with an epsilon step
-_FOLDS = {nn.Linear: nn.BatchNorm1d, nn.Conv1d: nn.BatchNorm1d, nn.Conv2d: nn.BatchNorm2d,
-          nn.Conv3d: nn.BatchNorm3d}
-_HINTS = {  # what to do about operations people often meet
-    nn.LayerNorm: "normalises by statistics of its own input (not a fixed affine map)",
-    nn.GroupNorm: "normalises by statistics of its own input (not a fixed affine map)",
-    nn.Softmax: "mixes the entries it normalises (not elementwise)",
-    nn.MultiheadAttention: "multiplies input-dependent tensors",
-}
+_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+_PLAIN_FORWARDS = tuple(t.forward for t in _LAYERS)
 _WHAT_TO_DO = (
-    "What to do: replace each listed operation by a supported one; give a custom "
-    "elementwise activation module the class attribute `elementwise = True`; or explain "
-    "the model with a method that needs no layer rules (IntegratedGradients, "
+    "What to do: replace the listed operations by supported ones (the table below), or "
+    "explain the model with a method that needs no layer rules (IntegratedGradients, "
     "GradientInput, ExpectedGradients, Occlusion).")
 
 
 def _signature(model: nn.Module):
-    """Changes when submodules are replaced or ``forward`` is swapped (re-trace then)."""
+    """Changes when submodules are replaced, ``forward`` is swapped or a module changes
+    between training and eval mode (capture again then)."""
     fwd = getattr(model.forward, "__func__", model.forward)
-    return (fwd,) + tuple((name, id(m)) for name, m in model.named_modules())
+    return (fwd,) + tuple((name, id(m), m.training) for name, m in model.named_modules())
 
 
 @dataclass
 class Plan:
     graph: fx.Graph
     signature: tuple
-    kinds: dict            # node name -> family key ("weighted", "activation", ...)
+    kinds: dict            # node name -> kind ("weighted", "activation", ...)
+    positions: dict        # node name -> top-level indices of its input-dependent args
     act_of: dict           # layer output node name -> its activation node (sole user)
     unfused: set           # layer output node names that carry the epsilon factor
-    fold: dict             # weighted node name -> the BatchNorm node folded into it
-    weighted_order: list   # weighted (Linear/Conv) node names in execution order
-    targets: dict          # node name -> module path (call_module nodes)
+    fold: dict             # weighted node name -> the batch norm node folded into it
+    weighted_order: list   # weighted nodes of Linear/Conv modules, in execution order
+    targets: dict          # node name -> module path (weighted, norm, activation nodes)
+    core: CoreGraph = None
+    discrete: set = field(default_factory=set)
+    live: set = field(default_factory=set)      # input-dependent node names
+    modules: dict = field(default_factory=dict)  # weighted node -> enclosing Linear/Conv
+    act_modules: dict = field(default_factory=dict)  # activation node -> its module
 
 
-def _trace(model: nn.Module, method: str) -> fx.Graph:
-    try:
-        return _fx.trace(model, method, UnsupportedModelError).graph
-    except UnsupportedModelError as exc:
-        raise UnsupportedModelError(f"{exc}\n{_WHAT_TO_DO}") from exc.__cause__
+def _refusal(bad: list, rules: RuleSet, model: nn.Module) -> UnsupportedModelError:
+    counts = Counter(op for op, _ in bad)
+    first = {}
+    for op, at in bad:
+        first.setdefault(op, at)
+    lines = [f"  - {op} (x{n}), first at {first[op]}" for op, n in counts.items()]
+    return UnsupportedModelError(
+        f"{rules.method} cannot propagate through {len(counts)} kind(s) of operation of "
+        f"{type(model).__name__} ({sum(counts.values())} occurrence(s)):\n" + "\n".join(lines)
+        + f"\n{_WHAT_TO_DO}\nSupported by {rules.method} (taylorattr.methods.layerwise."
+        f"supported_operations()):\n{support_summary(rules)}")
 
 
-def _refusal(node: fx.Node, model: nn.Module, rules: RuleSet) -> str:
-    if node.op == "call_module":
-        hint = _HINTS.get(type(model.get_submodule(node.target)))
-        if hint:
-            return f"{hint}; no {rules.method} rule"
-    return f"no {rules.method} rule for this operation"
+_EVAL_ONLY = (nn.modules.batchnorm._BatchNorm, nn.Dropout, nn.Dropout1d, nn.Dropout2d,
+              nn.Dropout3d, nn.AlphaDropout)
 
 
-def _classify(graph: fx.Graph, model: nn.Module, rules: RuleSet) -> dict:
-    live: set[str] = set()      # nodes whose value depends on the input
-    kinds: dict[str, str] = {}
-    bad: list[str] = []
-    families = rules.families
-    for node in graph.nodes:
-        if node.op == "placeholder":
-            live.add(node.name)
-            continue
-        if node.op in ("get_attr", "output"):
-            continue
-        live_args = [a for a in _fx.node_args(node) if isinstance(a, fx.Node) and a.name in live]
-        if not live_args:
-            continue  # a constant of the model (e.g. a function of the parameters)
-        if node.op == "call_method" and node.target in _STATIC_METHODS:
-            continue
-        if node.op == "call_function" and node.target is getattr \
-                and node.args[1] in _STATIC_ATTRS:
-            continue
-        live.add(node.name)
-        family = next((f for f in families if f.matches(node, model)), None)
-        reason = _refusal(node, model, rules) if family is None \
-            else family.problem(node, model, live_args)
-        if reason:
-            bad.append(f"{_fx.describe(node, model)}: {reason}")
-        else:
-            kinds[node.name] = family.key
-    if bad:
-        listing = "\n  - ".join(bad)
-        raise UnsupportedModelError(
-            f"{rules.method} cannot propagate through {len(bad)} operation(s) of "
-            f"{type(model).__name__}:\n  - {listing}\n"
-            f"Supported by {rules.method} (taylorattr.methods.layerwise."
-            f"supported_operations()):\n{support_summary(rules)}\n{_WHAT_TO_DO}")
-    return kinds
+def _check_eval(model: nn.Module) -> None:
+    for path, m in model.named_modules():
+        if isinstance(m, _EVAL_ONLY) and m.training and (
+                not isinstance(m, nn.modules.batchnorm._BatchNorm) or m.track_running_stats):
+            raise ValueError(f"model: {type(m).__name__} module '{path}' is in training mode; "
+                             "call model.eval() before attributing")
 
 
-def build_plan(model: nn.Module, rules: RuleSet) -> Plan:
-    """Trace ``model`` and classify every operation that depends on the input."""
+def _describe(node: fx.Node, reason: str) -> tuple[str, str]:
+    return f"{op_name(node.target)}: {reason}", where(node)
+
+
+def build_plan(model: nn.Module, rules: RuleSet, x: torch.Tensor) -> Plan:
+    """Capture ``model`` at ``x`` and classify every operation that depends on the input."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module for {rules.method}, "
                         f"got {type(model).__name__}")
-    graph = _trace(model, rules.method)
-    # inputs without a default (defaulted ones were fixed at their defaults while tracing)
-    placeholders = [n for n in graph.nodes if n.op == "placeholder" and not n.args]
-    if len(placeholders) != 1:
+    _check_eval(model)
+    signature = _signature(model)
+    captured = cached_capture(model, x, signature, UnsupportedModelError)
+    graph = captured.module.graph
+    if len(captured.inputs) != 1:
         raise UnsupportedModelError(
             f"{rules.method} needs a model whose forward takes exactly one tensor, "
-            f"{type(model).__name__}.forward takes {len(placeholders)} arguments")
-    kinds = _classify(graph, model, rules)
+            f"{type(model).__name__}.forward takes {len(captured.inputs)} arguments")
+    live = {captured.inputs[0].name}
+    kinds, positions, discrete, bad = {}, {}, set(), []
+    for node in graph.nodes:
+        kind, reason = classify(node, live)
+        if kind is None and reason is None:
+            deps: list = []
+            fx.node.map_arg((node.args, node.kwargs), deps.append)
+            val = node.meta.get("val")
+            if node.op == "call_function" and any(d.name in live for d in deps) and \
+                    isinstance(val, torch.Tensor):
+                discrete.add(node.name)  # an input-dependent mask or index, a detached value
+            continue
+        live.add(node.name)
+        rule = rules.rules.get(kind) if kind else None
+        if kind and rule is None:
+            reason = f"no {rules.method} rule for {rules.family(kind).title}"
+        elif rule is not None:
+            reason = rule.refuses(node.target)
+        if reason:
+            bad.append(_describe(node, reason))
+            continue
+        kinds[node.name] = kind
+        positions[node.name] = live_positions(node, live)[0]
+    plan = _finish(Plan(graph, signature, kinds, positions, {}, set(), {}, [], {},
+                        captured, discrete, live), model)
+    if bad:
+        raise _refusal(bad, rules, model)
+    return plan
 
-    def sole_act(node):
-        users = list(node.users)
-        if len(users) == 1 and kinds.get(users[0].name) == "activation" \
-                and users[0].args[0] is node:
-            return users[0]
-        return None
 
-    targets = {n.name: n.target for n in graph.nodes if n.op == "call_module"}
-    fold, act_of, unfused, weighted_order = {}, {}, set(), []
+def _finish(plan: Plan, model: nn.Module) -> Plan:
+    kinds, graph = plan.kinds, plan.graph
+    modules = dict(model.named_modules())
+
+    def module_of(node, types):
+        path = module_path(node)[0]
+        m = modules.get(path)
+        return path if isinstance(m, types) else None
+
+    def is_act_of(user, node):
+        return kinds.get(user.name) == "activation" and plan.positions[user.name] == [0] \
+            and user.args[0] is node
+
     for node in graph.nodes:
         kind = kinds.get(node.name)
         if kind == "weighted":
-            weighted_order.append(node.name)
+            path = module_of(node, _LAYERS)
+            if path is not None:
+                plan.modules[node.name] = modules[path]
+                if type(modules[path]).forward not in _PLAIN_FORWARDS:
+                    path = None  # e.g. a Conv2d that pads first: no record of the module
+            if path is not None:
+                plan.weighted_order.append(node.name)
+                plan.targets[node.name] = path
             users = list(node.users)
             if len(users) == 1 and kinds.get(users[0].name) == "norm" \
                     and users[0].args[0] is node:
-                bn = model.get_submodule(users[0].target)
-                if type(bn) is _FOLDS.get(type(model.get_submodule(node.target))):
-                    fold[node.name] = users[0].name
+                bn = module_of(users[0], nn.modules.batchnorm._BatchNorm)
+                if bn is not None and path is not None:
+                    plan.fold[node.name] = users[0].name
+                    plan.targets[users[0].name] = bn
+        elif kind == "activation":
+            path = module_path(node)[0]
+            plan.targets[node.name] = path or op_name(node.target)
+            m = modules.get(path) if path else None
+            if m is not None and (getattr(m, "elementwise", False) is True
+                                  or type(m).__module__ == "torch.nn.modules.activation"):
+                plan.act_modules[node.name] = m
         if kind not in _EPSILON_KINDS:
             continue
-        act = sole_act(node)
-        if act is not None:
-            act_of[node.name] = act.name
         users = list(node.users)
-        all_acts = bool(users) and all(
-            kinds.get(u.name) == "activation" and u.args[0] is node for u in users)
-        if not all_acts and node.name not in fold:
-            unfused.add(node.name)
-    return Plan(graph, _signature(model), kinds, act_of, unfused, fold, weighted_order,
-                targets)
+        if len(users) == 1 and is_act_of(users[0], node):
+            plan.act_of[node.name] = users[0].name
+        all_acts = bool(users) and all(is_act_of(u, node) for u in users)
+        if not all_acts and node.name not in plan.fold:
+            plan.unfused.add(node.name)
+    return plan
 
 
 _PLANS: weakref.WeakKeyDictionary[nn.Module, dict] = weakref.WeakKeyDictionary()
 
 
-def get_plan(model: nn.Module, rules: RuleSet) -> Plan:
-    """The traced plan of ``model`` under ``rules``, cached per model and re-traced when
-    its submodules or its ``forward`` change (tracing costs milliseconds).
-    """
+def get_plan(model: nn.Module, rules: RuleSet, x: torch.Tensor) -> Plan:
+    """The plan of ``model`` under ``rules`` for inputs shaped like ``x``, cached per
+    model, row shape, dtype and device, and planned again when its submodules, its
+    ``forward`` or a module's training flag change (capturing costs about a second)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module for {rules.method}, "
                         f"got {type(model).__name__}")
     plans = _PLANS.setdefault(model, {})
-    plan = plans.get(rules.name)
-    if plan is None or plan.signature != _signature(model):
-        plan = plans[rules.name] = build_plan(model, rules)
+    key = (rules.name, id(rules), tuple(x.shape[1:]), x.dtype, x.device.type)
+    _check_eval(model)
+    plan = plans.get(key)
+    if plan is None or plan.signature != _signature(model) or \
+            plan.core is not cached_capture(model, x, plan.signature, UnsupportedModelError):
+        plan = plans[key] = build_plan(model, rules, x)
     return plan

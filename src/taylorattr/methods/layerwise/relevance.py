@@ -20,11 +20,13 @@ flat               ``J_{1, 0}^T [R_z / s(L_{1, 0}(1))]`` (all weights 1, inputs 
 w-square           ``J_{W^2, b^2}^T [R_z / s(L_{W^2, b^2}(1))]``
 =================  =====================================================================
 
-Activations and (eval) BatchNorm pass relevance unchanged (Zennit's ``Pass``), average
-pooling uses the epsilon rule without parameters (Zennit's ``Norm``), max pooling,
-reshapes, slicing, concatenation and dropout route relevance by their plain gradient.
-Sums of two tensors (residuals) and scaling are refused: in relevance form their gradient
-would double or rescale relevance. A composite picks each Linear/Conv's rule by type, and
+Activations and (eval) BatchNorm pass relevance unchanged (Zennit's ``Pass``); max
+pooling, reshapes, slicing, concatenation and padding route relevance by their plain
+gradient; every other operation converts epsilon-LRP's gradient-form rule to relevance
+form, ``R_y = y G^T [R_z / s(z)]`` (:class:`Converted`): average pooling, means, sums and
+residual additions split relevance in proportion (Zennit's ``Norm``), products of two
+input-dependent tensors split it uniformly or hold a broadcast gate constant, LayerNorm
+holds its standard deviation constant, softmax is gradient times input (AttnLRP). A composite picks each Linear/Conv's rule by type, and
 optionally another rule for the first such layer (module order), as Zennit's
 ``LayerMapComposite`` and ``SpecialFirstLayerMapComposite`` do.
 """
@@ -37,18 +39,28 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from .rules import FAMILIES, Family, Gradient, Rule, RuleSet, _Modified, detached_forward
+from .rules import (
+    ConstantDivisor,
+    ConstantNormaliser,
+    Gradient,
+    Rule,
+    RuleSet,
+    UniformProduct,
+    _Modified,
+    detached_forward,
+)
 
 __all__ = [
     "COMPOSITES",
-    "ROUTING",
     "RULES",
     "AlphaBeta",
+    "Converted",
     "Flat",
     "Gamma",
     "LayerEpsilon",
     "LayerMap",
     "Norm",
+    "OpLayer",
     "Pass",
     "WSquare",
     "ZPlus",
@@ -62,7 +74,48 @@ def stabilize(v: torch.Tensor, eps: float) -> torch.Tensor:
     return v + eps * torch.where(v >= 0, 1.0, -1.0).to(v.dtype)
 
 
+#: (weight, bias) argument positions of the weighted ATen operations (else: the other operand)
+_SLOTS = {"convolution": (1, 2), "addmm": (2, 0), "baddbmm": (2, 0)}
+
+
+class OpLayer:
+    """A weighted ATen operation (convolution, addmm, mm) seen as a layer: its weight and
+    bias arguments, and the operation with them replaced. With ``fold`` (weight, bias,
+    running mean, running variance and eps of an eval-mode batch norm right after it), the
+    folded layer ``bn(op(y))``, as Zennit's ``SequentialMergeBatchNorm`` canonizer makes it:
+    ``W' = W gamma / sigma``, ``b' = (b - mu) gamma / sigma + beta``."""
+
+    def __init__(self, call, fold=None):
+        name = str(call.op.overloadpacket).rsplit(".", 1)[-1]
+        self.call, self.is_conv = call, name == "convolution"
+        w, b = _SLOTS.get(name, (1 - call.positions[0], None))
+        self.slots = (w, b)
+        self.weight = call.args[w].detach()
+        self.bias = None if b is None or call.args[b] is None else call.args[b].detach()
+        if fold is not None and b is not None:
+            gamma, beta, mean, var, eps = fold
+            scale = (var + eps).rsqrt() * (1.0 if gamma is None else gamma)
+            shape = [1] * self.weight.dim()
+            shape[0 if self.is_conv else -1] = -1
+            self.weight = self.weight * scale.reshape(shape)
+            bias = torch.zeros_like(mean) if self.bias is None else self.bias
+            self.bias = (bias - mean) * scale + (0.0 if beta is None else beta)
+
+    def __call__(self, inp, params=None):
+        if params is None:
+            params = {"weight": self.weight, "bias": self.bias}
+        args = list(self.call.args)
+        args[self.call.positions[0]] = inp
+        w, b = self.slots
+        args[w] = params["weight"]
+        if b is not None and params.get("bias") is not None:
+            args[b] = params["bias"]
+        return self.call.op(*args, **self.call.kwargs)
+
+
 def _run(layer, inp, params):
+    if isinstance(layer, OpLayer):
+        return layer(inp, params)
     return functional_call(layer, params, (inp,))
 
 
@@ -188,24 +241,47 @@ class WSquare(LayerRule):
         return _vjp(layer, ones, p, r / stabilize(_run(layer, ones, p), self.stabilizer))
 
 
-class Norm(Rule):
-    """The epsilon rule of a parameter-free linear map (average pooling): ``y J^T [R / s(z)]``."""
+_ROUTES = frozenset(getattr(torch.ops.aten, n) for n in (
+    "view", "_unsafe_view", "reshape", "permute", "transpose", "t", "expand", "clone",
+    "contiguous", "alias", "squeeze", "unsqueeze", "slice", "select", "cat", "stack", "split",
+    "split_with_sizes", "unbind", "narrow", "flip", "roll", "index_select", "index", "gather",
+    "constant_pad_nd", "_to_copy", "lift_fresh_copy", "pixel_shuffle", "pixel_unshuffle",
+    "upsample_nearest1d", "upsample_nearest2d", "upsample_nearest3d", "_unsafe_index",
+    "repeat") if hasattr(torch.ops.aten, n))
 
-    label = "norm: y J^T [R / s(z)] (epsilon rule without parameters)"
 
-    def __init__(self, stabilizer: float = 1e-6):
-        self.stabilizer = float(stabilizer)
+class Converted(Rule):
+    """Relevance form of a gradient-form rule ``G`` (:mod:`.rules`) on an operation with
+    input-dependent arguments ``y`` and output ``z``: ``R_y = y * G^T [R_z / s(z)]``.
 
-    def apply(self, fn, y, ref, scale):
-        yd, out = detached_forward(fn, y)
+    With ``G`` the exact gradient this is the epsilon rule without parameters (Zennit's
+    ``Norm``): a sum ``a + b`` splits relevance in proportion, ``R_a = a / s(a + b) R``,
+    a mean or average pooling likewise, a constant added absorbs its share. With
+    epsilon-LRP's product, divisor and normaliser rules it is the conservative
+    transformer rules of AttnLRP/CP-LRP in relevance form. Operations that only move
+    values (reshapes, slicing, concatenation, padding with zeros, nearest upsampling)
+    route relevance by their gradient instead (no stabiliser)."""
 
-        def backward(r):
-            with torch.enable_grad():
-                i = yd.clone().requires_grad_(True)
-                (g,) = torch.autograd.grad(fn(i), i, r / stabilize(out, self.stabilizer))
-            return yd * g
+    converts = True
 
-        return _Modified.apply(y, out, backward), None
+    def __init__(self, inner: Rule, stabilizer: float = 1e-6):
+        self.inner, self.stabilizer = inner, float(stabilizer)
+        self.inputs, self.label = inner.inputs, f"y G^T [R / s(z)], G: {inner.label}"
+
+    def routes(self, op) -> bool:
+        return op is operator.getitem or getattr(op, "overloadpacket", None) in _ROUTES
+
+    def stabilize(self, z: torch.Tensor) -> torch.Tensor:
+        return stabilize(z, self.stabilizer)
+
+    def refuses(self, op) -> str | None:
+        return self.inner.refuses(op)
+
+
+def Norm(stabilizer: float = 1e-6) -> Converted:
+    """Zennit's ``Norm`` rule (average pooling, means, sums): the epsilon rule of a
+    parameter-free linear map, ``R_y = y J^T [R / s(z)]``."""
+    return Converted(Gradient(), stabilizer)
 
 
 class Pass(Rule):
@@ -220,22 +296,20 @@ class Pass(Rule):
 
 
 class LayerMap(Rule):
-    """A rule per Linear/Conv module (by identity), for composites."""
+    """A rule per Linear/Conv module (by identity), for composites, applied to the
+    weighted operation itself (:class:`OpLayer`); an operation of no such module takes the
+    convolution or dense rule by its op."""
 
-    def __init__(self, rules: Mapping[int, LayerRule], label: str):
-        self.rules, self.label = dict(rules), label
+    def __init__(self, rules: Mapping[int, LayerRule], label: str, conv: LayerRule,
+                 dense: LayerRule):
+        self.rules, self.label, self.conv, self.dense = dict(rules), label, conv, dense
 
     def apply(self, fn, y, ref, scale):
-        return self.rules[id(fn)].apply(fn, y, ref, scale)
+        layer = OpLayer(fn, fn.fold)
+        rule = self.rules.get(id(fn.module)) or (self.conv if layer.is_conv else self.dense)
+        yd, out = detached_forward(fn, y)  # the operation's own value (before any fold)
+        return _Modified.apply(y, out, lambda r: rule.relevance(layer, yd, r)), None
 
-
-ROUTING = Family(
-    "routing", "routing (reshapes, slicing, concatenation)", (nn.Flatten, nn.Unflatten, nn.Identity),
-    (torch.flatten, torch.reshape, torch.cat, torch.concat, torch.stack, torch.transpose,
-     torch.permute, torch.squeeze, torch.unsqueeze, operator.getitem),
-    ("view", "reshape", "flatten", "contiguous", "permute", "transpose", "squeeze", "unsqueeze",
-     "clone", "view_as", "reshape_as"), single_input=False,
-    note="relevance is moved, never summed or scaled")
 
 #: Single rules by name (constructor keyword arguments in parentheses).
 RULES: Mapping[str, Callable[..., LayerRule]] = {
@@ -276,10 +350,11 @@ def composite_rules(model: nn.Module, rule: str, *, epsilon: float = 1e-6,
         name = first if not first_done else (conv if isinstance(m, _CONV) else dense)
         first_done = True
         per_module[id(m)] = RULES[name](**kw)
-    return RuleSet("lrp_rules", "LRP", {
-        "weighted": LayerMap(per_module, rule), "norm": Pass(), "avg_pool": Norm(stabilizer),
-        "max_pool": Gradient(), "activation": Pass(), "routing": Gradient(),
-        "dropout": Gradient()}, extra_families=(ROUTING,))
-
-
-assert all(f.key != ROUTING.key for f in FAMILIES)
+    rules = {"weighted": LayerMap(per_module, rule, RULES[conv](**kw), RULES[dense](**kw)), "norm": Pass(), "activation": Pass(),
+             "avg_pool": Norm(stabilizer), "max_pool": Gradient(),
+             "linear": Converted(Gradient(), stabilizer),
+             "product": Converted(UniformProduct(), stabilizer),
+             "binary": Converted(ConstantDivisor(), stabilizer),
+             "softmax": Converted(Gradient(), stabilizer),
+             "layer_norm": Converted(ConstantNormaliser(), stabilizer)}
+    return RuleSet("lrp_rules", "LRP", rules)

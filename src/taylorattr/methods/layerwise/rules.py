@@ -1,50 +1,66 @@
-"""The layer-wise rules: which operations the engine understands, and how each passes
-the modified gradient backward under DeepLIFT (Rescale) and epsilon-LRP.
+"""The layer-wise rules: how each kind of operation (:mod:`.ops`) passes the modified
+gradient backward under DeepLIFT (Rescale) and epsilon-LRP.
 
-Both methods are *modified gradients* (Ancona et al. 2018). At every tensor ``t`` of the
-network the engine carries ``g_t``, the modified gradient of the explained output; the
-attribution is ``(x - x~) * g_x`` (DeepLIFT) or ``x * g_x`` (epsilon-LRP, whose relevance
-at every tensor is ``R_t = t * g_t``, as in Captum). Each operation *family* below
-(:data:`FAMILIES`) is matched by module class, function or tensor method; each rule set
-(:data:`DEEPLIFT_RESCALE`, :func:`epsilon_rule`) maps every family it supports to one
-small rule class (in the spirit of zennit's ``rules.py``):
+Both methods are *modified gradients* (Ancona et al. 2018). At every tensor ``t`` the
+engine carries ``g_t``, the modified gradient of the explained output; the attribution is
+``(x - x~) * g_x`` (DeepLIFT) or ``x * g_x`` (epsilon-LRP, whose relevance at every
+tensor is ``R_t = t * g_t``, as in Captum). One rule per kind of operation
+(``s(v) = +1 if v >= 0 else -1``; ``a~``: the value at the baseline):
 
-==================  =========================================================================
-rule                backward pass of ``z = op(y)`` (``s(v) = +1 if v >= 0 else -1``)
-==================  =========================================================================
-:class:`Gradient`   ``g_y = J_op(y)^T g_z`` (exact; linear and affine operations)
-:class:`Rescale`    ``g_y = g_z * (op(y) - op(y~)) / (y - y~)``, ``op'(y)`` where
-                    ``|y - y~| < 1e-10`` (DeepLIFT, elementwise nonlinearities)
-:class:`MaxRescale` Captum's DeepLIFT max-pool rule, ``M = max(z, z~)``:
-                    ``g_y = (J_op(y)^T[g_z (M - z~)] + J_op(y~)^T[g_z (z - M)]) / (y - y~)``
-:class:`Epsilon`    ``g_y = J_op(y)^T [g_z * z / (z + eps s(z))]``, i.e.
-                    ``R_i = sum_j z_ji / (z_j + eps s(z_j)) R_j`` (LRP layers)
-:class:`WinnerTakeAll` :class:`Epsilon` on max pooling: all of ``R_j`` goes to the arg-max
-:class:`PassRelevance` ``g_y = g_z * op(y) / (y + eps s(y))``, i.e. ``R_y = R_z`` (LRP
-                    activations; this is also the epsilon step of the layer before)
-==================  =========================================================================
+=================  ======================================================================
+rule               backward pass of ``z = op(y)`` / ``z = op(a, b)``
+=================  ======================================================================
+Gradient           ``g_y = J_op(y)^T g_z`` (exact; linear operations, both methods)
+Rescale            ``g_y = g_z (op(y) - op(y~)) / (y - y~)`` (``op'(y)`` where
+                   ``|y - y~| < 1e-10``); DeepLIFT, elementwise nonlinearities
+MaxRescale         Captum's DeepLIFT max rule, ``M = max(z, z~)``: ``g_y = (J_op(y)^T
+                   [g_z (M - z~)] + J_op(y~)^T [g_z (z - M)]) / (y - y~)``
+ShapleyProduct     ``dz = B(da, (b + b~)/2) + B((a + a~)/2, db)`` for a bilinear ``B``
+                   (``a * b``, matmul): the exact two-player Shapley split of the change
+                   (DeepSHAP's rule for two-input operations; Lundberg & Lee 2017)
+ShapleyBinary      the same split for any elementwise ``f(a, b)``: ``a`` gets
+                   ``[f(a, b~) - f(a~, b~) + f(a, b) - f(a~, b)] / 2``
+ComposedDeepLift   softmax and layer/group norm written in the rules above
+                   (``exp``/``rsqrt``/``x^2``: Rescale; ``u * (1/sum u)``, ``c * r``:
+                   ShapleyProduct): complete exactly, no quadrature
+Epsilon            ``g_y = J_op(y)^T [g_z z / (z + eps s(z))]`` (LRP layers)
+WinnerTakeAll      Epsilon on max selection: all of ``R_j`` to the arg-max
+PassRelevance      ``g_y = g_z op(y) / (y + eps s(y))``: ``R_y = R_z`` (LRP activations;
+                   AttnLRP's identity rule)
+UniformProduct     ``a * b`` / matmul: half the gradient to each factor, ``R_a = R_b =
+                   R_z / 2`` (AttnLRP's uniform rule, eq. 7); a broadcast factor (a gate
+                   or normaliser with fewer entries than the product) is held constant
+                   and the other factor takes all (CP-LRP, Ali et al. 2022)
+ConstantDivisor    ``a / b``: ``b`` held constant (a normaliser), ``R_a = R_z``
+ConstantNormaliser LayerNorm/GroupNorm with the standard deviation held constant
+                   (Ali et al. 2022, lxt's ``layer_norm_forward``)
+=================  ======================================================================
 
-When a layer's only users are activations, its :class:`Epsilon` factor is carried by
-the activations' :class:`PassRelevance` multiplier (one division per neuron, as in
-Captum); otherwise the layer's output gets the factor itself.
-:func:`~taylorattr.methods.layerwise.table.supported_operations` generates the support
-table from these objects; the error of an unsupported model quotes the same table, so the
-two cannot disagree.
+Softmax under epsilon-LRP is its exact gradient: AttnLRP's softmax rule ``R_x = x (R -
+s sum R)`` is gradient times input. When a layer's only users are activations, its
+Epsilon factor is carried by the activations' PassRelevance multiplier (as in Captum).
+
+Why one module: the table above is the concept, one rule per kind and method; the
+composed softmax/LayerNorm rules are built from the Rescale and Shapley rules beside
+them, and the two rule sets at the end read the table row by row.
 """
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from torch import nn
+
+from .graph import op_name
+from .ops import KINDS
 
 __all__ = [
     "DEEPLIFT_RESCALE",
     "FAMILIES",
     "RESCALE_THRESHOLD",
+    "ComposedDeepLift",
+    "ConstantDivisor",
+    "ConstantNormaliser",
     "Epsilon",
     "Family",
     "Gradient",
@@ -53,6 +69,9 @@ __all__ = [
     "Rescale",
     "Rule",
     "RuleSet",
+    "ShapleyBinary",
+    "ShapleyProduct",
+    "UniformProduct",
     "WinnerTakeAll",
     "epsilon_rule",
 ]
@@ -76,6 +95,20 @@ class _Modified(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return ctx.backward(grad), None, None
+
+
+class _Modified2(torch.autograd.Function):
+    """Returns ``value`` forward; backward sends ``backward(grad)`` (a pair) to ``a, b``."""
+
+    @staticmethod
+    def forward(ctx, a, b, value, backward):
+        ctx.backward = backward
+        return value.view_as(value)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ga, gb = ctx.backward(grad)
+        return ga, gb, None, None
 
 
 def scaled(inp: torch.Tensor, value: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
@@ -102,20 +135,44 @@ def _derivative(fn: Callable, y: torch.Tensor) -> torch.Tensor:
     return g
 
 
+def _vjp(fn: Callable, args: list, which: int, grad: torch.Tensor) -> torch.Tensor:
+    """``J^T grad`` of ``fn(*args)`` with respect to ``args[which]``."""
+    with torch.enable_grad():
+        vals = [a.detach() for a in args]
+        vals[which] = vals[which].clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(fn(*vals), vals[which], grad)
+    return g
+
+
+def _reduce_to(t: torch.Tensor, shape) -> torch.Tensor:
+    """Sum ``t`` over the dimensions that broadcasting added or expanded to reach it."""
+    extra = t.dim() - len(shape)
+    if extra > 0:
+        t = t.sum(tuple(range(extra)))
+    dims = tuple(i for i, s in enumerate(shape) if s == 1 and t.shape[i] != 1)
+    return t.sum(dims, keepdim=True) if dims else t
+
+
 # ---------------------------------------------------------------------------------------
-# Rules: ``apply(fn, y, ref, scale)`` runs ``z = fn(y)`` with the rule's backward pass.
-# ``ref`` is ``(y~, z~)`` from the baseline pass (rules with ``needs_reference``);
-# ``scale`` says whether an epsilon factor belongs on this output (the plan decides).
+# Rules. Single-input rules: ``apply(fn, y, ref, scale)`` runs ``z = fn(y)`` with the
+# rule's backward; ``ref = (y~, z~)`` from the baseline pass (rules with
+# ``needs_reference``); ``scale``: whether an epsilon factor belongs on this output.
+# Two-input rules (``inputs = 2``): ``apply(fn, (a, b), ((a~, b~), z~), scale)``.
 # They return ``(z, multiplier or None)``; the multiplier goes into the layer records.
 # ---------------------------------------------------------------------------------------
 class Rule:
-    """How one family of operations passes the modified gradient backward."""
+    """How one kind of operation passes the modified gradient backward."""
 
     label = ""
     needs_reference = False
+    inputs = 1
 
     def apply(self, fn, y, ref, scale):
         raise NotImplementedError
+
+    def refuses(self, op) -> str | None:
+        """A reason this rule cannot handle ``op`` (an ATen overload), or None."""
+        return None
 
 
 class Gradient(Rule):
@@ -146,11 +203,11 @@ class Rescale(Rule):
 
 
 class MaxRescale(Rule):
-    """Captum's DeepLIFT rule for max pooling (``deep_lift.maxpool``): with
-    ``M = max(z, z~)`` the input side receives ``g (M - z~)`` routed to the arg-max of
-    ``y`` plus ``g (z - M)`` routed to the arg-max of ``y~``, divided by ``y - y~``
-    (the plain gradient where ``|y - y~| < 1e-10``). Summed over the inputs this is
-    ``g (z - z~)``: complete, also where the arg-maxes of ``y`` and ``y~`` differ."""
+    """Captum's DeepLIFT rule for max pooling (``deep_lift.maxpool``), for every max/min
+    selection: with ``M = max(z, z~)`` the input side receives ``g (M - z~)`` routed to
+    the arg-max of ``y`` plus ``g (z - M)`` routed to the arg-max of ``y~``, divided by
+    ``y - y~`` (the plain gradient where ``|y - y~| < 1e-10``). Summed over the inputs
+    this is ``g (z - z~)``: complete, also where the arg-maxes of ``y`` and ``y~`` differ."""
 
     label = "Captum's max-pool Rescale (arg-max of y and of y~)"
     needs_reference = True
@@ -172,6 +229,179 @@ class MaxRescale(Rule):
             return torch.where(dy.abs() < RESCALE_THRESHOLD, plain, (u + v) / dy)
 
         return _Modified.apply(y, out, backward), None
+
+
+class ShapleyProduct(Rule):
+    """DeepLIFT for a bilinear ``z = B(a, b)`` (``a * b``, matmul) of two input-dependent
+    tensors: the two-player Shapley split ``dz = B(da, (b + b~)/2) + B((a + a~)/2, db)``,
+    exact, so completeness is kept. In gradient form each factor's multiplier is the
+    Jacobian of ``B`` with the other factor at its midpoint."""
+
+    label = "two-player Shapley: B(da, (b + b~)/2) + B((a + a~)/2, db)"
+    needs_reference = True
+    inputs = 2
+
+    def apply(self, fn, ys, ref, scale):
+        a, b = ys
+        (ar, br), _ = ref
+        ad, bd = a.detach(), b.detach()
+        with torch.no_grad():
+            out = fn(ad, bd)
+        am, bm = (ad + ar) / 2, (bd + br) / 2
+
+        def backward(g):
+            return _vjp(fn, [ad, bm], 0, g), _vjp(fn, [am, bd], 1, g)
+
+        return _Modified2.apply(a, b, out, backward), None
+
+
+def _partial(fn, a, b, which, out_shape):
+    """Elementwise partial derivative of the pointwise ``fn(a, b)``, shaped like its output."""
+    with torch.enable_grad():
+        args = [a.detach().expand(out_shape).clone(), b.detach().expand(out_shape).clone()]
+        args[which].requires_grad_(True)
+        (g,) = torch.autograd.grad(fn(*args).sum(), args[which])
+    return g
+
+
+class ShapleyBinary(Rule):
+    """DeepLIFT for an elementwise ``z = f(a, b)`` of two input-dependent tensors (``a /
+    b``, ``maximum``, ``pow``): the two-player Shapley split,
+    ``a`` gets ``c_a = [f(a, b~) - f(a~, b~) + f(a, b) - f(a~, b)] / 2`` and ``b`` the rest
+    (``c_a + c_b = z - z~``), so the multiplier of ``a`` is ``c_a / (a - a~)`` (the mean
+    of the partial derivatives at ``b`` and ``b~`` where ``|a - a~| < 1e-10``)."""
+
+    label = "two-player Shapley: [f(a, b~) - f(a~, b~) + f(a, b) - f(a~, b)] / 2"
+    needs_reference = True
+    inputs = 2
+
+    def apply(self, fn, ys, ref, scale):
+        a, b = ys
+        (ar, br), out_ref = ref
+        ad, bd = a.detach(), b.detach()
+        with torch.no_grad():
+            out = fn(ad, bd)
+            f_ab_, f_a_b = fn(ad, br), fn(ar, bd)
+            c_a = (f_ab_ - out_ref + out - f_a_b) / 2
+            c_b = (f_a_b - out_ref + out - f_ab_) / 2
+        shape = out.shape
+
+        def multiplier(c, d, which):
+            small = d.abs() < RESCALE_THRESHOLD
+            m = c / d
+            if bool(small.expand(shape).any()):
+                other = (bd, br) if which == 0 else (ad, ar)
+                pairs = [(ad, o) if which == 0 else (o, bd) for o in other]
+                slope = sum(_partial(fn, p, q, which, shape) for p, q in pairs) / 2
+                m = torch.where(small, slope, m)
+            return m
+
+        m_a, m_b = multiplier(c_a, ad - ar, 0), multiplier(c_b, bd - br, 1)
+
+        def backward(g):
+            return _reduce_to(g * m_a, a.shape), _reduce_to(g * m_b, b.shape)
+
+        return _Modified2.apply(a, b, out, backward), None
+
+
+# --- DeepLIFT on softmax and normalisation: composed of the rules above ------------------
+def _rescale(f, y, yr):
+    """``(f(y) with the Rescale backward, f(y~))``."""
+    with torch.no_grad():
+        zr = f(yr)
+    return Rescale().apply(f, y, (yr, zr), False)[0], zr
+
+
+def _product(a, ar, b, br):
+    with torch.no_grad():
+        zr = ar * br
+    return ShapleyProduct().apply(torch.mul, (a, b), ((ar, br), zr), False)[0], zr
+
+
+def _normalised(y, yr, dims, eps):
+    """``(y - mean) * rsqrt(mean((y - mean)^2) + eps)`` over ``dims`` in DeepLIFT's rules:
+    centring is linear, the square and ``rsqrt`` take Rescale, the product the
+    two-player Shapley split."""
+    c, cr = y - y.mean(dims, keepdim=True), yr - yr.mean(dims, keepdim=True)
+    q, qr = _rescale(torch.square, c, cr)
+    v, vr = q.mean(dims, keepdim=True), qr.mean(dims, keepdim=True)
+    r, rr = _rescale(lambda t: torch.rsqrt(t + eps), v, vr)
+    return _product(c, cr, r, rr)[0]
+
+
+def _softmax(y, yr, dim, log):
+    """``exp(y - c) * (1 / sum exp(y - c))`` (``log``: ``(y - c) - log sum exp(y - c)``)
+    with one shift ``c`` for the input and the baseline (softmax does not change with it)."""
+    c = torch.maximum(y.detach().amax(dim, keepdim=True), yr.amax(dim, keepdim=True))
+    u, ur = _rescale(torch.exp, y - c, yr - c)
+    s, sr = u.sum(dim, keepdim=True), ur.sum(dim, keepdim=True)
+    if log:
+        return (y - c) - _rescale(torch.log, s, sr)[0]
+    return _product(u, ur, *_rescale(torch.reciprocal, s, sr))[0]
+
+
+def _affine(n, weight, bias, shape):
+    if weight is not None:
+        n = n * weight.reshape(shape)
+    if bias is not None:
+        n = n + bias.reshape(shape)
+    return n
+
+
+
+
+def _layer_norm(args, y, yr, composed):
+    _, shape, weight, bias, eps = (list(args) + [None, None, 1e-5])[:5]
+    dims = tuple(range(-len(shape), 0))
+    return _affine(composed(y, yr, dims, eps), weight, bias, tuple(shape))
+
+
+def _group_norm(args, y, yr, composed):
+    _, weight, bias, _, _, _, groups, eps = args
+    v = composed(y.reshape(y.shape[0], groups, -1), yr.reshape(yr.shape[0], groups, -1),
+                 (-1,), eps).reshape(y.shape)
+    return _affine(v, weight, bias, (1, -1) + (1,) * (y.dim() - 2))
+
+
+class ComposedDeepLift(Rule):
+    """DeepLIFT on softmax, log-softmax, LayerNorm and GroupNorm, composed of the
+    elementwise and product rules (DeepSHAP's treatment of softmax as ``exp``, a sum and
+    a division): every step is complete, so the operation is complete exactly, with no
+    quadrature error (a local path integral over the operation would have one)."""
+
+    label = "composed: Rescale on exp/x^2/rsqrt, two-player Shapley on the products"
+    needs_reference = True
+    wants_node = True
+
+    def apply_node(self, op, args, y, ref):
+        y_ref, name = ref[0], op_name(op)
+        if "softmax" in name:
+            return _softmax(y, y_ref, args[1], "log" in name)
+        if "group_norm" in name:
+            return _group_norm(args, y, y_ref, _normalised)
+        return _layer_norm(args, y, y_ref, _normalised)
+
+
+def _constant_std(y, yr, dims, eps):
+    """``(y - mean) / std`` with ``std`` held constant (a detached value)."""
+    c = y - y.mean(dims, keepdim=True)
+    std = torch.sqrt(c.detach().square().mean(dims, keepdim=True) + eps)
+    return c / std
+
+
+class ConstantNormaliser(Rule):
+    """epsilon-LRP on LayerNorm and GroupNorm: the standard deviation is held constant,
+    so the operation is the linear map ``(y - mean) / std * w + b`` (Ali et al. 2022,
+    "XAI for Transformers: better explanations through conservative propagation"; lxt's
+    ``layer_norm_forward``)."""
+
+    label = "normaliser held constant: (y - mean) / const(std) * w + b"
+    wants_node = True
+
+    def apply_node(self, op, args, y, ref):
+        if "group_norm" in op_name(op):
+            return _group_norm(args, y, y, _constant_std)
+        return _layer_norm(args, y, y, _constant_std)
 
 
 class Epsilon(Rule):
@@ -196,7 +426,7 @@ class Epsilon(Rule):
 
 
 class WinnerTakeAll(Epsilon):
-    """:class:`Epsilon` on max pooling: the max's gradient routes all of ``R_j`` to the
+    """:class:`Epsilon` on max selection: the max's gradient routes all of ``R_j`` to the
     arg-max input (Captum's ``EpsilonRule`` on ``MaxPool*d``)."""
 
     label = "winner-take-all (epsilon rule, relevance to the arg-max)"
@@ -204,7 +434,8 @@ class WinnerTakeAll(Epsilon):
 
 class PassRelevance(Rule):
     """Relevance passes an elementwise activation unchanged, ``R_y = R_z``: in gradient
-    form ``g_y = g_z * op(y) / (y + eps s(y))``, the epsilon step of the layer before."""
+    form ``g_y = g_z * op(y) / (y + eps s(y))``, the epsilon step of the layer before
+    (AttnLRP's identity rule)."""
 
     label = "relevance passes: op(y) / (y + eps s(y))"
 
@@ -217,130 +448,93 @@ class PassRelevance(Rule):
         return scaled(y, out, m), m
 
 
+class UniformProduct(Rule):
+    """epsilon-LRP for ``a * b`` or a matmul of two input-dependent tensors: the uniform
+    rule (AttnLRP, Achtibat et al. 2024, eq. 7), half of the gradient to each factor,
+    ``R_a = R_b = R_z / 2``. An elementwise factor broadcast over the product (fewer
+    entries: a gate as in squeeze-and-excitation, a normaliser as in RMSNorm) is held
+    constant instead and the other factor takes all of ``R_z`` (CP-LRP, Ali et al. 2022;
+    the signal-take-all rule of Arras et al. 2017)."""
+
+    label = "uniform: R_a = R_b = R_z / 2 (a broadcast gate or normaliser held constant)"
+    inputs = 2
+
+    def apply(self, fn, ys, ref, scale):
+        a, b = ys
+        ad, bd = a.detach(), b.detach()
+        with torch.no_grad():
+            out = fn(ad, bd)
+        n = out.numel()
+        elementwise = "mul" in op_name(fn.op)
+        wa = 0.0 if elementwise and a.numel() < n <= b.numel() else (
+            1.0 if elementwise and b.numel() < n <= a.numel() else 0.5)
+        wb = 1.0 - wa if wa != 0.5 else 0.5
+
+        def backward(g):
+            ga = _vjp(fn, [ad, bd], 0, g) * wa if wa else torch.zeros_like(ad)
+            gb = _vjp(fn, [ad, bd], 1, g) * wb if wb else torch.zeros_like(bd)
+            return ga, gb
+
+        return _Modified2.apply(a, b, out, backward), None
+
+
+class ConstantDivisor(Rule):
+    """epsilon-LRP for ``a / b`` with both input-dependent: ``b`` is a normaliser held
+    constant and ``R_a = R_z`` (CP-LRP); ``maximum``/``minimum`` route by their exact
+    gradient (relevance to the larger/smaller one); other functions are refused."""
+
+    label = "a / b: divisor held constant; maximum/minimum: to the winner"
+    inputs = 2
+
+    def refuses(self, op) -> str | None:
+        name = str(getattr(op, "overloadpacket", op))
+        if any(k in name for k in ("div", "maximum", "minimum", "fmax", "fmin")):
+            return None
+        return "no epsilon-LRP rule for this function of two input-dependent tensors"
+
+    def apply(self, fn, ys, ref, scale):
+        a, b = ys
+        if "div" in op_name(fn.op):
+            return fn(a, b.detach()), None
+        return fn(a, b), None
+
+
 # ---------------------------------------------------------------------------------------
-# Families of operations
+# Kinds of operations and rule sets
 # ---------------------------------------------------------------------------------------
-def _first_live_only(node, live_args) -> bool:
-    return len(live_args) == 1 and bool(node.args) and node.args[0] is live_args[0]
-
-
-def _no_indices(node, model, live_args):
-    if node.op == "call_module":
-        wants = getattr(model.get_submodule(node.target), "return_indices", False)
-    else:
-        wants = node.kwargs.get("return_indices") is True or any(a is True for a in node.args[1:])
-    return "returns indices (return_indices=True); use it without indices" if wants else None
-
-
-def _running_stats(node, model, live_args):
-    m = model.get_submodule(node.target)
-    if m.track_running_stats and m.running_mean is not None:
-        return None
-    return ("normalises with the statistics of its own batch (track_running_stats=False), "
-            "so it is not a fixed affine map; no layer-wise rule applies")
-
-
-def _scaling(node, model, live_args):
-    if len(live_args) != 1:
-        return "multiplies or divides two input-dependent tensors (a gate); no layer-wise rule"
-    if node.target in (operator.truediv, torch.div, "div") and node.args[0] is not live_args[0]:
-        return "divides by an input-dependent tensor; no layer-wise rule"
-    return None
-
-
 @dataclass(frozen=True)
 class Family:
-    """Operations that share a rule: module classes, functions, tensor method names.
-
-    ``single_input``: the live input must be the first and only input-dependent argument.
-    ``check(node, model, live_args)`` returns a reason to refuse, or None.
-    ``eval_only``: modules of this family must be in eval mode when attributing.
-    """
+    """A kind of operation (:mod:`.ops`): its key, title, operations in words and a note."""
 
     key: str
     title: str
-    modules: tuple = ()
-    functions: tuple = ()
-    methods: tuple = ()
-    single_input: bool = True
-    check: Callable | None = None
-    eval_only: bool = False
+    operations: str
     note: str = ""
-    declared: bool = field(default=False)  # also matches modules with ``elementwise = True``
-
-    def matches(self, node, model) -> bool:
-        if node.op == "call_module":
-            m = model.get_submodule(node.target)
-            return isinstance(m, self.modules) or (
-                self.declared and getattr(m, "elementwise", False) is True)
-        if node.op == "call_function":
-            return any(node.target is f for f in self.functions)
-        return node.op == "call_method" and node.target in self.methods
-
-    def problem(self, node, model, live_args) -> str | None:
-        if self.single_input and not _first_live_only(node, live_args):
-            return "its input-dependent argument must be the first and only one"
-        return self.check(node, model, live_args) if self.check else None
 
 
-_DROPOUT = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)
+def _families() -> tuple[Family, ...]:
+    notes = {"linear": "sums split relevance in proportion to the summands (no double "
+                       "counting); guards and shape assertions carry no relevance",
+             "norm": "an affine map per channel; epsilon-LRP folds it into a directly "
+                     "preceding convolution/linear layer",
+             "activation": "any composition of them with products and sums of one tensor "
+                           "gets the Rescale multiplier of the whole (each step's multiplier "
+                           "is a difference quotient)"}
+    return tuple(Family(k, t, o, notes.get(k, "")) for k, t, o in KINDS)
 
-FAMILIES: tuple[Family, ...] = (
-    Family("weighted", "weighted layers", (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)),
-    Family("norm", "batch normalisation (eval mode)",
-           (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d), check=_running_stats,
-           eval_only=True,
-           note="an affine map per channel; epsilon-LRP folds it into a directly "
-                "preceding Linear/Conv"),
-    Family("avg_pool", "average pooling",
-           (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d, nn.AdaptiveAvgPool1d,
-            nn.AdaptiveAvgPool2d, nn.AdaptiveAvgPool3d),
-           (F.avg_pool1d, F.avg_pool2d, F.avg_pool3d, F.adaptive_avg_pool1d,
-            F.adaptive_avg_pool2d, F.adaptive_avg_pool3d)),
-    Family("max_pool", "max pooling",
-           (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AdaptiveMaxPool1d,
-            nn.AdaptiveMaxPool2d, nn.AdaptiveMaxPool3d),
-           (F.max_pool1d, F.max_pool2d, F.max_pool3d, F.adaptive_max_pool1d,
-            F.adaptive_max_pool2d, F.adaptive_max_pool3d), check=_no_indices),
-    Family("activation", "elementwise activations",
-           (nn.Sigmoid, nn.Tanh, nn.Softplus, nn.ReLU, nn.LeakyReLU, nn.ELU, nn.GELU,
-            nn.SiLU, nn.Softsign),
-           (torch.sigmoid, torch.tanh, torch.relu, F.relu, F.sigmoid, F.tanh, F.softplus,
-            F.leaky_relu, F.elu, F.gelu, F.silu, F.softsign),
-           ("sigmoid", "tanh", "relu"), declared=True,
-           note="and any module with the class attribute `elementwise = True`"),
-    Family("structure", "linear structure (branches, residual sums, concatenation)",
-           (nn.Flatten, nn.Unflatten, nn.Identity),
-           (torch.flatten, torch.reshape, torch.cat, torch.concat, torch.stack, torch.add,
-            torch.sub, torch.neg, torch.transpose, torch.permute, torch.squeeze,
-            torch.unsqueeze, torch.sum, torch.mean, operator.add, operator.sub,
-            operator.neg, operator.pos, operator.getitem),
-           ("view", "reshape", "flatten", "contiguous", "permute", "transpose", "squeeze",
-            "unsqueeze", "add", "sub", "neg", "sum", "mean", "expand", "clone", "view_as",
-            "reshape_as", "expand_as"), single_input=False,
-           note="sums split relevance in proportion to the summands (no double counting)"),
-    Family("scaling", "scaling by a constant",
-           functions=(operator.mul, operator.truediv, torch.mul, torch.div),
-           methods=("mul", "div"), single_input=False, check=_scaling,
-           note="a number or a tensor that does not depend on the input"),
-    Family("dropout", "dropout (eval mode: identity)", _DROPOUT, eval_only=True),
-)
+
+FAMILIES: tuple[Family, ...] = _families()
 _BY_KEY = {f.key: f for f in FAMILIES}
 
 
-# ---------------------------------------------------------------------------------------
-# Rule sets and the support table
-# ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RuleSet:
-    """A method's rule per family: the families it lists are exactly what it supports."""
+    """A method's rule per kind: the kinds it lists are exactly what it supports."""
 
-    name: str                      # "deeplift" | "epsilon_lrp" (records' ``rule``)
+    name: str                      # "deeplift" | "epsilon_lrp" | "lrp_rules"
     method: str                    # the class name used in messages
     rules: Mapping[str, Rule]
     epsilon: float | None = None
-    #: families beyond :data:`FAMILIES` (e.g. relevance-form LRP's ``routing``), matched after
-    extra_families: tuple = ()
 
     @property
     def needs_reference(self) -> bool:
@@ -348,10 +542,10 @@ class RuleSet:
 
     @property
     def families(self) -> tuple[Family, ...]:
-        return tuple(f for f in FAMILIES + tuple(self.extra_families) if f.key in self.rules)
+        return tuple(f for f in FAMILIES if f.key in self.rules)
 
     def family(self, key: str) -> Family:
-        return _BY_KEY.get(key) or next(f for f in self.extra_families if f.key == key)
+        return _BY_KEY[key]
 
     def linear_factor(self, z: torch.Tensor) -> torch.Tensor | None:
         """The epsilon factor ``z / (z + eps s(z))`` of a layer output, None for DeepLIFT."""
@@ -359,17 +553,17 @@ class RuleSet:
         return rule.factor(z) if isinstance(rule, Epsilon) else None
 
 
-def _linear_rules(rule: Rule) -> dict:
-    return {"structure": Gradient(), "scaling": Gradient(), "dropout": Gradient(),
-            "weighted": rule, "norm": rule, "avg_pool": rule}
-
-
 DEEPLIFT_RESCALE = RuleSet("deeplift", "DeepLift", {
-    **_linear_rules(Gradient()), "max_pool": MaxRescale(), "activation": Rescale()})
+    "linear": Gradient(), "weighted": Gradient(), "norm": Gradient(), "avg_pool": Gradient(),
+    "max_pool": MaxRescale(), "activation": Rescale(), "product": ShapleyProduct(),
+    "binary": ShapleyBinary(), "softmax": ComposedDeepLift(), "layer_norm": ComposedDeepLift()})
 
 
 def epsilon_rule(epsilon: float) -> RuleSet:
     """epsilon-LRP with the same ``epsilon`` everywhere."""
+    eps = Epsilon(epsilon)
     return RuleSet("epsilon_lrp", "EpsilonLRP", {
-        **_linear_rules(Epsilon(epsilon)), "max_pool": WinnerTakeAll(epsilon),
-        "activation": PassRelevance(epsilon)}, epsilon=float(epsilon))
+        "linear": Gradient(), "weighted": eps, "norm": eps, "avg_pool": eps,
+        "max_pool": WinnerTakeAll(epsilon), "activation": PassRelevance(epsilon),
+        "product": UniformProduct(), "binary": ConstantDivisor(), "softmax": Gradient(),
+        "layer_norm": ConstantNormaliser()}, epsilon=float(epsilon))

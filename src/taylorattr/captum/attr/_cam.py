@@ -1,0 +1,67 @@
+"""Captum's ``LayerGradCam``, ``GuidedGradCam``, ``Deconvolution`` over the native methods."""
+from __future__ import annotations
+
+from ... import methods as native
+from .._mapping import Call, GradientAttribution, LayerAttribution, not_offered
+from ._gradient import GuidedBackprop
+
+__all__ = ["Deconvolution", "GuidedGradCam", "LayerGradCam"]
+
+
+class LayerGradCam(LayerAttribution, GradientAttribution):
+    """Captum's ``LayerGradCam``: :class:`taylorattr.methods.GradCAM` with
+    ``upsample=False`` (the map at the layer's resolution ``[B, 1, ...]``)."""
+
+    def __init__(self, forward_func, layer, device_ids=None) -> None:
+        super().__init__(forward_func, layer, device_ids)
+        self._native = native.GradCAM(forward_func)
+
+    def has_convergence_delta(self) -> bool:
+        return False
+
+    def _call(self, inputs, target=None, additional_forward_args=None,
+              attribute_to_layer_input: bool = False, relu_attributions: bool = False,
+              attr_dim_summation: bool = True, grad_kwargs=None):
+        if grad_kwargs is not None:
+            raise not_offered("grad_kwargs", "gradients are taken with torch.autograd.grad's "
+                              "defaults")
+        return Call(self._native, inputs, None, target, additional_forward_args, False,
+                    {"conv_layer": self.layer, "upsample": False,
+                     "relu_attributions": relu_attributions,
+                     "conv_layer_input": attribute_to_layer_input,
+                     "sum_channels": attr_dim_summation})
+
+    def attribute(self, inputs, target=None, additional_forward_args=None,
+                  attribute_to_layer_input: bool = False, relu_attributions: bool = False,
+                  attr_dim_summation: bool = True, grad_kwargs=None):
+        return self._call(inputs, target, additional_forward_args, attribute_to_layer_input,
+                          relu_attributions, attr_dim_summation, grad_kwargs).run()
+
+
+class GuidedGradCam(GradientAttribution):
+    """Captum's ``GuidedGradCam``: :class:`taylorattr.methods.GuidedGradCam`."""
+
+    def __init__(self, model, layer, device_ids=None) -> None:
+        super().__init__(model)
+        self.layer, self.device_ids = layer, device_ids
+        self._native = native.GuidedGradCam(model)
+
+    def has_convergence_delta(self) -> bool:
+        return False
+
+    def _call(self, inputs, target=None, additional_forward_args=None,
+              interpolate_mode: str = "nearest", attribute_to_layer_input: bool = False):
+        return Call(self._native, inputs, None, target, additional_forward_args, False,
+                    {"conv_layer": self.layer, "interpolate_mode": interpolate_mode,
+                     "conv_layer_input": attribute_to_layer_input})
+
+    def attribute(self, inputs, target=None, additional_forward_args=None,
+                  interpolate_mode: str = "nearest", attribute_to_layer_input: bool = False):
+        return self._call(inputs, target, additional_forward_args, interpolate_mode,
+                          attribute_to_layer_input).run()
+
+
+class Deconvolution(GuidedBackprop):
+    """Captum's ``Deconvolution``: :class:`taylorattr.methods.Deconvolution`."""
+
+    _native_cls = native.Deconvolution

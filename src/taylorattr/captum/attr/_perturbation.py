@@ -1,0 +1,284 @@
+"""Captum's perturbation methods over the native ones: Occlusion, FeatureAblation,
+LayerFeatureAblation, ShapleyValueSampling, ShapleyValues, KernelShap.
+
+Captum's ``perturbations_per_eval`` counts perturbed copies of the batch per model call;
+the native option counts rows, so it is passed as ``perturbations_per_eval * B`` (it
+changes only the speed). Feature masks: Captum's default gives every scalar feature its
+own id, numbered across the inputs; masks pass as they are (the native methods take
+Captum's forms: one per input, shared or per sample, 0-d).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ... import methods as native
+from ...inputs import as_tuple
+from .._mapping import (
+    Call,
+    LayerAttribution,
+    PerturbationAttribution,
+    TensorOutput,
+    for_layers,
+    not_offered,
+)
+
+__all__ = ["FeatureAblation", "KernelShap", "LayerFeatureAblation", "Lime", "Occlusion",
+           "ShapleyValueSampling", "ShapleyValues"]
+
+
+def _rows_per_call(perturbations_per_eval: int, inputs) -> int | None:
+    if isinstance(perturbations_per_eval, bool) or not isinstance(perturbations_per_eval, int) \
+            or perturbations_per_eval < 1:
+        raise ValueError(f"perturbations_per_eval must be an int >= 1, got "
+                         f"{perturbations_per_eval!r}")
+    parts, _ = as_tuple(inputs)
+    return perturbations_per_eval * max(1, parts[0].shape[0] if parts[0].dim() else 1)
+
+
+def default_mask(parts) -> tuple:
+    """Captum's default feature mask: every scalar feature its own id, across the inputs."""
+    masks, offset = [], 0
+    for p in parts:
+        n = math.prod(p.shape[1:])
+        masks.append((offset + torch.arange(n, device=p.device)).reshape((1,) + tuple(p.shape[1:])))
+        offset += n
+    return tuple(masks)
+
+
+def players(feature_mask, parts) -> int:
+    """Captum's number of players: the largest id + 1 (every feature alone by default)."""
+    if feature_mask is None:
+        return sum(math.prod(p.shape[1:]) for p in parts)
+    return max(int(m.max()) for m in as_tuple(feature_mask, "feature_mask")[0]) + 1
+
+
+class FeatureAblation(PerturbationAttribution):
+    """Captum's ``FeatureAblation``: :class:`taylorattr.methods.Occlusion` with
+    ``feature_mask`` (every feature alone by default)."""
+
+    def __init__(self, forward_func) -> None:
+        super().__init__(forward_func)
+        self._native = native.Occlusion(TensorOutput(forward_func))
+
+    def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
+              feature_mask=None, perturbations_per_eval: int = 1, show_progress: bool = False,
+              **kwargs):
+        if kwargs:
+            raise TypeError(f"FeatureAblation.attribute got unexpected keyword argument(s) "
+                            f"{sorted(kwargs)}")
+        parts, is_tuple = as_tuple(inputs)
+        if feature_mask is None:
+            feature_mask = default_mask(parts)
+            feature_mask = feature_mask if is_tuple else feature_mask[0]
+        elif is_tuple:  # a 0-d mask: the whole input is one group (Captum's form)
+            feature_mask = tuple(m.reshape((1,) * p.dim()) if isinstance(m, torch.Tensor)
+                                 and m.dim() == 0 else m for m, p in zip(feature_mask, parts))
+        return Call(self._native, inputs, baselines, target, additional_forward_args, False,
+                    {"feature_mask": feature_mask, "show_progress": show_progress,
+                     "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)})
+
+    def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
+                  feature_mask=None, perturbations_per_eval: int = 1, show_progress: bool = False,
+                  **kwargs):
+        return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
+                          perturbations_per_eval, show_progress, **kwargs).run()
+
+
+class Occlusion(FeatureAblation):
+    """Captum's ``Occlusion``: :class:`taylorattr.methods.Occlusion` with
+    ``patch=sliding_window_shapes`` and ``stride=strides`` (windows over every feature
+    dimension, overlapping windows averaged, as Captum)."""
+
+    def _call(self, inputs, sliding_window_shapes, strides=None, baselines=None, target=None,
+              additional_forward_args=None, perturbations_per_eval: int = 1,
+              show_progress: bool = False):
+        parts, is_tuple = as_tuple(inputs)
+        windows = sliding_window_shapes
+        if not is_tuple and not (windows and isinstance(windows[0], (tuple, list))):
+            windows = (windows,)  # one input: a window, or a 1-tuple of it (Captum takes both)
+        if not (isinstance(windows, tuple) and len(windows) == len(parts)):
+            raise ValueError(f"sliding_window_shapes must give one tuple per input "
+                             f"({len(parts)}), got {sliding_window_shapes!r}")
+        per_input = isinstance(strides, tuple) and strides and (
+            is_tuple or isinstance(strides[0], tuple))
+        steps = strides if per_input else (strides,) * len(parts)
+        for i, (w, p) in enumerate(zip(windows, parts)):
+            if len(w) != p.dim() - 1:
+                raise ValueError(f"sliding_window_shapes[{i}] must give one size per feature "
+                                 f"dimension of the input ({p.dim() - 1}), got {tuple(w)}")
+        patch = tuple(tuple(w) or 1 for w in windows)
+        stride = tuple(1 if s is None else s for s in steps)
+        return Call(self._native, inputs, baselines, target, additional_forward_args, False,
+                    {"patch": patch if is_tuple else patch[0],
+                     "stride": stride if is_tuple else stride[0], "show_progress": show_progress,
+                     "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)})
+
+    def attribute(self, inputs, sliding_window_shapes, strides=None, baselines=None,
+                  target=None, additional_forward_args=None, perturbations_per_eval: int = 1,
+                  show_progress: bool = False):
+        return self._call(inputs, sliding_window_shapes, strides, baselines, target,
+                          additional_forward_args, perturbations_per_eval, show_progress).run()
+
+
+class LayerFeatureAblation(LayerAttribution, PerturbationAttribution):
+    """Captum's ``LayerFeatureAblation``: :class:`taylorattr.methods.Occlusion` with
+    ``layer=`` and ``layer_baselines`` in the layer's space (0 by default)."""
+
+    def __init__(self, forward_func, layer, device_ids=None) -> None:
+        super().__init__(forward_func, layer, device_ids)
+        self._native = native.Occlusion(forward_func)
+
+    def attribute(self, inputs, layer_baselines=None, target=None, additional_forward_args=None,
+                  layer_mask=None, attribute_to_layer_input: bool = False,
+                  perturbations_per_eval: int = 1):
+        def run(layer):
+            options = {"layer": layer, "attribute_to_layer_input": attribute_to_layer_input,
+                       "layer_baselines": 0.0 if layer_baselines is None else layer_baselines,
+                       "perturbations_per_eval": _rows_per_call(perturbations_per_eval,
+                                                                inputs)}
+            if layer_mask is not None:
+                options["feature_mask"] = layer_mask
+            else:
+                options["patch"] = (1,)
+            return Call(self._native, inputs, 0.0, target, additional_forward_args, False,
+                        options).run()
+        return for_layers(self.layer, run)
+
+
+def _perturbation(method):
+    method.perturbation = True  # integer inputs and aggregate outputs (native conventions)
+    return method
+
+
+class ShapleyValueSampling(PerturbationAttribution):
+    """Captum's ``ShapleyValueSampling``: :class:`taylorattr.methods.ShapleyValues` with
+    Captum's orders (``torch.randperm`` of the players from the global generator, one per
+    sample of ``n_samples``)."""
+
+    _exact = False
+
+    def __init__(self, forward_func) -> None:
+        super().__init__(forward_func)
+        self._native = _perturbation(native.ShapleyValues(TensorOutput(forward_func)))
+
+    def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
+              feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
+              show_progress: bool = False):
+        parts, _ = as_tuple(inputs)
+        options = {"show_progress": show_progress, "feature_mask": feature_mask,
+                   "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
+        if self._exact:
+            options["method"] = "exact"
+        else:
+            G = players(feature_mask, parts)
+            options["permutations"] = torch.stack([torch.randperm(G) for _ in range(n_samples)])
+        return Call(self._native, inputs, baselines, target, additional_forward_args, False,
+                    options)
+
+    def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
+                  feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
+                  show_progress: bool = False):
+        return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
+                          n_samples, perturbations_per_eval, show_progress).run()
+
+
+class ShapleyValues(ShapleyValueSampling):
+    """Captum's ``ShapleyValues`` (all orders): the native exact enumeration."""
+
+    _exact = True
+
+    def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
+                  feature_mask=None, perturbations_per_eval: int = 1,
+                  show_progress: bool = False):
+        return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
+                          1, perturbations_per_eval, show_progress).run()
+
+
+class KernelShap(PerturbationAttribution):
+    """Captum's ``KernelShap``: :class:`taylorattr.methods.KernelShap` with
+    ``sampler="captum"`` (Captum's sampling and fit); its coalitions are drawn from a
+    generator seeded by one draw of the global torch generator (reproducible after
+    ``torch.manual_seed``, but not Captum's coalitions)."""
+
+    def __init__(self, forward_func) -> None:
+        super().__init__(forward_func)
+        self._native = _perturbation(native.KernelShap(TensorOutput(forward_func)))
+
+    def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
+              feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
+              return_input_shape: bool = True, show_progress: bool = False):
+        options = {"n_samples": n_samples, "show_progress": show_progress,
+                   "seed": int(torch.randint(2**62, (1,))), "sampler": "captum",
+                   "feature_mask": feature_mask, "return_input_shape": return_input_shape,
+                   "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
+        return Call(self._native, inputs, baselines, target, additional_forward_args, False,
+                    options)
+
+    def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
+                  feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
+                  return_input_shape: bool = True, show_progress: bool = False):
+        return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
+                          n_samples, perturbations_per_eval, return_input_shape,
+                          show_progress).run()
+
+
+def _lasso(alpha: float):
+    """Captum's default interpretable model: scikit-learn's ``Lasso(alpha)`` fitted on
+    float32 arrays with the similarities as sample weights (as Captum's ``SkLearnLasso``)."""
+    def fit(z, y, weights):
+        try:
+            from sklearn.linear_model import Lasso  # optional (oracle extra), heavy import
+        except ImportError as exc:
+            raise ImportError("taylorattr.captum.attr.Lime fits Captum's default model, "
+                              "scikit-learn's Lasso: pip install scikit-learn (or the "
+                              "taylorattr[oracle] extra)") from exc
+
+        model = Lasso(alpha=alpha).fit(z.float().numpy(), y.float().numpy(),
+                                       sample_weight=weights.float().numpy())
+        return torch.as_tensor(model.coef_, dtype=torch.float32)
+    return fit
+
+
+class Lime(KernelShap):
+    """Captum's ``Lime`` with its defaults (uniform coalitions, the cosine exponential
+    kernel of width 1, ``Lasso(alpha=0.01)``): :class:`taylorattr.methods.Lime` with
+    Captum's coalition draws (``torch.bernoulli`` per draw, sample by sample, then the
+    draws of Captum's fit: its data loader's seed and the ``nn.Linear`` it builds)."""
+
+    def __init__(self, forward_func, interpretable_model=None, similarity_func=None,
+                 perturb_func=None) -> None:
+        PerturbationAttribution.__init__(self, forward_func)
+        for value, name in ((interpretable_model, "interpretable_model"),
+                            (similarity_func, "similarity_func"), (perturb_func, "perturb_func")):
+            if value is not None:
+                raise not_offered(f"Lime({name}=...)", "Captum's defaults are mapped; the "
+                                  "native Lime takes interpretable_model=fit(z, y, weights)")
+        self._native = native.Lime(TensorOutput(forward_func))
+
+    def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
+              feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
+              return_input_shape: bool = True, show_progress: bool = False):
+        if return_input_shape is not True:
+            raise not_offered("Lime(return_input_shape=False)",
+                              "attributions come in the inputs' shape")
+        parts, _ = as_tuple(inputs)
+        G = players(feature_mask, parts)
+        extra = additional_forward_args
+        extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
+        with torch.no_grad():  # Captum fits one model for a whole-batch (scalar) output
+            whole = torch.as_tensor(self.forward_func(*parts, *extra)).numel() == 1
+        draws = []
+        for _ in range(1 if whole else parts[0].shape[0]):
+            draws.append(torch.cat([torch.bernoulli(torch.ones(1, G) * 0.5)
+                                    for _ in range(n_samples)]))
+            torch.empty((), dtype=torch.int64).random_()  # Captum's data loader seed
+            torch.nn.Linear(G, 1)  # and the surrogate Captum builds after its fit
+        options = {"coalitions": torch.stack(draws).bool(), "interpretable_model": _lasso(0.01),
+                   "show_progress": show_progress,
+                   "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
+        if feature_mask is not None:
+            options["feature_mask"] = feature_mask
+        return Call(self._native, inputs, baselines, target, additional_forward_args, False,
+                    options)

@@ -1,0 +1,59 @@
+"""Guided Grad-CAM (Selvaraju et al. 2017), as Captum's ``GuidedGradCam``.
+
+    a = GuidedBackprop(x) * upsample(relu(Grad-CAM at conv_layer))
+
+the Guided Backprop gradient (:class:`~taylorattr.methods.GuidedBackprop`) times the
+ReLU'd Grad-CAM map (:class:`~taylorattr.methods.GradCAM`) upsampled to the input's
+spatial size (``interpolate_mode``, Captum's default ``"nearest"``) and shared by the
+channels of a pixel.
+
+Taylor view: none (neither factor has one).
+"""
+from __future__ import annotations
+
+from ._base import ImplicitBaselineMethod
+from ._passes import gradient_pass_cost
+from .grad_cam import GradCAM
+from .guided_backprop import GuidedBackprop
+
+__all__ = ["GuidedGradCam"]
+
+
+class GuidedGradCam(ImplicitBaselineMethod):
+    """Guided Backprop times the upsampled ReLU'd Grad-CAM map; two forward and backward
+    passes. Equals Captum's ``GuidedGradCam`` with the same layer and mode."""
+
+    name = "guided_grad_cam"
+
+    def __init__(self, model) -> None:
+        super().__init__(model)
+        self._guided = GuidedBackprop(model)
+        self._cam = GradCAM(model)
+
+    def _attribute(self, x, baselines, target, fx, *, conv_layer=None,
+                   interpolate_mode: str = "nearest", conv_layer_input: bool = False,
+                   show_progress: bool = False):
+        """Options: ``conv_layer`` (default the last convolution), ``interpolate_mode``,
+        ``conv_layer_input`` (the layer's input instead of its output)."""
+        model = self.model
+        guided, refs = GuidedBackprop._attribute(_View(self._guided, model), x, None, target, fx)
+        cam, _ = GradCAM._attribute(_View(self._cam, model), x, None, target,
+                                    fx, conv_layer=conv_layer, relu_attributions=True,
+                                    interpolate_mode=interpolate_mode,
+                                    conv_layer_input=conv_layer_input)
+        return guided * cam, refs
+
+    def _cost(self, x, options):
+        """Two gradient passes of the batch (Guided Backprop, Grad-CAM); the zero input."""
+        return gradient_pass_cost(2 * x.shape[0]), 1
+
+
+class _View:
+    """``method`` seen with ``model`` (during a call on tuple inputs or a layer: the base
+    class's one-tensor view of the user's model) as its model."""
+
+    def __init__(self, method, model):
+        self._method, self.model, self._model = method, model, model
+
+    def __getattr__(self, name):
+        return getattr(self._method, name)

@@ -1,0 +1,111 @@
+"""Layer conductance (Dhamdhere et al. 2018), as Captum's ``LayerConductance``.
+
+The conductance of a neuron ``h_j`` of a layer is the part of Integrated Gradients' path
+integral that flows through it: with ``x(a) = x~ + a (x - x~)``,
+
+    a_j = int_0^1 dF/dh_j (x(a)) * d h_j(x(a)) / da  da
+        ~ sum_{k=0}^{n-1} g_j(a_k) (h_j(a_{k+1}) - h_j(a_k))
+
+on the ``n + 1`` nodes ``a_0 < ... < a_n`` of ``method`` with ``n_steps + 1`` points
+(Captum's partition; the quadrature weights are not used), ``g = dF/dh`` at the path point.
+The conductances of a layer every path crosses sum to ``f(x(a_n)) - f(x(a_0))``, close to
+``f(x) - f(x~)`` (the convergence delta measures the gap). Attributions have the layer's
+shape (its input with ``layer_input=True``); the layer is ``conductance_layer=`` (or
+``layer=``). One-tensor inputs without ``additional_forward_args``.
+
+Taylor view: none is registered. Summed over a layer, conductance is Integrated Gradients
+through that layer (its total is IG's), but how it splits among the neurons depends on the
+layer's parametrisation, not only on the monomials of the expansion of ``f`` in the input.
+
+Cost: ``(n_steps + 1) * B`` forward+backward rows.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .._validation import check_bool, check_positive_int, select_output
+from ._base import AttributionMethod
+from ._passes import check_optional_positive_int, default_chunk_rows, gradient_pass_cost
+from .integrated_gradients import quadrature
+
+__all__ = ["LayerConductance"]
+
+
+def _layer_and_gradient(model, layer, rows, target, layer_input):
+    """The layer's output (input) at ``rows`` and the explained output's gradient w.r.t. it."""
+    seen = []
+
+    def keep(module, args, output):
+        seen.append(args[0] if layer_input else output)
+
+    handle = layer.register_forward_hook(keep)
+    try:
+        with torch.enable_grad():
+            rows = rows.detach().requires_grad_(True)
+            out = select_output(model(rows), target)
+            if len(seen) != 1 or not isinstance(seen[0], torch.Tensor):
+                raise ValueError(f"conductance_layer must run once per forward pass and give "
+                                 f"a tensor; it ran {len(seen)} times")
+            (grad,) = torch.autograd.grad(out.sum(), seen[0])
+    finally:
+        handle.remove()
+    return seen[0].detach(), grad
+
+
+class LayerConductance(AttributionMethod):
+    """Conductance of a layer's neurons along the straight path (module docstring). Equals
+    Captum's ``LayerConductance`` with the same ``n_steps`` and ``method``."""
+
+    name = "layer_conductance"
+
+    def _run(self, inputs, baselines, target, options, show_progress, want_delta):
+        """``layer=`` (``attribute_to_layer_input``), here or at construction, name the
+        conductance layer, as ``conductance_layer=`` (``layer_input``) do."""
+        options = dict(options)
+        layer = options.pop("layer", self._layer)
+        to_input = options.pop("attribute_to_layer_input",
+                               self._to_layer_input if layer is self._layer else False)
+        if layer is not None:
+            options["conductance_layer"] = layer
+            options["layer_input"] = options.get("layer_input", False) or to_input
+        if not isinstance(inputs, torch.Tensor) or \
+                options.get("additional_forward_args") is not None:
+            raise ValueError("LayerConductance takes one input tensor without "
+                             "additional_forward_args; wrap the model to take one tensor")
+        options["layer"] = None
+        return super()._run(inputs, baselines, target, options, show_progress, want_delta)
+
+    def _attribute(self, x, base, t, fx, *, conductance_layer=None, layer_input: bool = False,
+                   n_steps: int = 50, method: str = "gausslegendre",
+                   internal_batch_size: int | None = None, show_progress: bool = False):
+        """Options: ``conductance_layer`` (a submodule), ``layer_input`` (its input instead
+        of its output), ``n_steps`` (intervals; ``n_steps + 1`` path points), ``method``
+        (the nodes' rule), ``internal_batch_size`` (rows per call)."""
+        if not isinstance(conductance_layer, nn.Module) or \
+                not any(m is conductance_layer for m in self.model.modules()):
+            raise ValueError("conductance_layer must be a submodule of the model (the layer "
+                             "whose neurons' conductance is computed)")
+        check_bool(layer_input, "layer_input")
+        n = check_positive_int(n_steps, "n_steps")
+        chunk = check_optional_positive_int(internal_batch_size, "internal_batch_size")
+        alphas, _ = quadrature(method, n + 1)
+        alphas = alphas.to(x.device, x.dtype)
+        batch = x.shape[0]
+        per = max(1, (chunk or default_chunk_rows(x, backward=True, model=self.model)) // batch)
+        hs, gs = [], []
+        for k0 in range(0, n + 1, per):
+            a = alphas[k0:k0 + per].view((-1,) + (1,) * x.dim())
+            rows = (base[None] + a * (x - base)[None]).reshape((-1,) + tuple(x.shape[1:]))
+            tr = None if t is None else t.repeat(a.shape[0])
+            h, g = _layer_and_gradient(self.model, conductance_layer, rows, tr, layer_input)
+            hs.append(h.view((a.shape[0], batch) + tuple(h.shape[1:])))
+            gs.append(g.view((a.shape[0], batch) + tuple(g.shape[1:])))
+        h, g = torch.cat(hs), torch.cat(gs)
+        attr = (g[:-1] * (h[1:] - h[:-1])).sum(0)
+        return attr.to(x.dtype), base.unsqueeze(1)
+
+    def _cost(self, x, options):
+        """``n_steps + 1`` gradient rows per sample; one reference."""
+        n = check_positive_int(options.get("n_steps", 50), "n_steps")
+        return gradient_pass_cost((n + 1) * x.shape[0]), 1

@@ -1,0 +1,251 @@
+"""The graph the layer-wise engine runs: the model as core ATen operations, from the
+project's one capture (:func:`taylorattr.capture.capture`, ``torch.export`` lowered to
+core ATen, guards dropped, batch axis dynamic where the model allows it).
+
+So every model, whatever its modules and functional calls (``nn.MultiheadAttention``,
+``F.scaled_dot_product_attention``, ``F.layer_norm``, torchvision's wrapped Swin
+functions, timm's blocks, defaulted ``forward`` arguments), reaches the planner as the same
+small set of operations, and coverage follows from the graph. On top of the shared
+capture:
+
+* elementwise activations (:data:`KEPT_WHOLE`: SiLU, Hardswish, Mish, ...) are kept whole,
+  so that each gets one rule, and so is every module declaring ``elementwise = True``
+  (captured as the one operation :func:`declared_elementwise`, whatever its forward is
+  made of);
+* an operation with several outputs of which only the first is used (batch norm, layer
+  norm, group norm, max pooling with indices, ``max.dim``) becomes one node computing that
+  output (:class:`first_output`), so that every planned node produces one tensor.
+
+Parameters and buffers are read from the live model at every run.
+"""
+from __future__ import annotations
+
+import copy
+import operator
+import weakref
+
+import torch
+from torch import fx, nn
+
+from ..._validation import model_output
+from ...capture import DEFAULT_KEEP, CaptureError, CoreGraph, capture, copy_graph
+from ...capture import op_name as _aten_name
+
+__all__ = ["KEPT_WHOLE", "cached_capture", "capture_model", "declared_elementwise",
+           "first_output", "lifted_values", "module_path", "op_name", "structure_key"]
+
+aten = torch.ops.aten
+
+#: elementwise activations kept whole (one Rescale / identity rule each)
+KEPT_WHOLE = (aten.silu.default, aten.hardswish.default, aten.hardsigmoid.default,
+              aten.mish.default, aten.elu.default, aten.celu.default, aten.selu.default,
+              aten.relu6.default, aten.softplus.default, aten.leaky_relu.default,
+              aten.gelu.default, aten.hardtanh.default, aten._prelu_kernel.default)
+_MULTI_OUTPUT = {aten._native_batch_norm_legit_no_training.default,
+                 aten.native_layer_norm.default, aten.native_group_norm.default,
+                 aten.max_pool2d_with_indices.default, aten.max_pool3d_with_indices.default,
+                 aten.adaptive_max_pool2d.default, aten.adaptive_max_pool3d.default,
+                 aten.max.dim, aten.min.dim}
+
+
+class first_output:
+    """``op(*args)[0]`` as one callable (a multi-output operation of which only the first
+    output is used)."""
+
+    def __init__(self, op):
+        self.op = op
+        self.__name__ = str(op)
+
+    def __call__(self, *args, **kwargs):
+        return self.op(*args, **kwargs)[0]
+
+    def __repr__(self):
+        return f"{self.op}[0]"
+
+    def __eq__(self, other):
+        return isinstance(other, first_output) and other.op == self.op
+
+    def __hash__(self):
+        return hash(("first_output", self.op))
+
+
+def op_name(target) -> str:
+    """``"aten.sort.default"``: the ATen name of a node's target (through
+    :class:`first_output`)."""
+    return _aten_name(target.op if isinstance(target, first_output) else target)
+
+
+# --- modules declaring ``elementwise = True``: one operation each ---------------------
+_DECLARED: weakref.WeakValueDictionary[int, nn.Module] = weakref.WeakValueDictionary()
+
+
+@torch.library.custom_op("taylorattr::elementwise", mutates_args=())
+def declared_elementwise(x: torch.Tensor, key: int) -> torch.Tensor:
+    """A module declaring ``elementwise = True``, captured as one operation (its rule
+    then applies to the whole module, as to a built-in activation)."""
+    out = _DECLARED[key](x)
+    return out.clone() if out is x else out
+
+
+@declared_elementwise.register_fake
+def _(x, key):
+    return torch.empty_like(x)
+
+
+def _declared_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.key = inputs[1]
+
+
+def _declared_backward(ctx, grad):
+    (x,) = ctx.saved_tensors
+    with torch.enable_grad():
+        xx = x.detach().requires_grad_(True)
+        (g,) = torch.autograd.grad(_DECLARED[ctx.key](xx), xx, grad)
+    return g, None
+
+
+declared_elementwise.register_autograd(_declared_backward, setup_context=_declared_setup)
+
+
+def _declare(model: nn.Module) -> list[nn.Module]:
+    """Route the forward of each module declaring ``elementwise = True`` through
+    :func:`declared_elementwise` while capturing (undone by :func:`_undeclare`)."""
+    found = [m for m in model.modules() if getattr(m, "elementwise", False) is True]
+    for m in found:
+        _DECLARED[id(m)] = m
+        m.forward = _declared_forward(id(m))
+    return found
+
+
+def _declared_forward(key: int):
+    return lambda x: torch.ops.taylorattr.elementwise(x, key)
+
+
+def _undeclare(found: list[nn.Module]) -> None:
+    for m in found:
+        m.__dict__.pop("forward", None)
+
+
+# --- capture ----------------------------------------------------------------------------
+def _normalise(graph: fx.Graph) -> None:
+    for node in list(graph.nodes):
+        if node.op != "call_function" or node.target not in _MULTI_OUTPUT:
+            continue
+        users = list(node.users)
+        if users and all(u.target is operator.getitem and u.args[1] == 0 for u in users):
+            with graph.inserting_after(node):
+                fused = graph.call_function(first_output(node.target), node.args, node.kwargs)
+            fused.meta = dict(node.meta)
+            fused.meta["val"] = users[0].meta.get("val")
+            for u in users:
+                u.replace_all_uses_with(fused)
+                graph.erase_node(u)
+            graph.erase_node(node)
+    graph.lint()
+
+
+def capture_model(model: nn.Module, x: torch.Tensor, error: type[Exception]) -> CoreGraph:
+    """The shared capture of ``model`` at ``x`` for the layer-wise engine (module
+    docstring); failures raise ``error``."""
+    example = x.detach()
+    if example.shape[0] == 1:  # a batch of one would be specialised
+        example = example.expand(2, *example.shape[1:]).clone()
+    declared = _declare(model)
+    failure = None
+    try:
+        core = capture(model, (example,), keep=tuple(DEFAULT_KEEP) + KEPT_WHOLE)
+    except CaptureError as exc:
+        failure = exc
+    finally:
+        _undeclare(declared)
+    if failure is not None:
+        with torch.no_grad():  # inputs the model itself refuses: a ValueError naming them
+            model_output(model, x.detach())
+        raise error(f"the layer-wise engine captures the model with torch.export: {failure}") \
+            from failure
+    core = copy_graph(core)
+    _normalise(core.module.graph)
+    core.module.recompile()
+    core.refresh()
+    return core
+
+
+def module_path(node: fx.Node) -> tuple[str, str]:
+    """``(path, class name)`` of the innermost module that made ``node`` (``("", "")``
+    at the top level)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "", ""
+    path, cls = list(stack.values())[-1]
+    name = cls if isinstance(cls, str) else getattr(cls, "__qualname__", str(cls))
+    return path, name.rsplit(".", 1)[-1]
+
+
+_BARE = frozenset(vars(nn.Module()))  # the attributes every module has
+_SHARED: dict = {}  # structure key -> CoreGraph, shared by models of the same structure
+_SHARED_MAX = 32
+
+
+def _attribute_key(v):
+    if isinstance(v, torch.Tensor):
+        return ("tensor", tuple(v.shape), v.dtype, v.device.type,
+                hash(v.detach().cpu().numpy().tobytes()) if v.numel() <= 4096 else id(v))
+    if isinstance(v, (bool, int, float, str, type(None), tuple)):
+        return v if not isinstance(v, tuple) or all(
+            isinstance(e, (bool, int, float, str, type(None))) for e in v) else repr(v)
+    return repr(v)  # functions, enums, ...; an object's address keeps it unshared
+
+
+def structure_key(model: nn.Module):
+    """What the captured graph of ``model`` depends on besides its parameter and buffer
+    values (which are read live): each module's class, its own attributes (flags,
+    hyper-parameters, plain tensors) and its parameter and buffer shapes. None where the
+    graph may hold more (hooks, modules declaring ``elementwise = True``, whose captured
+    operation names the module itself): then the capture is the model's own."""
+    parts = []
+    for name, m in model.named_modules():
+        if m._forward_hooks or m._forward_pre_hooks or \
+                getattr(m, "elementwise", False) is True:
+            return None
+        own = tuple(sorted((k, _attribute_key(v)) for k, v in vars(m).items()
+                           if k not in _BARE))
+        tensors = tuple((k, tuple(t.shape), t.dtype, t.device.type)
+                        for k, t in (*m._parameters.items(), *m._buffers.items())
+                        if t is not None)
+        parts.append((name, type(m), m.training, own, tensors))
+    return tuple(parts)
+
+
+def lifted_values(core: CoreGraph, model: nn.Module) -> dict:
+    """The capture's lifted parameters and buffers read from ``model`` (which may be
+    another model of the same structure than the one captured)."""
+    view = copy.copy(core)
+    view.source = model
+    return view.lifted_values()
+
+
+_CAPTURES: weakref.WeakKeyDictionary[nn.Module, dict] = weakref.WeakKeyDictionary()
+
+
+def cached_capture(model: nn.Module, x: torch.Tensor, signature, error) -> CoreGraph:
+    """:func:`capture_model`, cached per model, input row shape, dtype and device (and
+    batch size where the batch is not dynamic), and shared between models of the same
+    :func:`structure_key` (tests and sweeps build many); captured again when
+    ``signature`` changes."""
+    table = _CAPTURES.setdefault(model, {})
+    key = (signature, tuple(x.shape[1:]), x.dtype, x.device.type)
+    found = table.get(key) or table.get(key + (x.shape[0],))
+    if found is not None:
+        return found
+    structure = structure_key(model)
+    shared = None if structure is None else (structure,) + key[1:]
+    found = _SHARED.get(shared) or _SHARED.get((shared, x.shape[0])) if shared else None
+    if found is None:
+        found = capture_model(model, x, error)
+        if shared is not None:
+            if len(_SHARED) >= _SHARED_MAX:
+                _SHARED.pop(next(iter(_SHARED)))
+            _SHARED[shared if found.batch_dynamic else (shared, x.shape[0])] = found
+    table[key if found.batch_dynamic else key + (x.shape[0],)] = found
+    return found

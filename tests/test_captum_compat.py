@@ -1,0 +1,539 @@
+"""Issue 27: ``taylorattr.captum`` side by side with Captum on the same models and inputs,
+float64, the same draws where they sample (global seeds set alike before each call).
+
+Where both are deterministic they agree to 1e-10, except where Captum computes in float32
+(its Integrated Gradients step sizes, its Occlusion window weights and Shapley sums): there
+a float64 hand computation decides (1e-10) and Captum agrees to its float32 rounding.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from captum import attr as C
+from torch import nn
+
+from taylorattr.captum import attr as T
+
+DT = torch.float64
+EXACT = {"rtol": 0.0, "atol": 1e-10}
+FLOAT32 = {"rtol": 1e-6, "atol": 1e-7}  # Captum's own float32 arithmetic
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+class MLP(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l1, self.r, self.l2 = nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, 3)
+
+    def forward(self, x):
+        return self.l2(self.r(self.l1(x)))
+
+
+class CNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv, self.r1, self.pool = nn.Conv2d(2, 3, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(2)
+        self.fc, self.r2, self.out = nn.Linear(12, 4), nn.ReLU(), nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.out(self.r2(self.fc(self.pool(self.r1(self.conv(x))).flatten(1))))
+
+
+class TwoInputs(nn.Module):
+    """x [B, 4], y [B, 3] and a per-sample scale [B, 1] as an additional argument."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.t = nn.Linear(4, 3), nn.Linear(3, 3), nn.Tanh()
+
+    def forward(self, x, y, scale):
+        return self.t(self.a(x) + self.b(y)) * scale
+
+
+def _setup():
+    torch.manual_seed(0)
+    mlp, cnn, two = MLP().to(DT).eval(), CNN().to(DT).eval(), TwoInputs().to(DT).eval()
+    v = torch.randn(3, 5, dtype=DT)
+    refs = torch.randn(4, 5, dtype=DT) * 0.1
+    img = torch.randn(3, 2, 5, 5, dtype=DT)
+    pair = (torch.randn(3, 4, dtype=DT), torch.randn(3, 3, dtype=DT))
+    scale = torch.rand(3, 1, dtype=DT) + 0.5
+    return mlp, cnn, two, v, refs, img, pair, scale
+
+
+MLP_, CNN_, TWO, V, REFS, IMG, PAIR, SCALE = _setup()
+
+
+def _same_draws(run):
+    """``run(T)`` and ``run(C)`` with the global generators seeded alike."""
+    out = []
+    for module in (T, C):
+        torch.manual_seed(7)
+        np.random.seed(7)
+        out.append(run(module))
+    return out
+
+
+def _close(a, b, tol):
+    if isinstance(a, (tuple, list)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for p, q in zip(a, b):
+            _close(p, q, tol)
+        return
+    assert a.shape == b.shape, (a.shape, b.shape)
+    torch.testing.assert_close(a, b.to(a.dtype), **tol)
+
+
+# (name, call, tolerance) with both libraries deterministic or drawing the same numbers
+CASES = [
+    ("Saliency", lambda M: M.Saliency(CNN_).attribute(IMG, target=2), EXACT),
+    ("Saliency abs=False", lambda M: M.Saliency(CNN_).attribute(IMG, target=2, abs=False), EXACT),
+    ("Saliency tuple + args", lambda M: M.Saliency(TWO).attribute(
+        PAIR, target=1, additional_forward_args=SCALE), EXACT),
+    ("InputXGradient", lambda M: M.InputXGradient(CNN_).attribute(IMG, target=[0, 1, 2]), EXACT),
+    ("LayerGradientXActivation", lambda M: M.LayerGradientXActivation(CNN_, CNN_.fc).attribute(
+        IMG, target=2), EXACT),
+    ("LayerGradientXActivation multiply_by_inputs=False", lambda M: M.LayerGradientXActivation(
+        CNN_, CNN_.fc, multiply_by_inputs=False).attribute(IMG, target=2), EXACT),
+    ("GuidedBackprop", lambda M: M.GuidedBackprop(CNN_).attribute(IMG, target=1), EXACT),
+    ("Deconvolution", lambda M: M.Deconvolution(CNN_).attribute(IMG, target=1), EXACT),
+    ("LayerGradCam", lambda M: M.LayerGradCam(CNN_, CNN_.conv).attribute(IMG, target=2), EXACT),
+    ("LayerGradCam relu, per channel, layer input", lambda M: M.LayerGradCam(
+        CNN_, CNN_.r1).attribute(IMG, target=0, relu_attributions=True, attr_dim_summation=False,
+                                 attribute_to_layer_input=True), EXACT),
+    ("LayerGradCam on a layer without spatial dims", lambda M: M.LayerGradCam(
+        CNN_, CNN_.fc).attribute(IMG, target=2), EXACT),
+    ("GuidedGradCam", lambda M: M.GuidedGradCam(CNN_, CNN_.conv).attribute(IMG, target=2), EXACT),
+    ("DeepLift", lambda M: M.DeepLift(MLP_).attribute(V, REFS[:1], target=1), EXACT),
+    ("DeepLift delta", lambda M: M.DeepLift(MLP_).attribute(
+        V, REFS[:1], target=1, return_convergence_delta=True), EXACT),
+    ("LayerDeepLift", lambda M: M.LayerDeepLift(MLP_, MLP_.l1).attribute(V, REFS[:1], target=1),
+     EXACT),
+    ("DeepLiftShap + delta [B*N]", lambda M: M.DeepLiftShap(MLP_).attribute(
+        V, REFS, target=1, return_convergence_delta=True), EXACT),
+    ("LayerDeepLiftShap", lambda M: M.LayerDeepLiftShap(MLP_, MLP_.l1).attribute(
+        V, REFS, target=1), EXACT),
+    ("GradientShap + delta [B*n]", lambda M: M.GradientShap(MLP_).attribute(
+        V, REFS, target=1, n_samples=7, stdevs=0.3, return_convergence_delta=True), EXACT),
+    ("GradientShap tuple + args", lambda M: M.GradientShap(TWO).attribute(
+        PAIR, (PAIR[0][:2] * 0.1, PAIR[1][:2] * 0.1), target=0, n_samples=4, stdevs=0.1,
+        additional_forward_args=SCALE), EXACT),
+    ("GradientShap multiply_by_inputs=False", lambda M: M.GradientShap(
+        MLP_, multiply_by_inputs=False).attribute(V, REFS, target=1, n_samples=5), EXACT),
+    ("LayerGradientShap", lambda M: M.LayerGradientShap(MLP_, MLP_.l1).attribute(
+        V, REFS, target=1, n_samples=6), EXACT),
+    ("NoiseTunnel(Saliency) vargrad", lambda M: M.NoiseTunnel(M.Saliency(MLP_)).attribute(
+        V, nt_type="vargrad", nt_samples=4, target=1, stdevs=0.2), EXACT),
+    ("NoiseTunnel(InputXGradient) tuple + args, batches of 2", lambda M: M.NoiseTunnel(
+        M.InputXGradient(TWO)).attribute(PAIR, nt_samples=5, nt_samples_batch_size=2, target=2,
+                                         stdevs=0.1, additional_forward_args=SCALE), EXACT),
+    ("NoiseTunnel(DeepLift) per-copy delta", lambda M: M.NoiseTunnel(M.DeepLift(MLP_)).attribute(
+        V, nt_samples=3, stdevs=0.1, baselines=REFS[:1], target=0,
+        return_convergence_delta=True), EXACT),
+    ("NoiseTunnel(LayerGradientXActivation) at a layer", lambda M: M.NoiseTunnel(
+        M.LayerGradientXActivation(MLP_, MLP_.l1)).attribute(V, nt_samples=3, stdevs=0.2,
+                                                              target=2), EXACT),
+    ("Lime (Captum's draws and Lasso)", lambda M: M.Lime(MLP_).attribute(
+        V, REFS[:1], target=1, n_samples=30, feature_mask=torch.tensor([[0, 0, 1, 1, 2]])),
+     FLOAT32),
+    ("NeuronGradientShap", lambda M: M.NeuronGradientShap(MLP_, MLP_.l1).attribute(
+        V, 2, REFS, n_samples=4, stdevs=0.1), EXACT),
+    ("NeuronFeatureAblation", lambda M: M.NeuronFeatureAblation(MLP_, MLP_.r).attribute(V, 3),
+     EXACT),
+    ("NeuronGradient", lambda M: M.NeuronGradient(CNN_, CNN_.fc).attribute(IMG, 1), EXACT),
+    ("NeuronGuidedBackprop", lambda M: M.NeuronGuidedBackprop(CNN_, CNN_.fc).attribute(IMG, 1),
+     EXACT),
+    ("NeuronDeconvolution", lambda M: M.NeuronDeconvolution(CNN_, CNN_.fc).attribute(IMG, 2),
+     EXACT),
+    ("NeuronIntegratedGradients, slices summed", lambda M: M.NeuronIntegratedGradients(
+        CNN_, CNN_.conv).attribute(IMG, (1, slice(0, 2), 2), n_steps=10), FLOAT32),
+    ("LayerConductance + delta", lambda M: M.LayerConductance(CNN_, CNN_.fc).attribute(
+        IMG, 0.1, target=1, n_steps=12, return_convergence_delta=True), EXACT),
+    ("LayerConductance at a layer input, trapezoid nodes", lambda M: M.LayerConductance(
+        CNN_, CNN_.conv).attribute(IMG, target=1, n_steps=7, method="riemann_trapezoid",
+                                   attribute_to_layer_input=True), {"rtol": 0, "atol": 1e-8}),
+    ("compute_convergence_delta", lambda M: M.IntegratedGradients(
+        TWO).compute_convergence_delta((PAIR[0] * 0.5, PAIR[1]), (0.1, PAIR[1][:1]), PAIR,
+                                       target=[0, 2, 1], additional_forward_args=SCALE), EXACT),
+    ("FeatureAblation", lambda M: M.FeatureAblation(CNN_).attribute(IMG, target=0), EXACT),
+    ("FeatureAblation mask, tuple + args", lambda M: M.FeatureAblation(TWO).attribute(
+        PAIR, target=1, additional_forward_args=SCALE,
+        feature_mask=(torch.tensor([[0, 0, 1, 2]]), torch.tensor([[2, 3, 3]]))), EXACT),
+    ("LayerFeatureAblation", lambda M: M.LayerFeatureAblation(MLP_, MLP_.l1).attribute(
+        V, target=0), EXACT),
+    ("LayerFeatureAblation layer_baselines", lambda M: M.LayerFeatureAblation(
+        MLP_, MLP_.l1).attribute(V, layer_baselines=0.3, target=0), EXACT),
+    ("ShapleyValueSampling (Captum's orders)", lambda M: M.ShapleyValueSampling(MLP_).attribute(
+        V, REFS[:1], target=0, n_samples=5), FLOAT32),
+    ("LRP + delta f(x) - sum(R)", lambda M: M.LRP(MLP_).attribute(
+        V, target=0, return_convergence_delta=True), EXACT),
+]
+
+
+@pytest.mark.parametrize("name", [c[0] for c in CASES])
+def test_compat_class_equals_captum(name):
+    _, run, tol = next(c for c in CASES if c[0] == name)
+    ours, theirs = _same_draws(run)
+    _close(ours, theirs, tol)
+
+
+def _ig_by_hand(model, x, base, target, n):
+    """Gauss-Legendre IG, one node at a time, float64 autograd."""
+    nodes, weights = np.polynomial.legendre.leggauss(n)
+    total = torch.zeros_like(x)
+    for a, w in zip(0.5 * (nodes + 1), 0.5 * weights):
+        p = (base + float(a) * (x - base)).requires_grad_(True)
+        (g,) = torch.autograd.grad(model(p)[:, target].sum(), p)
+        total += float(w) * g
+    return total
+
+
+def test_integrated_gradients_against_a_hand_computation_and_captum():
+    hand = (IMG - 0.1) * _ig_by_hand(CNN_, IMG, torch.full_like(IMG, 0.1), 1, 8)
+    ours, delta = T.IntegratedGradients(CNN_).attribute(IMG, 0.1, target=1, n_steps=8,
+                                                        return_convergence_delta=True)
+    theirs = C.IntegratedGradients(CNN_).attribute(IMG, 0.1, target=1, n_steps=8)
+    torch.testing.assert_close(ours, hand, **EXACT)
+    torch.testing.assert_close(ours, theirs, **FLOAT32)  # Captum's float32 step sizes
+    assert delta.shape == (3,)
+    no_mult = T.IntegratedGradients(CNN_, multiply_by_inputs=False).attribute(
+        IMG, 0.1, target=1, n_steps=8)
+    torch.testing.assert_close(no_mult, hand / (IMG - 0.1), rtol=1e-9, atol=1e-9)
+
+
+def test_layer_integrated_gradients_several_layers_and_the_layer_input():
+    h_fc = CNN_.pool(CNN_.r1(CNN_.conv(IMG))).flatten(1)
+    head = nn.Sequential(CNN_.fc, CNN_.r2, CNN_.out)
+    base_h = CNN_.pool(CNN_.r1(CNN_.conv(torch.zeros_like(IMG)))).flatten(1)
+    hand = (h_fc - base_h) * _ig_by_hand(head, h_fc, base_h, 2, 10)
+    both = T.LayerIntegratedGradients(CNN_, [CNN_.fc, CNN_.out]).attribute(
+        IMG, target=2, n_steps=10, attribute_to_layer_input=True)
+    assert isinstance(both, list) and len(both) == 2
+    torch.testing.assert_close(both[0], hand, **EXACT)
+    theirs = C.LayerIntegratedGradients(CNN_, CNN_.fc).attribute(
+        IMG, target=2, n_steps=10, attribute_to_layer_input=True)
+    torch.testing.assert_close(both[0], theirs, **FLOAT32)
+
+
+def _occlusion_by_hand(model, x, window, stride, target):
+    """Every window's drop, averaged over the windows covering a feature (Captum's layout)."""
+    shape = x.shape[1:]
+    starts = [range(0, s * math.ceil((n - w) / s) + 1, s) for n, w, s in zip(shape, window, stride)]
+    total, count = torch.zeros_like(x), torch.zeros(shape, dtype=DT)
+    fx = model(x)[:, target]
+    for corner in itertools.product(*starts):
+        idx = tuple(slice(c, c + w) for c, w in zip(corner, window))
+        y = x.clone()
+        y[(slice(None),) + idx] = 0.0
+        drop = fx - model(y)[:, target]
+        total[(slice(None),) + idx] += drop.view(-1, *([1] * len(shape)))
+        count[idx] += 1
+    return total / count
+
+
+def test_occlusion_against_a_hand_computation_and_captum():
+    hand = _occlusion_by_hand(CNN_, IMG, (2, 2, 2), (1, 1, 2), 0)
+    ours = T.Occlusion(CNN_).attribute(IMG, sliding_window_shapes=(2, 2, 2), strides=(1, 1, 2),
+                                       target=0)
+    theirs = C.Occlusion(CNN_).attribute(IMG, sliding_window_shapes=(2, 2, 2),
+                                         strides=(1, 1, 2), target=0)
+    torch.testing.assert_close(ours, hand, **EXACT)
+    torch.testing.assert_close(ours, theirs.to(DT), **FLOAT32)  # Captum divides in float32
+
+
+def _shapley_by_hand(model, x, base, mask, target):
+    """Enumeration of every coalition of the mask's players."""
+    players = sorted(set(mask.flatten().tolist()))
+    G = len(players)
+    phi = torch.zeros(x.shape[0], G, dtype=DT)
+
+    def value(S):
+        keep = torch.zeros_like(mask, dtype=torch.bool)
+        for p in S:
+            keep |= mask == p
+        return model(torch.where(keep, x, base))[:, target]
+
+    for i in players:
+        others = [p for p in players if p != i]
+        for k in range(G):
+            for S in itertools.combinations(others, k):
+                w = math.factorial(k) * math.factorial(G - k - 1) / math.factorial(G)
+                phi[:, i] += w * (value(S + (i,)) - value(S))
+    return phi[:, mask.flatten()].view_as(x)
+
+
+def test_shapley_values_against_an_enumeration_and_captum():
+    mask = torch.tensor([[0, 0, 1, 2, 2]])
+    hand = _shapley_by_hand(MLP_, V, REFS[:1].expand_as(V), mask, 0)
+    ours = T.ShapleyValues(MLP_).attribute(V, REFS[:1], target=0, feature_mask=mask)
+    theirs = C.ShapleyValues(MLP_).attribute(V, REFS[:1], target=0, feature_mask=mask)
+    torch.testing.assert_close(ours, hand, **EXACT)
+    torch.testing.assert_close(ours, theirs.to(DT), **FLOAT32)  # Captum sums in float32
+
+
+def test_kernel_shap_on_an_additive_model_is_the_closed_form_as_in_captum():
+    """The draws differ (README); on a linear model every coalition sample gives the exact
+    Shapley values (x - b) * w, which both return."""
+    lin = nn.Linear(5, 2).to(DT)
+    closed = (V - REFS[:1]) * lin.weight[1]
+    ours = T.KernelShap(lin).attribute(V, REFS[:1], target=1, n_samples=40)
+    theirs = C.KernelShap(lin).attribute(V, REFS[:1], target=1, n_samples=40)
+    torch.testing.assert_close(ours, closed, rtol=1e-8, atol=1e-8)
+    torch.testing.assert_close(theirs.to(DT), closed, rtol=1e-5, atol=1e-5)
+    mask = torch.tensor([[0, 0, 1, 1, 2]])
+    groups = T.KernelShap(lin).attribute(V, REFS[:1], target=1, n_samples=40,
+                                         feature_mask=mask, return_input_shape=False)
+    theirs = C.KernelShap(lin).attribute(V, REFS[:1], target=1, n_samples=40,
+                                         feature_mask=mask, return_input_shape=False)
+    by_group = torch.stack([closed[:, :2].sum(1), closed[:, 2:4].sum(1), closed[:, 4]], 1)
+    assert groups.shape == theirs.shape == (3, 3)
+    torch.testing.assert_close(groups, by_group, rtol=1e-8, atol=1e-8)
+
+
+def test_noise_tunnel_integrated_gradients_per_copy_delta_order():
+    """Captum's delta [B * nt_samples], block by block (nt_samples_batch_size) and sample-major;
+    each entry is IG's own delta on that noisy copy."""
+    def run(M):
+        return M.NoiseTunnel(M.IntegratedGradients(MLP_)).attribute(
+            V, nt_samples=5, nt_samples_batch_size=2, stdevs=0.2, target=1, n_steps=30,
+            return_convergence_delta=True)
+    (ours, d_ours), (theirs, d_theirs) = _same_draws(run)
+    assert d_ours.shape == d_theirs.shape == (15,)
+    torch.testing.assert_close(ours, theirs, **FLOAT32)
+    torch.testing.assert_close(d_ours, d_theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_lrp_delta_has_captums_sign():
+    attr, delta = T.LRP(MLP_).attribute(V, target=0, return_convergence_delta=True)
+    torch.testing.assert_close(delta, MLP_(V)[:, 0] - attr.sum(1), **EXACT)
+
+
+# ---- conventions: scalar outputs, 1-D inputs, integer token ids ------------------------
+LIN = nn.Linear(5, 3).to(DT)
+EMB = nn.Embedding(10, 4).to(DT)
+
+
+def aggregate(x):
+    """One value for the whole batch."""
+    return torch.tanh(LIN(x)).sum()
+
+
+def vector(v):
+    """Inputs [B] -> outputs [B]."""
+    return torch.sin(v) * 2 + v ** 2
+
+
+def tokens(ids):
+    """Token ids [B, 6] -> 3 logits."""
+    return LIN(torch.cat([torch.tanh(EMB(ids)).sum(1), ids[:, :1].to(DT) * 0.1], 1))
+
+
+IDS = torch.randint(1, 10, (3, 6), generator=torch.Generator().manual_seed(1))
+VEC = torch.randn(4, dtype=DT, generator=torch.Generator().manual_seed(2))
+IDS_MASK = torch.tensor([[0, 0, 1, 1, 2, 2]])
+CONVENTIONS = {
+    "scalar output": (aggregate, V, {}),
+    "inputs [B]": (vector, VEC, {}),
+    "token ids": (tokens, IDS, {"target": 1}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONVENTIONS))
+def test_feature_ablation_and_occlusion_conventions_equal_captum(case):
+    model, x, kw = CONVENTIONS[case]
+    ours = T.FeatureAblation(model).attribute(x, **kw)
+    theirs = C.FeatureAblation(model).attribute(x, **kw)
+    _close(ours, theirs, EXACT)
+    if x.dim() == 1:  # Captum's Occlusion takes no window for [B] (one feature: ablation)
+        ours = T.Occlusion(model).attribute(x, sliding_window_shapes=(), **kw)
+    else:
+        ours = T.Occlusion(model).attribute(x, sliding_window_shapes=(2,), **kw)
+        theirs = C.Occlusion(model).attribute(x, sliding_window_shapes=(2,), **kw)
+    _close(ours, theirs.to(ours.dtype), FLOAT32)
+
+
+@pytest.mark.parametrize("method", ["ShapleyValueSampling", "Lime"])
+@pytest.mark.parametrize("case", sorted(CONVENTIONS))
+def test_sampled_methods_conventions_equal_captum(case, method):
+    """Same draws (Captum's orders / coalitions); Captum's Lasso and sums are float32."""
+    model, x, kw = CONVENTIONS[case]
+    mask = IDS_MASK if case == "token ids" else None
+    ours, theirs = _same_draws(lambda M: getattr(M, method)(model).attribute(
+        x, n_samples=12, feature_mask=mask, **kw))
+    _close(ours, theirs.to(ours.dtype), FLOAT32)
+
+
+def test_native_lime_on_an_additive_model_is_each_players_own_term():
+    """Weighted least squares (the native default) on a linear model: every coalition set
+    of full rank gives the exact coefficients (x - b) * w, whatever the similarity weights."""
+    from taylorattr.methods import Lime
+
+    lin = nn.Linear(5, 2).to(DT)
+    ours = Lime(lin).attribute(V, REFS[:1], target=0, n_samples=40, seed=3)
+    torch.testing.assert_close(ours, (V - REFS[:1]) * lin.weight[0], rtol=1e-8, atol=1e-8)
+
+
+def test_aggregate_output_is_the_drop_of_removing_a_feature_in_every_sample():
+    ours = T.FeatureAblation(aggregate).attribute(V)
+    hand = torch.stack([aggregate(V) - aggregate(V.index_fill(1, torch.tensor([j]), 0.0))
+                        for j in range(5)]).view(1, 5)
+    torch.testing.assert_close(ours, hand, **EXACT)
+
+
+@pytest.mark.parametrize("case", sorted(CONVENTIONS))
+def test_kernel_shap_conventions_on_additive_games(case):
+    """KernelShap's draws differ from Captum's: on additive games (a linear scalar output,
+    a separable [B] model, a token model linear in its one-hot groups) every draw gives the
+    exact Shapley values, the closed forms here (removal of a player = its own term)."""
+    model, x, _ = CONVENTIONS[case]
+    if case == "scalar output":
+        model = lambda z: LIN(z).sum()
+        ours = T.KernelShap(model).attribute(x, n_samples=60)
+        hand = (LIN.weight.sum(0) * x.sum(0)).view(1, 5)
+    elif case == "inputs [B]":  # two [B] inputs (one player would leave nothing to fit)
+        ours = T.KernelShap(lambda a, b: vector(a) + 3 * b).attribute((x, x * 0.5), n_samples=10)
+        ours = torch.stack(ours)
+        hand = torch.stack([vector(x) - vector(torch.zeros_like(x)), 1.5 * x])
+    else:
+        w = torch.randn(10, dtype=DT, generator=torch.Generator().manual_seed(3))
+        model = lambda ids: w[ids].sum(1, keepdim=True)
+        ours = T.KernelShap(model).attribute(x, n_samples=60, feature_mask=IDS_MASK)
+        groups = w[x].view(3, 3, 2).sum(2) - w[0] * 2
+        hand = groups.repeat_interleave(2, 1)
+    torch.testing.assert_close(ours.to(DT), hand, rtol=1e-7, atol=1e-7)
+
+
+def test_output_beyond_two_dims_with_tuple_targets_equals_captum():
+    def cube(x):
+        return LIN(x).unsqueeze(2) * torch.tensor([1.0, -2.0], dtype=DT)
+    for target in [(2, 1), [(0, 0), (1, 1), (2, 0)]]:
+        ours = T.IntegratedGradients(cube).attribute(V, target=target, n_steps=6)
+        theirs = C.IntegratedGradients(cube).attribute(V, target=target, n_steps=6)
+        torch.testing.assert_close(ours, theirs, **FLOAT32)
+        _close(T.FeatureAblation(cube).attribute(V, target=target),
+               C.FeatureAblation(cube).attribute(V, target=target), EXACT)
+
+
+def test_not_offered_options_are_refused_by_name():
+    with pytest.raises(NotImplementedError, match="custom_attribution_func"):
+        T.DeepLift(MLP_).attribute(V, custom_attribution_func=lambda *a: a)
+    with pytest.raises(NotImplementedError, match="draw_baseline_from_distrib"):
+        T.NoiseTunnel(T.IntegratedGradients(MLP_)).attribute(
+            V, draw_baseline_from_distrib=True, target=0)
+    MLP_.l1.rule, MLP_.l2.rule = T.EpsilonRule(), T.GammaRule()
+    try:
+        with pytest.raises(NotImplementedError, match="different rules per layer"):
+            T.LRP(MLP_).attribute(V, target=0)
+    finally:
+        del MLP_.l1.rule, MLP_.l2.rule
+
+
+def test_layer_attribution_interpolate_is_captums():
+    m = torch.randn(2, 1, 3, 3, dtype=DT)
+    torch.testing.assert_close(T.LayerAttribution.interpolate(m, (6, 6)),
+                               C.LayerAttribution.interpolate(m, (6, 6)), **EXACT)
+
+
+def test_grad_cam_warns_at_a_stem_and_refuses_to_upsample_a_map_without_spatial_dims():
+    from taylorattr.methods import GradCAM
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        GradCAM(CNN_).attribute(IMG, target=0, conv_layer=CNN_.conv)
+    assert any("stem or patch embedding" in str(w.message) for w in seen)
+    with pytest.raises(ValueError, match="upsample=False"):
+        GradCAM(CNN_).attribute(IMG, target=0, conv_layer=CNN_.fc)
+    flat = GradCAM(CNN_).attribute(IMG, target=0, conv_layer=CNN_.fc, upsample=False)
+    h = CNN_.pool(CNN_.r1(CNN_.conv(IMG))).flatten(1).requires_grad_(True)
+    a = CNN_.fc(h)
+    (g,) = torch.autograd.grad(CNN_.out(CNN_.r2(a))[:, 0].sum(), a)
+    torch.testing.assert_close(flat, (g * a).sum(1, keepdim=True), **EXACT)
+    # layer= names Grad-CAM's layer (as conv_layer=), at construction or per call
+    by_name = GradCAM(CNN_, layer=CNN_.fc).attribute(IMG, target=0, upsample=False)
+    torch.testing.assert_close(by_name, flat, **EXACT)
+    with pytest.raises(ValueError, match="tuple inputs"):
+        GradCAM(TWO).attribute(PAIR, target=0, conv_layer=TWO.a, additional_forward_args=SCALE)
+
+
+def test_native_several_layers_at_once_equal_captums_list_of_layers():
+    from taylorattr.methods import GradientInput
+
+    ours = GradientInput(CNN_).attribute(IMG, target=1, layer=[CNN_.conv, CNN_.fc])
+    theirs = C.LayerGradientXActivation(CNN_, [CNN_.conv, CNN_.fc]).attribute(IMG, target=1)
+    assert isinstance(ours, list) and len(ours) == 2
+    _close(ours, theirs, EXACT)
+
+
+def test_infidelity_equals_captums_with_the_same_perturbations():
+    from captum.metrics import infidelity as captum_infidelity
+
+    from taylorattr.captum.metrics import infidelity
+
+    def perturb(inputs):
+        noise = torch.randn_like(inputs) * 0.1
+        return noise, inputs - noise
+
+    attr = T.IntegratedGradients(MLP_).attribute(V, target=1, n_steps=8)
+    for normalize in (False, True):
+        ours, theirs = _same_draws(lambda M, norm=normalize: (
+            infidelity if M is T else captum_infidelity)(
+            MLP_, perturb, V, attr, target=1, n_perturb_samples=6, normalize=norm))
+        torch.testing.assert_close(ours, theirs.to(DT), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("method", ["FeatureAblation", "ShapleyValueSampling"])
+def test_scalar_output_of_tuple_inputs_equals_captum(method):
+    """A whole-batch output of two inputs, groups shared by the inputs (the same id in both
+    is one group, as Captum 0.9 ablates it). Captum's Lime fails on this call (it passes the
+    additional arguments wrongly in its whole-batch mode)."""
+    def total(x, y, scale):
+        return TWO(x, y, scale).sum()
+
+    masks = (torch.tensor([[0, 0, 1, 2]]), torch.tensor([[2, 3, 3]]))
+    ours, theirs = _same_draws(lambda M: getattr(M, method)(total).attribute(
+        PAIR, additional_forward_args=SCALE, feature_mask=masks,
+        **({} if method == "FeatureAblation" else {"n_samples": 6})))
+    _close(ours, tuple(t.to(DT) for t in theirs), EXACT if method == "FeatureAblation" else FLOAT32)
+
+
+@pytest.mark.parametrize("name", ["ShapleyValues", "KernelShap"])
+def test_native_shapley_family_takes_token_ids(name):
+    """Integer inputs through the native Shapley family: three players of token ids equal
+    the Shapley values enumerated by hand over the 8 coalitions (KernelShap with every
+    coalition is exact)."""
+    import itertools
+    import math
+
+    import taylorattr.methods as M
+
+    base = torch.zeros_like(IDS)
+    ids = IDS_MASK[0]
+
+    def v(batch_row, S):
+        x = torch.where(torch.isin(ids, torch.tensor(sorted(S), dtype=ids.dtype)),
+                        IDS[batch_row], base[batch_row])
+        return float(tokens(x[None])[0, 1])
+
+    by_hand = torch.zeros(IDS.shape[0], 3, dtype=DT)
+    for b in range(IDS.shape[0]):
+        for i in range(3):
+            rest = [j for j in range(3) if j != i]
+            for k in range(3):
+                for S in itertools.combinations(rest, k):
+                    w = math.factorial(k) * math.factorial(2 - k) / math.factorial(3)
+                    by_hand[b, i] += w * (v(b, set(S) | {i}) - v(b, set(S)))
+    options = {"method": "exact"} if name == "ShapleyValues" else {"n_samples": 8}
+    ours = getattr(M, name)(tokens).attribute(IDS, 0, target=1, feature_mask=IDS_MASK, **options)
+    assert ours.dtype.is_floating_point and ours.shape == IDS.shape
+    torch.testing.assert_close(ours[:, ::2].to(DT), by_hand, rtol=1e-9, atol=1e-12)
