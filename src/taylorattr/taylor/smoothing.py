@@ -9,9 +9,16 @@ that tends to it as ``beta`` grows:
     LeakyReLU(x)  -> a x + (1 - a) softplus_beta(x)
     MaxPool(x)    -> (1/beta) log sum_{window} exp(beta x)                   (gap <= log n / beta)
 
-Modules are swapped in place; functional calls (``F.relu``, ``torch.relu``, ``x.relu()``,
-``F.relu6``, ``F.leaky_relu``, ``F.max_pool1d/2d``) are found by torch.fx and rerouted to
-the same surrogates. The result is a :class:`SmoothedModel`; given ``inputs`` it reports
+    clamp(x, a, b) -> a + softplus_beta(x - a) - softplus_beta(x - b)      (Hardtanh, ReLU6)
+    Hardswish(x)  -> x clamp~(x + 3, 0, 6) / 6,  Hardsigmoid -> clamp~(x + 3, 0, 6) / 6
+    PReLU(x)      -> a x + (1 - a) softplus_beta(x)                          (learned a)
+
+Modules are swapped in place (max-pool with any ``ceil_mode``, padding and dilation);
+functional calls (``F.relu``, ``torch.relu``, ``x.relu()``, ``F.relu6``, ``F.leaky_relu``,
+``F.max_pool1d/2d``) are found by torch.fx and rerouted to the same surrogates; whatever is
+left (a model torch.fx cannot trace, clamps, ``F.hardswish``) is rewritten in the model's
+captured core-ATen graph (:func:`smooth_graph`). ``beta="auto"`` with ``inputs=`` picks the
+smallest beta whose output gap is at most ``tolerance`` (5%) of ``|f(x) - f(x~)|``. The result is a :class:`SmoothedModel`; given ``inputs`` it reports
 ``output_gap = max |f_smooth(inputs) - f(inputs)|``. Its Taylor terms of order >= 2 are
 non-zero (the original's vanish almost everywhere) and tend to the kinks' as beta grows.
 
@@ -20,6 +27,10 @@ Example::
     smoothed = ta.smooth(relu_cnn, beta=10.0, inputs=x)
     print(smoothed.output_gap)          # how far the surrogate is from the original on x
     terms = ta.taylor_terms(smoothed, x, order=3)
+
+Why one module: the surrogate modules, the module swap, the torch.fx and captured-graph
+rewrites and ``beta="auto"`` all build and tune the same surrogate classes; the Taylor
+rules for them live with the engine (``taylor/mode/rules_surrogates.py``).
 """
 from __future__ import annotations
 

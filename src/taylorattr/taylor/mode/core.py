@@ -26,6 +26,11 @@ Rules per core operation:
 Rules registered with ``ta.register_taylor_rule(torch.ops.aten.<op>.<overload>, rule)``
 come first; they receive CoreJets, which offer the same arithmetic, ``unary`` and
 ``linear`` as :class:`~taylorattr.taylor.mode.jet.Jet`.
+
+Why one module: the CoreJet, its arithmetic and the rule table are one unit (every rule
+builds CoreJets with the shared ``joint_linear`` / ``bilinear`` / ``binary`` helpers, and
+the runner and the sample-separation check dispatch through the same table); split by
+family, each file would import the others' private helpers.
 """
 from __future__ import annotations
 
