@@ -17,6 +17,8 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from .._io import atomic_path
+
 __all__ = [
     "MODEL_COLORS",
     "SIGN_COLORMAPS",
@@ -46,7 +48,6 @@ def _new_figure(size: tuple[float, float]):
 
 def _save(fig, path: str | Path, dpi: int = 150) -> Path:
     """Write ``fig`` as PNG atomically (temporary file, then rename); returns the path."""
-    from .._io import atomic_path
 
     out = Path(path)
     with atomic_path(out) as tmp:  # creates the folder

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 
 from .. import _validation as V
 from ..groups import resolve_groups
+from ..runtime.cost import Cost
 from .mode import propagate
 from .pair_interactions import autograd_chunk
 from .terms import _ig_shares, _prepare, _select, taylor_attribution_cost
@@ -103,7 +104,6 @@ def shapley_attribution_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2
     of :func:`taylorattr.taylor_attribution_cost` and, for ``order >= 3``, one order-K
     Taylor-mode row per (sample, player), ``chunk_size`` copies per pass, each swept back
     three times per order ``3..K``. Runs no model."""
-    from ..runtime.cost import Cost
 
     _check_order(order)
     if chunk_size is not None:

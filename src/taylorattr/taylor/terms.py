@@ -39,6 +39,8 @@ from tqdm.auto import tqdm
 from .. import _validation as V
 from ..groups import mask_ids
 from ..inputs import Layout, whole_batch_view
+from ..runtime.batching import series_rows
+from ..runtime.cost import Cost
 from .mode import piecewise_linear_ops, propagate, trace
 
 __all__ = ["TaylorTerms", "group_expansions", "group_expansions_cost", "taylor_attribution",
@@ -107,7 +109,6 @@ def _expansion_chunk(model, inputs: torch.Tensor, order: int, groups: torch.Tens
     (measured on ``model`` when one is given)."""
     if chunk_size is not None:
         return V.check_positive_int(chunk_size, "chunk_size")
-    from ..runtime.batching import series_rows
 
     cap = None if model is None else series_rows(model, inputs, order)
     return _default_chunk(order, inputs.shape[0], int(groups.max()) + 1, groups.numel(), cap)
@@ -458,8 +459,6 @@ def _moved_width(delta: torch.Tensor, groups: torch.Tensor) -> int:
 
 
 def _expansions_cost(B: int, width: int, order: int, chunk: int):
-    from ..runtime.cost import Cost
-
     return Cost(taylor_passes=-(-width // chunk), taylor_rows=B * width, order=order)
 
 
@@ -471,7 +470,6 @@ def group_expansions_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, g
     directions per pass (the widest sample sets the passes). Runs no model; without
     ``chunk_size`` the passes are those the run makes on ``model`` when it is given (its
     memory per row caps the default chunk), else the fewest the run can make."""
-    from ..runtime.cost import Cost
 
     V.check_positive_int(order, "order")
     inputs = V.check_inputs(inputs)
@@ -492,7 +490,6 @@ def taylor_attribution_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2)
     batch (inputs and baselines), one Taylor-mode pass along ``-delta`` (``B`` rows) swept
     backward once (order 1) or twice; those of :func:`taylor_terms` without its
     per-feature expansions. Runs no model."""
-    from ..runtime.cost import Cost
 
     V.check_positive_int(order, "order")
     B = V.check_inputs(inputs).shape[0]

@@ -21,6 +21,7 @@ from torch import fx, nn
 
 from ..._validation import model_output, resolve_target, select_output
 from ...capture import where
+from ...runtime.cost import Cost
 from ...runtime.progress import report_rows
 from .graph import lifted_values, op_name
 from .plan import Plan, get_plan
@@ -267,7 +268,6 @@ class LayerwiseMethod:
         gradient); then the inputs' rows run forward and are swept back once by the
         modified gradient (a rule's own evaluations of a layer inside that sweep, as LRP's
         z-plus, gamma or flat make, belong to the row's backward). Runs no model."""
-        from ...runtime.cost import Cost
 
         forward = rows * (2 if self._rules.needs_reference else 1)
         return Cost(forward_rows=forward, backward_rows=rows)
