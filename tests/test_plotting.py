@@ -148,10 +148,11 @@ def test_explain_smooth_model_maps_titles_colour_bar_and_saved_maps(tmp_path):
     check_png(r.figure)
 
 
-def test_explain_leaves_out_deeplift_and_says_why_on_relu6(tmp_path):
+def test_explain_runs_deeplift_on_relu6_and_says_order_2_adds_nothing(tmp_path):
+    """ReLU6 has a layer-wise rule (Rescale on the captured graph): DeepLIFT runs now."""
     r = fast(tmp_path, tiny_classifier(nn.ReLU6()), target=2, sign="positive", beta=None)
-    assert "DL" not in r.panel.maps and "DL" in r.left_out
-    assert any(w.startswith("DL left out: ") for w in r.warnings)
+    assert "DL" in r.panel.maps and "DL" not in r.left_out
+    assert not any(w.startswith("DL left out: ") for w in r.warnings)
     diff = next(k for k in r.panel.maps if k.startswith(E.DIFFERENCE_LABEL))
     assert float(r.panel.maps[diff].abs().max()) == 0.0
     assert any("identical maps" in w for w in r.warnings)
@@ -167,9 +168,11 @@ def test_cli_explain_prints_every_warning_to_stderr(tmp_path, capsys, monkeypatc
     monkeypatch.setattr(E, "_classifier", lambda model, weights: tiny_classifier(nn.ReLU6()))
     img = photo(tmp_path / "img.png")
     assert cli.main(["explain", str(img), "--methods", "gi", "DL", "taylor-1", "taylor-2",
-                     "--out", str(tmp_path / "o"), "--save-maps", "--budget", "none"]) == 0
+                     "--beta", "0", "--out", str(tmp_path / "o"), "--save-maps",
+                     "--budget", "none"]) == 0
     captured = capsys.readouterr()
     lines = (tmp_path / "o" / "img-warnings.txt").read_text().splitlines()
+    assert any("identical maps" in line for line in lines)  # ReLU6 unsmoothed: order 2 adds 0
     assert lines and [f"taylorattr explain: warning: {w}" for w in lines] == \
         captured.err.strip().splitlines()
     assert "img-saliency.png" in captured.out and "maps:" in captured.out

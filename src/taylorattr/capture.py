@@ -178,10 +178,9 @@ class CoreGraph:
         state, constants = self.program.state_dict, self.program.constants
         source = self.source
         for name, lifted in self.lifted.items():
-            if source is not None and lifted.kind == "parameter":
-                values[name] = source.get_parameter(lifted.fqn)
-            elif source is not None and lifted.kind == "buffer":
-                values[name] = source.get_buffer(lifted.fqn)
+            live = _live_attribute(source, lifted) if source is not None else None
+            if live is not None:
+                values[name] = live
             else:
                 values[name] = state[lifted.fqn] if lifted.fqn in state else constants[lifted.fqn]
         return values
@@ -297,6 +296,19 @@ def _decompose(program, keep: Iterable):
     for op in keep:
         table.pop(op, None)
     return program.run_decompositions(table)
+
+
+def _live_attribute(source: nn.Module, lifted) -> torch.Tensor | None:
+    """The module's own parameter or buffer a lifted input stands for, or None for a
+    constant or a path the module no longer has (a layer swapped in while capturing, as
+    ``layer=`` attributions do, is gone again: the program holds the same tensors)."""
+    if lifted.kind not in ("parameter", "buffer"):
+        return None
+    try:
+        return (source.get_parameter if lifted.kind == "parameter" else source.get_buffer)(
+            lifted.fqn)
+    except AttributeError:
+        return None
 
 
 def capture(model, example_inputs: tuple | torch.Tensor | None = None,

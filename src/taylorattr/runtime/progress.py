@@ -50,7 +50,9 @@ def model_rows_bar(model, desc: str, total: int | None = None):
     bar = tqdm.auto.tqdm(total=total, desc=desc, unit="row", leave=False, dynamic_ncols=True)
 
     def advance(rows: int) -> None:
-        if rows and not probing():  # the chunk sizes' memory probe is not planned work
+        # the chunk sizes' memory probe and a graph capture (torch.export runs forward on
+        # fake tensors once per model) are not planned work
+        if rows and not probing() and not torch.compiler.is_compiling():
             bar.update(rows)
 
     def on_forward(module, args, output):
