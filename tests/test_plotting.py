@@ -179,17 +179,28 @@ def test_cli_explain_prints_every_warning_to_stderr(tmp_path, capsys, monkeypatc
 
 
 def test_explain_smooths_a_relu6_network_for_its_taylor_panels(tmp_path):
-    """By default the Taylor panels expand ta.smooth(net, 10): second order then differs from
-    first order, and the titles state beta and the output gap that ta.smooth measures on the
-    photo itself (the independent route: the smoothed copy called directly)."""
+    """By default the Taylor panels expand ta.smooth(net, "auto"): second order then differs
+    from first order, and the title states the beta chosen. Checked by the definition with
+    fixed betas (the independent route): at that beta the smoothed copy's output gap on the
+    photo is at most 5% of |f(x) - f(0)|, at the next smaller candidate it is not."""
     import taylorattr as ta
     from taylorattr import data
+    from taylorattr.taylor.smoothing import AUTO_BETAS
 
     net = tiny_classifier(nn.ReLU6())
     r = fast(tmp_path, net, target=2)
     diff = next(k for k in r.panel.maps if k.startswith(E.DIFFERENCE_LABEL))
     assert float(r.panel.maps[diff].abs().max()) > 0
     x = net.preprocess(data.load_image(tmp_path / "img.png"))
-    gap = ta.smooth(net, 10.0, inputs=x).output_gap
     title = next(k for k in r.panel.maps if k.startswith("Taylor-2"))
-    assert "beta = 10" in title and f"output gap {gap:.2g}" in title
+    beta = float(title.split("beta = ")[1].split(" ")[0])
+    with torch.no_grad():
+        df = float((net(x) - net(torch.zeros_like(x))).abs().max())
+
+        def gap(b):
+            return float((ta.smooth(net, b)(x) - net(x)).abs().max())
+
+        assert gap(beta) <= 0.05 * df
+        smaller = [b for b in AUTO_BETAS if b < beta]
+        assert not smaller or gap(smaller[-1]) > 0.05 * df
+        assert "(auto: gap" in title and f"output gap {gap(beta):.2g}" in title

@@ -126,6 +126,11 @@ def _existing_file(text: str) -> Path:
     return path
 
 
+def _beta(text: str) -> float | str:
+    """``--beta``: ``auto`` or a number >= 0 (0: the network itself)."""
+    return "auto" if text == "auto" else _nonnegative_float(text)
+
+
 def _nonnegative_float(text: str) -> float:
     try:
         value = float(text)

@@ -14,6 +14,7 @@ from .arguments import (
     ASSESS_EXPERIMENTS,
     IMAGENET_MODELS,
     MAP_FORMATS,
+    _beta,
     _cost_flags,
     _dataset_job_flags,
     _existing_dir,
@@ -21,7 +22,6 @@ from .arguments import (
     _method,
     _model_flags,
     _named_weights,
-    _nonnegative_float,
     _nonnegative_int,
     _output_dir,
     _Parser,
@@ -132,9 +132,10 @@ def _explain(p, method_help: bool) -> None:
     p.add_argument("--sign", choices=SIGNS, default="all",
                    help="what the maps show: signed values, positive or negative part, |a|")
     p.add_argument("--overlay", action="store_true", help="draw each map over the photo")
-    p.add_argument("--beta", type=_nonnegative_float, default=10.0,
+    p.add_argument("--beta", type=_beta, default="auto",
                    help="Taylor panels expand a smoothed copy (ReLU -> softplus of slope beta); "
-                        "0 expands the network itself")
+                        "auto (default): the smallest beta whose output gap on the photo is "
+                        "within 5%% of its output change; 0 expands the network itself")
     p.add_argument("--interactions", action="store_true",
                    help="also draw the exact pair interactions of the image's patches (order 2)")
     p.add_argument("--save-maps", action="store_true",

@@ -16,7 +16,7 @@ reason; "no warnings" when there are none) and, with ``save_maps``, ``<stem>-map
 
 Hook for smoothed Taylor panels: ``taylor_model(net) -> (model, note)`` gives the network
 the Taylor panels expand (e.g. a smoothed copy, ``ta.smooth``, with a note such as
-``"smoothed, beta = 10, output gap 0.02"`` that goes into their titles).
+``"smoothed, beta = 20 (auto: gap 3% of |df|), output gap 0.02"`` for their titles).
 
 The columns are the methods the registry enters in the saliency grid
 (:func:`explain_columns`); each is named by the slug of its label.
@@ -175,8 +175,10 @@ def _write_outputs(out: Path, stem: str, plotted: dict, lines: list[str],
     return warnings_file, files
 
 
-def _smoothed(x, target: int, beta: float):
-    """``taylor_model`` hook: ``ta.smooth(net, beta)`` with a note of its gap and class."""
+def _smoothed(x, target: int, beta: float | str):
+    """``taylor_model`` hook: ``ta.smooth(net, beta, inputs=x)`` (``beta="auto"``: the
+    smallest beta whose output gap on the photo is within 5% of its output change) with a
+    note of the beta, its gap and the class."""
     def hook(net):
         import torch
 
@@ -188,7 +190,9 @@ def _smoothed(x, target: int, beta: float):
         with torch.no_grad():
             predicted = int(sm(x).argmax(1)[0])
         same = "same class" if predicted == target else f"predicts class {predicted}"
-        return sm, f"smoothed, beta = {beta:g}, output gap {sm.output_gap:.2g}, {same}"
+        chosen = (f"beta = {sm.beta:g} (auto: gap {sm.relative_gap:.0%} of |df|)"
+                  if beta == "auto" else f"beta = {sm.beta:g}")
+        return sm, f"smoothed, {chosen}, output gap {sm.output_gap:.2g}, {same}"
     return hook
 
 
@@ -212,7 +216,7 @@ def _interaction_figure(net, x, target: int, taylor_model, out: Path, stem: str,
 def explain(image, model="efficientnet-lite0", weights=None, methods=None, target=None,
             out_dir="explain", patch: int = 16, ig_steps: int = 32, eg_samples: int = 32,
             eg_noise: float | None = None, *, sign: str = "all", overlay: bool = False,
-            save_maps: bool = False, beta: float | None = 10.0, taylor_model=None,
+            save_maps: bool = False, beta: float | str | None = "auto", taylor_model=None,
             interactions: bool = False, show_progress: bool = False,
             map_formats=("pt", "npy")) -> Explanation:
     """Explain ``image`` (a path) with ``methods`` (:func:`explain_methods`, labels or
@@ -224,8 +228,10 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
     arrays. Writes the files listed in the module docstring and returns what was shown.
 
     Taylor panels expand ``taylor_model(net)`` when given, else a smoothed copy
-    (``ta.smooth(net, beta)``: every ReLU/ReLU6/max-pool replaced by its smooth surrogate;
-    its output gap to ``net`` and its class are stated in the titles), or ``net`` itself
+    (``ta.smooth(net, beta, inputs=photo)``: every ReLU/ReLU6/max-pool replaced by its smooth
+    surrogate; ``beta="auto"``, the default, picks the smallest beta whose output gap on the
+    photo is at most 5% of its output change; the beta, its output gap to ``net`` and its
+    class are stated in the titles), or ``net`` itself
     with ``beta=None`` (then a piecewise-linear network shows no second-order terms).
     ``interactions``: also draw the exact pair interactions of the image's patches
     (``ta.interactions`` at order 2 on the same network) as ``<stem>-interactions.png``.
