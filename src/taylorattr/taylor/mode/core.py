@@ -45,7 +45,7 @@ from torch.utils import _pytree as pytree
 from ... import series as S
 from ...capture import CoreGraph, op_name, refuse, where
 from . import registry as R
-from .jet import Jet, UnsupportedOperation
+from .jet import Jet, SeriesArithmetic, UnsupportedOperation
 
 __all__ = ["CORE_RULES", "PIECEWISE_CORE", "CoreJet", "check", "constant_pad", "core_rule",
            "piecewise_nodes", "propagate_core"]
@@ -53,12 +53,14 @@ __all__ = ["CORE_RULES", "PIECEWISE_CORE", "CoreJet", "check", "constant_pad", "
 aten = torch.ops.aten
 
 
-class CoreJet:
+class CoreJet(SeriesArithmetic):
     """Truncated Taylor series of one node of a captured graph (module docstring).
 
     ``primal``: the value; ``series``: ``[K', m, *primal.shape]`` with ``K' = K`` or, for an
     ``affine`` node (coefficients 2..K are zero, as between the input and the first
     nonlinearity), ``K' = 1``."""
+
+    _binary = staticmethod(lambda a, b, op: binary(a, b, op))  # the module's, below
 
     def __init__(self, primal: torch.Tensor, series: torch.Tensor, order: int,
                  affine: bool = False):
@@ -114,30 +116,6 @@ class CoreJet:
         shape = (1,) * (n - d) + tuple(self.primal.shape)
         return CoreJet(self.primal.reshape(shape), self.series.reshape(self.series.shape[:2] + shape),
                        self._order, self.affine)
-
-    def __add__(self, other):
-        return binary(self, other, "add")
-
-    def __radd__(self, other):
-        return binary(other, self, "add")
-
-    def __sub__(self, other):
-        return binary(self, other, "sub")
-
-    def __rsub__(self, other):
-        return binary(other, self, "sub")
-
-    def __mul__(self, other):
-        return binary(self, other, "mul")
-
-    def __rmul__(self, other):
-        return binary(other, self, "mul")
-
-    def __truediv__(self, other):
-        return binary(self, other, "div")
-
-    def __rtruediv__(self, other):
-        return binary(other, self, "div")
 
     def __neg__(self):
         return CoreJet(-self.primal, -self.series, self._order, self.affine)

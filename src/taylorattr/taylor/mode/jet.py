@@ -17,15 +17,46 @@ from torch import fx
 
 from ... import series as S
 
-__all__ = ["BatchSecond", "Jet", "UnsupportedOperation"]
+__all__ = ["BatchSecond", "Jet", "SeriesArithmetic", "UnsupportedOperation"]
 
 
 class UnsupportedOperation(TypeError):
     """An operation the Taylor-mode interpreter has no exact rule for."""
 
 
+class SeriesArithmetic:
+    """``+ - * /`` of a series with a series or a constant, on both sides: each goes to the
+    class's ``_binary(a, b, op)`` (``op`` one of ``"add"``, ``"sub"``, ``"mul"``, ``"div"``)."""
+
+    _binary: Callable
+
+    def __add__(self, other):
+        return self._binary(self, other, "add")
+
+    def __radd__(self, other):
+        return self._binary(other, self, "add")
+
+    def __sub__(self, other):
+        return self._binary(self, other, "sub")
+
+    def __rsub__(self, other):
+        return self._binary(other, self, "sub")
+
+    def __mul__(self, other):
+        return self._binary(self, other, "mul")
+
+    def __rmul__(self, other):
+        return self._binary(other, self, "mul")
+
+    def __truediv__(self, other):
+        return self._binary(self, other, "div")
+
+    def __rtruediv__(self, other):
+        return self._binary(other, self, "div")
+
+
 @dataclass
-class Jet:
+class Jet(SeriesArithmetic):
     """Truncated Taylor series of an intermediate tensor.
 
     ``primal``: ``[B, *s]``, the value at ``t = 0``; ``series``: ``[K, B, m, *s]``, the
@@ -36,6 +67,8 @@ class Jet:
     Arithmetic (``+ - * /`` with Jets, tensors or numbers) is exact, so a user rule can be
     written as ``lambda m, x: x * x.unary(series.sigmoid)``.
     """
+
+    _binary = staticmethod(lambda a, b, op: binary(a, b, op))  # the module's, below
 
     primal: torch.Tensor
     series: torch.Tensor
@@ -73,30 +106,6 @@ class Jet:
     def unary(self, rule: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> Jet:
         """Apply a series rule (a function of the coefficient list, e.g. ``series.tanh``)."""
         return Jet.from_coeffs(rule(self.coeffs()), self)
-
-    def __add__(self, other):
-        return binary(self, other, "add")
-
-    def __radd__(self, other):
-        return binary(other, self, "add")
-
-    def __sub__(self, other):
-        return binary(self, other, "sub")
-
-    def __rsub__(self, other):
-        return binary(other, self, "sub")
-
-    def __mul__(self, other):
-        return binary(self, other, "mul")
-
-    def __rmul__(self, other):
-        return binary(other, self, "mul")
-
-    def __truediv__(self, other):
-        return binary(self, other, "div")
-
-    def __rtruediv__(self, other):
-        return binary(other, self, "div")
 
     def __neg__(self):
         return self.linear(torch.neg)
