@@ -496,9 +496,18 @@ def test_measure_rates_names_bad_arguments(x, kwargs, name):
 def test_measure_rates_probes_at_the_stage_call_size(x, monkeypatch):
     """Without probe_rows the probe runs at the automatic chunk size (the rows per call
     the stage's passes use; batching.chunk_rows, computed here), capped by max_rows."""
-    from taylorattr.runtime.batching import chunk_rows
+    import taylorattr.runtime.cost as C
 
+    # the automatic chunk is chosen by timing, which varies under load: fix it, so the
+    # test sees which size the probe used
+    seen = []
+
+    def chunk_rows(model, rows, backward):
+        seen.append((rows.shape, backward))
+        return 37
+
+    monkeypatch.setattr(C, "chunk_rows", chunk_rows)
     model = _model()
-    chunk = int(chunk_rows(model, x[:1], False))
-    assert measure_rates(model, x, backward=False, probe_seconds=60).probe_rows == chunk
+    assert measure_rates(model, x, backward=False, probe_seconds=60).probe_rows == 37
+    assert seen and seen[0] == (x[:1].shape, False)  # asked for the stage's own rows
     assert measure_rates(model, x, backward=False, max_rows=3).probe_rows == 3
