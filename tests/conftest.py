@@ -19,6 +19,15 @@ if _DEVICE and _DEVICE != "cpu":
 
 
 @pytest.fixture
+def one_thread():
+    """Torch on one thread within the test (restored after it)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
 def no_network(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a network connection was attempted")

@@ -14,18 +14,11 @@ from taylorattr.methods import DeepLift, EpsilonLRP, UnsupportedModelError, loca
 from taylorattr.methods.layerwise import FAMILIES, supported_operations
 from taylorattr.methods.layerwise.table import operation_names
 
-pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
+              pytest.mark.usefixtures("one_thread")]
 
 DT = torch.float64
 TIGHT = {"rtol": 1e-9, "atol": 1e-12}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _fresh(t, fresh):
