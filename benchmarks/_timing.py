@@ -18,8 +18,8 @@ import time
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def median_time(fn, repeats: int = 3, warmup: int = 1) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
+def run_times(fn, repeats: int = 3, warmup: int = 1) -> list[float]:
+    """Wall-clock seconds of ``fn()`` in each of ``repeats`` runs after ``warmup`` runs."""
     for _ in range(warmup):
         fn()
     times = []
@@ -27,7 +27,17 @@ def median_time(fn, repeats: int = 3, warmup: int = 1) -> float:
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
+
+
+def median_time(fn, repeats: int = 3, warmup: int = 1) -> float:
+    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
+    return statistics.median(run_times(fn, repeats, warmup))
+
+
+def best_time(fn, repeats: int = 3, warmup: int = 1) -> float:
+    """Least wall-clock seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
+    return min(run_times(fn, repeats, warmup))
 
 
 def interleaved_medians(fns: dict, repeats: int, clock: str = "wall", warmup: int = 1) -> dict:

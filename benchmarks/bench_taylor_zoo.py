@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
-from _timing import dump_json, print_table
+from _timing import best_time, dump_json, print_table
 from _zoo import FORWARD_REFERENCE, ZOO, build, check
 
 import taylorattr as ta
@@ -32,14 +32,6 @@ from taylorattr.taylor.mode import propagate
 COST_MODELS = ["tv:vit_b_16", "tv:resnet50", "tv:convnext_tiny"]
 
 
-def _best(fn, repeats: int = 3) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def forward_equivalents(model, size: int = 64, directions: int = 16, order: int = 2) -> float:
@@ -50,8 +42,8 @@ def forward_equivalents(model, size: int = 64, directions: int = 16, order: int 
     v = torch.randn(1, directions, 3, size, size, dtype=torch.float64)
     batch = x.expand(directions, -1, -1, -1).contiguous()
     with torch.no_grad():
-        taylor = _best(lambda: propagate(smoothed, x, v, order))
-        forward = _best(lambda: smoothed(batch))
+        taylor = best_time(lambda: propagate(smoothed, x, v, order))
+        forward = best_time(lambda: smoothed(batch))
     return taylor / forward / order
 
 

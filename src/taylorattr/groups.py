@@ -105,20 +105,34 @@ def resolve_groups(groups, sample_shape: tuple[int, ...], name: str = "groups") 
 
     Ids must be ``0..G-1`` (``G = max + 1``; an id that is never used is an empty group).
     """
-    if not isinstance(groups, torch.Tensor):
-        raise TypeError(f"{name} must be an integer tensor of group ids shaped like one sample "
-                        f"{tuple(sample_shape)}, got {type(groups).__name__}")
-    if groups.dtype.is_floating_point or groups.is_complex() or groups.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor, got dtype {groups.dtype}")
-    try:
-        ids = torch.broadcast_to(groups, sample_shape)
-    except RuntimeError:
-        raise ValueError(f"{name} of shape {tuple(groups.shape)} does not broadcast to one sample "
-                         f"of shape {tuple(sample_shape)}; give one id per feature (like Captum's "
-                         "feature_mask, without the batch axis)") from None
-    if ids.numel() and int(ids.min()) < 0:
-        raise ValueError(f"{name} must hold ids 0..G-1, got the negative id {int(ids.min())}")
+    _check_integer(groups, name, f"group ids shaped like one sample {tuple(sample_shape)}")
+    ids = _broadcast_ids(groups, tuple(sample_shape), name,
+                         f"one sample of shape {tuple(sample_shape)}; give one id per feature "
+                         "(like Captum's feature_mask, without the batch axis)",
+                         "ids 0..G-1, got the negative id")
     return ids.to(torch.long).contiguous()
+
+
+def _check_integer(ids, name: str, what: str) -> None:
+    """``ids`` must be a tensor of an integer dtype (a TypeError naming ``name`` otherwise)."""
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"{name} must be an integer tensor of {what}, got {type(ids).__name__}")
+    if ids.dtype.is_floating_point or ids.is_complex() or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor of {what}, got dtype {ids.dtype}")
+
+
+def _broadcast_ids(ids: torch.Tensor, shape: tuple[int, ...], name: str, target: str,
+                   nonnegative: str) -> torch.Tensor:
+    """``ids`` broadcast to ``shape``, all >= 0 (ValueErrors naming ``name``, ``target``
+    the shape's description and ``nonnegative`` the rule, e.g. "ids 0..G-1, got")."""
+    try:
+        full = torch.broadcast_to(ids, shape)
+    except RuntimeError:
+        raise ValueError(f"{name} of shape {tuple(ids.shape)} does not broadcast to "
+                         f"{target}") from None
+    if full.numel() and int(full.min()) < 0:
+        raise ValueError(f"{name} must hold {nonnegative} {int(full.min())}")
+    return full
 
 
 def default_groups(sample_shape: tuple[int, ...], max_groups: int) -> torch.Tensor:
@@ -205,11 +219,7 @@ def player_ids(feature_mask, x: torch.Tensor, patch=None,
 
 def _player_mask(mask, shape: tuple[int, ...], batch: int, name: str) -> torch.Tensor:
     """One input's mask as ``[1 or B, n]`` long ids (Captum's broadcasting, checked)."""
-    if not isinstance(mask, torch.Tensor):
-        raise TypeError(f"{name} must be an integer tensor of player ids, got "
-                        f"{type(mask).__name__}")
-    if mask.dtype.is_floating_point or mask.is_complex() or mask.dtype == torch.bool:
-        raise TypeError(f"{name} must be an integer tensor of player ids, got dtype {mask.dtype}")
+    _check_integer(mask, name, "player ids")
     full_dim = len(shape) + 1
     if mask.dim() > full_dim:
         raise ValueError(f"{name} has {mask.dim()} dimensions, more than the input's "
@@ -218,12 +228,7 @@ def _player_mask(mask, shape: tuple[int, ...], batch: int, name: str) -> torch.T
     if mask.shape[0] not in (1, batch):
         raise ValueError(f"{name}'s first dimension must be 1 (shared) or {batch} (one grouping "
                          f"per sample), got shape {tuple(mask.shape)}")
-    try:
-        full = torch.broadcast_to(mask, (mask.shape[0],) + tuple(shape))
-    except RuntimeError:
-        raise ValueError(f"{name} of shape {tuple(mask.shape)} does not broadcast to the input "
-                         f"[{batch}, {', '.join(map(str, shape))}]; give one id per feature "
-                         "(like Captum's feature_mask)") from None
-    if full.numel() and int(full.min()) < 0:
-        raise ValueError(f"{name} must hold player ids >= 0, got {int(full.min())}")
+    full = _broadcast_ids(mask, (mask.shape[0],) + tuple(shape), name,
+                          f"the input [{batch}, {', '.join(map(str, shape))}]; give one id per "
+                          "feature (like Captum's feature_mask)", "player ids >= 0, got")
     return full.reshape(mask.shape[0], -1).to(torch.long)
