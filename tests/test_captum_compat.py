@@ -431,12 +431,101 @@ def test_not_offered_options_are_refused_by_name():
     with pytest.raises(NotImplementedError, match="draw_baseline_from_distrib"):
         T.NoiseTunnel(T.IntegratedGradients(MLP_)).attribute(
             V, draw_baseline_from_distrib=True, target=0)
-    MLP_.l1.rule, MLP_.l2.rule = T.EpsilonRule(), T.GammaRule()
+    MLP_.r.rule = T.GammaRule()
     try:
-        with pytest.raises(NotImplementedError, match="different rules per layer"):
+        with pytest.raises(NotImplementedError, match="GammaRule on the ReLU module 'r'"):
             T.LRP(MLP_).attribute(V, target=0)
     finally:
-        del MLP_.l1.rule, MLP_.l2.rule
+        del MLP_.r.rule
+
+
+@pytest.mark.parametrize("rules", [
+    ("EpsilonRule(1e-3)", "GammaRule()"), ("GammaRule(gamma=1.0)", "Alpha1_Beta0_Rule()"),
+    ("Alpha1_Beta0_Rule(set_bias_to_zero=True)", "GammaRule(0.5, set_bias_to_zero=True)"),
+    ("IdentityRule()", None)])
+def test_lrp_rules_per_layer_equal_captums(rules):
+    from captum.attr._utils import lrp_rules as captum_rules
+
+    """Captum's rules set per layer (``module.rule``; None: Captum's default) on a ReLU MLP
+    whose first layer keeps its width (the identity rule needs it), side by side in float64."""
+    torch.manual_seed(3)
+    net = nn.Sequential(nn.Linear(5, 5), nn.ReLU(), nn.Linear(5, 3)).to(DT).eval()
+    x = torch.randn(4, 5, dtype=DT)
+    out = {}
+    for M, where in ((T, vars(T)), (C, vars(captum_rules))):
+        for layer, rule in zip((net[0], net[2]), rules):
+            if rule is not None:
+                layer.rule = eval(rule, {}, where)
+        out[M] = M.LRP(net).attribute(x, target=1, return_convergence_delta=True)
+        for layer in (net[0], net[2]):
+            layer.__dict__.pop("rule", None)
+    _close(out[T], out[C], EXACT)
+
+
+def test_lrp_identity_rule_by_hand():
+    """The identity rule passes a layer's relevance unchanged: relevance at the input is the
+    epsilon rule's relevance at the second layer's input (a float64 hand computation)."""
+    torch.manual_seed(4)
+    net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).to(DT).eval()
+    x = torch.randn(3, 4, dtype=DT)
+    net[0].rule = T.IdentityRule()
+    try:
+        ours = T.LRP(net).attribute(x, target=0)
+    finally:
+        del net[0].rule
+    h = net[1](net[0](x))
+    z = net[2](h)[:, :1]
+    hand = h * net[2].weight[0] / (z + 1e-9) * z  # epsilon rule, relevance f(x) at the top
+    torch.testing.assert_close(ours, hand, **EXACT)
+
+
+def test_native_layer_rules_equal_captums_rules():
+    """The native ``layer_rules`` behind the compatibility class: names of Linear layers to a
+    rule name or a rule object; unknown names and non-Linear/Conv modules refused by name."""
+    from captum.attr._utils import lrp_rules as captum_rules
+
+    from taylorattr.methods import LRP as NativeLRP
+    from taylorattr.methods.layerwise.relevance import LayerEpsilon
+
+    MLP_.l1.rule = captum_rules.GammaRule(gamma=0.5)
+    try:
+        theirs = C.LRP(MLP_).attribute(V, target=2)
+    finally:
+        MLP_.l1.__dict__.pop("rule", None)  # Captum removes the rules it reads
+    gamma = LayerEpsilon(1e-9, weight=lambda w: w + 0.5 * w.clamp(min=0))
+    ours = NativeLRP(MLP_, rule="epsilon", epsilon=1e-9,
+                     layer_rules={"l1": gamma}).attribute(V, target=2)
+    torch.testing.assert_close(ours, theirs, **EXACT)
+    with pytest.raises(ValueError, match="'nope', which is not a module"):
+        NativeLRP(MLP_, layer_rules={"nope": "flat"})
+    with pytest.raises(ValueError, match=r"layer_rules\['r'\]: rules are set on Linear/Conv"):
+        NativeLRP(MLP_, layer_rules={"r": "flat"})
+    with pytest.raises(ValueError, match=r"layer_rules\['l1'\] must be one of"):
+        NativeLRP(MLP_, layer_rules={"l1": "sideways"})
+
+
+def test_progress_bars_carry_captums_label(capsys):
+    T.FeatureAblation(MLP_).attribute(V, target=0, show_progress=True)
+    T.ShapleyValues(MLP_).attribute(V[:1], target=0, show_progress=True)
+    err = capsys.readouterr().err
+    assert "Feature Ablation attribution: 100%" in err
+    assert "Shapley Values attribution: 100%" in err
+
+
+def test_output_with_singleton_axes_reads_as_captums():
+    """A per-sample output ``[B, C, 1, 1]`` (e.g. a final pooling): an int target picks
+    ``output[:, t]`` as Captum does; no target is the argmax column, as for ``[B, C]``."""
+    torch.manual_seed(5)
+    pool = nn.Sequential(nn.Conv2d(2, 3, 3), nn.ReLU(), nn.MaxPool2d(3)).to(DT).eval()
+    x = torch.randn(2, 2, 5, 5, dtype=DT)
+    for cls in ("LRP", "DeepLift", "Saliency", "FeatureAblation"):
+        ours = getattr(T, cls)(pool).attribute(x, target=1)
+        theirs = getattr(C, cls)(pool).attribute(x, target=1)
+        _close(ours, theirs, EXACT)
+    flat = nn.Sequential(pool, nn.Flatten())
+    col = flat(x).argmax(1)
+    torch.testing.assert_close(T.Saliency(pool).attribute(x),
+                               C.Saliency(flat).attribute(x, target=col), **EXACT)
 
 
 def test_layer_attribution_interpolate_is_captums():

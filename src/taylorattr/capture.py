@@ -36,6 +36,7 @@ Example::
 from __future__ import annotations
 
 import copy
+import inspect
 import operator
 import os
 import traceback
@@ -339,7 +340,8 @@ def capture(model, example_inputs: tuple | torch.Tensor | None = None,
     attempts = []
     if dynamic_batch and len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor) \
             and args[0].dim() > 0 and args[0].shape[0] > 1:
-        attempts.append(({0: torch.export.Dim.AUTO},))
+        batch_axis = {0: torch.export.Dim.AUTO}
+        attempts.append(((batch_axis,),) if _var_positional(model) else (batch_axis,))
     attempts.append(None)
     error = None
     for dynamic in attempts:
@@ -361,6 +363,16 @@ def capture(model, example_inputs: tuple | torch.Tensor | None = None,
                            "values (see torch.export's documentation), or export the model yourself "
                            "and pass the ExportedProgram / .pt2 file.") from error
     return CoreGraph(_decompose(program, keep), model)
+
+
+def _var_positional(model: nn.Module) -> bool:
+    """Whether ``model.forward`` takes its inputs as ``*args`` (torch.export then wants the
+    dynamic shapes of those inputs nested in one tuple)."""
+    try:
+        params = list(inspect.signature(model.forward).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return bool(params) and params[0].kind is inspect.Parameter.VAR_POSITIONAL
 
 
 def copy_graph(graph: CoreGraph) -> CoreGraph:

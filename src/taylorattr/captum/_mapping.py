@@ -21,6 +21,7 @@ from torch import nn
 from .._validation import resolve_target, select_output
 from ..inputs import as_tuple, layer_activations, point_baselines
 from ..methods import AttributionMethod
+from ..runtime.progress import labelled
 
 __all__ = [
     "Attribution",
@@ -159,20 +160,27 @@ class Attribution:
         self.forward_func = forward_func
 
     def __init_subclass__(cls, **kw):
-        """Every ``attribute`` raises argument errors as Captum does (:func:`captum_errors`)."""
+        """Every ``attribute`` raises argument errors as Captum does (:func:`captum_errors`)
+        and labels its progress bars as Captum does (``"<name> attribution"``)."""
         super().__init_subclass__(**kw)
         if "attribute" in cls.__dict__:
             inner = cls.__dict__["attribute"]
 
             @functools.wraps(inner)
             def attribute(self, *args, **kwargs):
-                with captum_errors():
+                with captum_errors(), labelled(f"{self.get_name()} attribution"):
                     return inner(self, *args, **kwargs)
 
             cls.attribute = attribute
 
     def has_convergence_delta(self) -> bool:
         return False
+
+    @classmethod
+    def get_name(cls) -> str:
+        """Captum's name of the class: its words, ``"ShapleyValueSampling"`` ->
+        ``"Shapley Value Sampling"``."""
+        return "".join(c if c.islower() or i == 0 else " " + c for i, c in enumerate(cls.__name__))
 
     @property
     def multiplies_by_inputs(self) -> bool:

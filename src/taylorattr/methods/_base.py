@@ -261,7 +261,7 @@ class AttributionMethod:
             return self._dispatch(inputs, baselines, target, extra, layer, to_input, options,
                                   show_progress, return_convergence_delta)
         except (ValueError, TypeError):  # e.g. an output not shaped [B] / [B, C]
-            whole = conventions.whole_batch(self, inputs, baselines, target, extra, layer,
+            whole = conventions.after_refusal(self, inputs, baselines, target, extra, layer,
                                             options, return_convergence_delta)
             if whole is None:
                 raise

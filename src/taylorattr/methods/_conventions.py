@@ -66,7 +66,7 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
     parts, is_tuple = as_tuple(inputs)
     discrete = layer is None and any(_discrete(p) for p in parts)
     if not (discrete or _tuple_target(target)):
-        return None  # a whole-batch output is found when the call refuses it (:func:`whole_batch`)
+        return None  # a whole-batch output is found when the call refuses it (:func:`after_refusal`)
     if discrete and not method.perturbation:
         i = next(i for i, p in enumerate(parts) if _discrete(p))
         name = f"inputs[{i}]" if is_tuple else "inputs"
@@ -103,10 +103,11 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
                  out.dtype, want_delta)
 
 
-def whole_batch(method, inputs, baselines, target, extra, layer, options, want_delta):
-    """After a call refused the model's output: the aggregate-mode call when the output is
-    not one row per sample and ``method`` is a perturbation method, else None."""
-    if getattr(method, "_adapting", False) or not method.perturbation or layer is not None:
+def after_refusal(method, inputs, baselines, target, extra, layer, options, want_delta):
+    """After a call refused the model's output: the call through the convention that reads
+    it (one row per sample beyond ``[B, C]``: flattened; not one row per sample and a
+    perturbation method: aggregate mode), or None (the refusal stands)."""
+    if getattr(method, "_adapting", False) or layer is not None:
         return None
     parts, is_tuple = as_tuple(inputs)
     if not all(isinstance(p, torch.Tensor) and p.dim() for p in parts):
@@ -117,20 +118,27 @@ def whole_batch(method, inputs, baselines, target, extra, layer, options, want_d
             out = method._model(*parts, *extra_t)
     except Exception:  # noqa: BLE001
         return None
-    if not isinstance(out, torch.Tensor) or (out.dim() and out.shape[0] == parts[0].shape[0]):
+    if not isinstance(out, torch.Tensor):
         return None
-    return _Aggregate(parts, is_tuple, baselines, target, extra_t, options, out, want_delta)
+    if out.dim() > 2 and out.shape[0] == parts[0].shape[0]:
+        return _Call(parts, is_tuple, baselines, _flat_target(target, out), extra, None,
+                     options, flat=True, out_dtype=out.dtype, want_delta=want_delta)
+    if method.perturbation and (out.dim() == 0 or out.shape[0] != parts[0].shape[0]):
+        return _Aggregate(parts, is_tuple, baselines, target, extra_t, options, out, want_delta)
+    return None
 
 
 def _flat_target(target, out: torch.Tensor):
-    """A tuple target (or one per sample) as the column of the flattened output."""
+    """The target of the flattened output ``[B, d_1 * ... * d_k]``: a tuple target (or one
+    per sample) as its column; when ``d_2 = ... = d_k = 1`` an int, a ``[B]`` tensor or None
+    reads the first output axis as the columns of ``[B, C]`` do (Captum's ``output[:, t]``)."""
     shape = tuple(out.shape[1:])
+    if not _tuple_target(target) and int(np.prod(shape[1:])) == 1:
+        return target
     if target is None:
-        if out.dim() > 2:
-            raise ValueError(f"target must be given for a model with output shape "
-                             f"{tuple(out.shape)}: a tuple of {len(shape)} indices (or a list "
-                             "of them, one per sample)")
-        return None
+        raise ValueError(f"target must be given for a model with output shape "
+                         f"{tuple(out.shape)}: a tuple of {len(shape)} indices (or a list "
+                         "of them, one per sample)")
     rows = target if isinstance(target, list) else [target]
     flat = []
     for r in rows:

@@ -13,6 +13,7 @@ import torch
 from .._validation import check_optional_positive_int, select_output
 from ..runtime.batching import chunk_rows, count_blocks, heuristic_rows, planned_blocks
 from ..runtime.cost import Cost
+from ..runtime.progress import bar_label
 
 __all__ = ["check_optional_positive_int", "chunk_ranges", "default_chunk_rows",
            "gradient_pass_cost", "grid_blocks", "input_gradient", "per_sample_sum",
@@ -37,7 +38,7 @@ def _progress(blocks, total: int, show_progress: bool, desc: str):
         return
     from tqdm.auto import tqdm
 
-    with tqdm(total=total, desc=desc, unit="chunk") as bar:
+    with tqdm(total=total, desc=bar_label(desc), unit="chunk") as bar:
         for n, block in enumerate(blocks, 1):
             yield block
             bar.update(1)

@@ -50,6 +50,11 @@ class LRP(LayerwiseMethod, ImplicitBaselineMethod):
         epsilon: the epsilon rule's stabiliser (Zennit's default ``1e-6``).
         stabilizer: the other rules' stabiliser (``1e-6``).
         gamma: the gamma rule's ``gamma`` (``0.25``).
+        layer_rules: rules of single Linear/Conv layers over ``rule``'s choice: a dict from
+            module names (as ``model.named_modules()`` gives them) to a rule name or a
+            :class:`~taylorattr.methods.layerwise.relevance.LayerRule` (e.g.
+            ``{"features.0": "flat", "classifier": LayerEpsilon(1e-9)}``; Captum's per-layer
+            ``module.rule``).
     """
 
     name = "lrp"
@@ -57,7 +62,7 @@ class LRP(LayerwiseMethod, ImplicitBaselineMethod):
     default_rule = "epsilon_plus_flat"
 
     def __init__(self, model, rule: str | None = None, epsilon: float = 1e-6,
-                 stabilizer: float = 1e-6, gamma: float = 0.25) -> None:
+                 stabilizer: float = 1e-6, gamma: float = 0.25, layer_rules=None) -> None:
         rule = self.default_rule if rule is None else rule
         if not isinstance(rule, str) or (rule not in RULES and rule not in COMPOSITES):
             raise ValueError(f"rule must be one of {sorted(RULES) + sorted(COMPOSITES)}, "
@@ -68,7 +73,8 @@ class LRP(LayerwiseMethod, ImplicitBaselineMethod):
         self._check_plan()
         self.rule = rule
         self._rules = composite_rules(model, rule, epsilon=float(epsilon),
-                                      stabilizer=float(stabilizer), gamma=float(gamma))
+                                      stabilizer=float(stabilizer), gamma=float(gamma),
+                                      layer_rules=layer_rules)
 
     def _attribute(self, x, base, t, fx, *, show_progress=False):
         """Relevances of ``f(x)``; the convergence delta is ``sum(a) - f(x)``."""

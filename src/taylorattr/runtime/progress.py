@@ -10,6 +10,7 @@ the results are bitwise those of an unobserved run.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 
 import torch
 import tqdm.auto
@@ -17,7 +18,27 @@ from torch import nn
 
 from .batching import probing
 
-__all__ = ["model_rows_bar", "report_rows"]
+__all__ = ["bar_label", "labelled", "model_rows_bar", "report_rows"]
+
+#: The label every bar opened in a :func:`labelled` block shows instead of its own.
+_LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar("bar_label", default=None)
+
+
+@contextlib.contextmanager
+def labelled(label: str):
+    """Within the block every progress bar is labelled ``label`` (a caller's name for the
+    whole call, e.g. Captum's ``"Occlusion attribution"``) instead of its own ``desc``; in
+    nested blocks the outermost label stands (the call the user made)."""
+    token = _LABEL.set(_LABEL.get() or label)
+    try:
+        yield
+    finally:
+        _LABEL.reset(token)
+
+
+def bar_label(desc: str) -> str:
+    """The label of a bar whose own description is ``desc`` (:func:`labelled`)."""
+    return _LABEL.get() or desc
 
 #: Called as ``observe(model, x)`` by :func:`report_rows`.
 _ROW_OBSERVERS: list = []
@@ -47,7 +68,7 @@ def model_rows_bar(model, desc: str, total: int | None = None):
     if not isinstance(model, nn.Module) or isinstance(model, torch.jit.ScriptModule):
         yield None
         return
-    bar = tqdm.auto.tqdm(total=total, desc=desc, unit="row", leave=False, dynamic_ncols=True)
+    bar = tqdm.auto.tqdm(total=total, desc=bar_label(desc), unit="row", leave=False, dynamic_ncols=True)
 
     def advance(rows: int) -> None:
         # the chunk sizes' memory probe and a graph capture (torch.export runs forward on

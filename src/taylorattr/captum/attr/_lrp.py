@@ -1,14 +1,19 @@
 """Captum's ``LRP`` and its rule classes over the native LRP methods.
 
 A model whose layers carry no ``rule`` (Captum's default, epsilon ``1e-9`` on every layer)
-or the same :class:`EpsilonRule` everywhere is :class:`taylorattr.methods.EpsilonLRP`; the
-same :class:`GammaRule` or :class:`Alpha1_Beta0_Rule` everywhere is
-:class:`taylorattr.methods.LRP` with that rule. Captum's delta is ``f(x) - sum(R)``, the
+or the same :class:`EpsilonRule` everywhere is :class:`taylorattr.methods.EpsilonLRP`;
+any other choice is :class:`taylorattr.methods.LRP` with one native rule per Linear/Conv
+layer (``layer_rules``): Captum's rules are the epsilon rule with modified weights
+(gamma: ``W + gamma W+``; alpha-1-beta-0: ``W+``; the bias kept or zeroed), the identity
+rule passes relevance unchanged. Captum's delta is ``f(x) - sum(R)``, the
 opposite sign of the native ``sum(R) - f(x)``; this class returns Captum's.
 """
 from __future__ import annotations
 
+from torch import nn
+
 from ... import methods as native
+from ...methods.layerwise.relevance import Identity, LayerEpsilon
 from .._mapping import Call, GradientAttribution, not_offered
 
 __all__ = ["LRP", "Alpha1_Beta0_Rule", "EpsilonRule", "GammaRule", "IdentityRule",
@@ -18,43 +23,76 @@ __all__ = ["LRP", "Alpha1_Beta0_Rule", "EpsilonRule", "GammaRule", "IdentityRule
 class PropagationRule:
     """Captum's rule base class (set ``module.rule = EpsilonRule(...)``)."""
 
+    def layer_rule(self):  # pragma: no cover - every rule below defines it
+        raise NotImplementedError
+
+
+def _zero(b):
+    return b * 0
+
 
 class EpsilonRule(PropagationRule):
     def __init__(self, epsilon: float = 1e-9) -> None:
         self.epsilon = epsilon
+
+    def layer_rule(self):
+        return LayerEpsilon(self.epsilon)
 
 
 class GammaRule(PropagationRule):
     def __init__(self, gamma: float = 0.25, set_bias_to_zero: bool = False) -> None:
         self.gamma, self.set_bias_to_zero = gamma, set_bias_to_zero
 
+    def layer_rule(self):
+        g = self.gamma
+        return LayerEpsilon(_STABILITY, weight=lambda w: w + g * w.clamp(min=0),
+                            bias=_zero if self.set_bias_to_zero else None,
+                            label=f"Captum's gamma (gamma={g:g})")
+
 
 class Alpha1_Beta0_Rule(PropagationRule):
     def __init__(self, set_bias_to_zero: bool = False) -> None:
         self.set_bias_to_zero = set_bias_to_zero
 
+    def layer_rule(self):
+        return LayerEpsilon(_STABILITY, weight=lambda w: w.clamp(min=0),
+                            bias=_zero if self.set_bias_to_zero else None,
+                            label="Captum's alpha-1-beta-0")
+
 
 class IdentityRule(EpsilonRule):
     """Captum's identity rule (relevance passed through unchanged)."""
 
+    def layer_rule(self):
+        return Identity()
+
+
+#: Captum's stabiliser of the rules without an epsilon of their own
+_STABILITY = 1e-9
+_WEIGHTED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+
 
 def _native_lrp(model):
-    rules = [m.rule for m in model.modules() if getattr(m, "rule", None) is not None]
-    kinds = {(type(r), getattr(r, "epsilon", None), getattr(r, "gamma", None)) for r in rules}
-    if not rules:
-        return native.EpsilonLRP(model, epsilon=1e-9)
-    if len(kinds) > 1 or any(isinstance(r, IdentityRule) for r in rules):
-        raise not_offered("LRP with different rules per layer or IdentityRule",
-                          "one rule for every layer is mapped (the native LRP composites)")
-    rule = rules[0]
-    if type(rule) is EpsilonRule:
-        return native.EpsilonLRP(model, epsilon=rule.epsilon)
-    if isinstance(rule, GammaRule):
-        return native.LRP(model, rule="gamma", gamma=rule.gamma)
-    if isinstance(rule, Alpha1_Beta0_Rule):
-        return native.LRP(model, rule="alpha1_beta0")
-    raise not_offered(f"LRP with the rule {type(rule).__name__}",
-                      "EpsilonRule, GammaRule and Alpha1_Beta0_Rule are mapped")
+    """The native LRP of Captum's rules: each Linear/Conv's ``rule`` (Captum's default
+    ``EpsilonRule()`` where none is set) as the native per-layer rule. On other modules the
+    native LRP's own treatment is Captum's epsilon rule (sums and average pools split in
+    proportion, max pools to the winner) or identity (activations, batch norm), so those
+    two rules are taken there and the others refused."""
+    layer_rules, uniform = {}, set()
+    for name, m in model.named_modules():
+        rule = getattr(m, "rule", None)
+        if isinstance(m, _WEIGHTED):
+            rule = rule or EpsilonRule()
+            layer_rules[name] = rule.layer_rule()
+            uniform.add((type(rule), getattr(rule, "epsilon", None)))
+        elif rule is not None and not isinstance(rule, EpsilonRule):
+            raise not_offered(f"{type(rule).__name__} on the {type(m).__name__} module "
+                              f"{name!r}", "rules other than EpsilonRule and IdentityRule "
+                              "are set on Linear/Conv layers")
+    if len(uniform) <= 1 and all(t is EpsilonRule for t, _ in uniform):
+        eps = next(iter(uniform))[1] if uniform else _STABILITY
+        return native.EpsilonLRP(model, epsilon=eps)  # the gradient form: one backward
+    return native.LRP(model, rule="epsilon", epsilon=_STABILITY, layer_rules=layer_rules)
 
 
 class LRP(GradientAttribution):

@@ -57,6 +57,7 @@ __all__ = [
     "Converted",
     "Flat",
     "Gamma",
+    "Identity",
     "LayerEpsilon",
     "LayerMap",
     "Norm",
@@ -158,12 +159,45 @@ class LayerRule(Rule):
         raise NotImplementedError
 
 
+def _same(t):
+    return t
+
+
 class LayerEpsilon(LayerRule):
+    """The epsilon rule ``R_y = y J_{W', b'}^T [R_z / s(z')]``, ``z' = L_{W', b'}(y)``, with
+    the layer's own parameters (``W' = W``, ``b' = b``) or modified ones: ``weight`` and
+    ``bias`` map ``W`` and ``b`` (Captum's rules are this form: its gamma rule is
+    ``W' = W + gamma W+``, its alpha-1-beta-0 rule ``W' = W+``, with ``b`` kept or zeroed).
+    """
+
     label = "epsilon: y J^T [R / s(z)]"
 
+    def __init__(self, stabilizer: float = 1e-6, *, weight=None, bias=None, label=None):
+        super().__init__(stabilizer)
+        self.weight, self.bias = weight or _same, bias or _same
+        if label is not None:
+            self.label = label
+
     def relevance(self, layer, y, r):
-        p = _params(layer, lambda w: w, lambda b: b)
+        p = _params(layer, self.weight, self.bias)
         return y * _vjp(layer, y, p, r / stabilize(_run(layer, y, p), self.stabilizer))
+
+
+class Identity(LayerRule):
+    """Relevance passes the layer unchanged, ``R_y = R_z`` (Captum's ``IdentityRule``); the
+    layer must keep its input's shape."""
+
+    label = "identity: R_y = R_z"
+
+    def __init__(self):
+        super().__init__(0.0)
+
+    def relevance(self, layer, y, r):
+        if r.shape != y.shape:
+            raise ValueError(f"the identity rule needs a layer that keeps its input's shape; "
+                             f"this one maps {tuple(y.shape[1:])} to {tuple(r.shape[1:])} "
+                             "(choose another rule for it)")
+        return r
 
 
 def _signed(layer, y, r, w_pos, w_neg, b_pos, stab):
@@ -333,9 +367,12 @@ _WEIGHTED = _CONV + (nn.Linear,)
 
 
 def composite_rules(model: nn.Module, rule: str, *, epsilon: float = 1e-6,
-                    stabilizer: float = 1e-6, gamma: float = 0.25) -> RuleSet:
+                    stabilizer: float = 1e-6, gamma: float = 0.25,
+                    layer_rules: Mapping | None = None) -> RuleSet:
     """The rule set of ``rule`` (a name in :data:`RULES`, every Linear/Conv, or in
-    :data:`COMPOSITES`) for the Linear/Conv modules of ``model``."""
+    :data:`COMPOSITES`) for the Linear/Conv modules of ``model``; ``layer_rules`` sets the
+    rule of named Linear/Conv modules (names as ``model.named_modules()`` gives them; each a
+    name in :data:`RULES` or a :class:`LayerRule`), over the composite's choice."""
     kw = {"epsilon": epsilon, "stabilizer": stabilizer, "gamma": gamma}
     if rule in RULES:
         first, conv, dense = None, rule, rule
@@ -350,6 +387,7 @@ def composite_rules(model: nn.Module, rule: str, *, epsilon: float = 1e-6,
         name = first if not first_done else (conv if isinstance(m, _CONV) else dense)
         first_done = True
         per_module[id(m)] = RULES[name](**kw)
+    per_module.update(_named_rules(model, layer_rules or {}, kw))
     rules = {"weighted": LayerMap(per_module, rule, RULES[conv](**kw), RULES[dense](**kw)), "norm": Pass(), "activation": Pass(),
              "avg_pool": Norm(stabilizer), "max_pool": Gradient(),
              "linear": Converted(Gradient(), stabilizer),
@@ -358,3 +396,29 @@ def composite_rules(model: nn.Module, rule: str, *, epsilon: float = 1e-6,
              "softmax": Converted(Gradient(), stabilizer),
              "layer_norm": Converted(ConstantNormaliser(), stabilizer)}
     return RuleSet("lrp_rules", "LRP", rules)
+
+
+def _named_rules(model: nn.Module, layer_rules: Mapping, kw: dict) -> dict:
+    """``layer_rules`` (module name -> rule name or :class:`LayerRule`) by module identity."""
+    if not isinstance(layer_rules, Mapping):
+        raise TypeError("layer_rules must be a dict mapping module names to rules, got "
+                        f"{type(layer_rules).__name__}")
+    modules = dict(model.named_modules())
+    out = {}
+    for name, r in layer_rules.items():
+        if name not in modules:
+            raise ValueError(f"layer_rules names {name!r}, which is not a module of the model "
+                             "(names as model.named_modules() gives them)")
+        if not isinstance(modules[name], _WEIGHTED):
+            raise ValueError(f"layer_rules[{name!r}]: rules are set on Linear/Conv layers, "
+                             f"got {type(modules[name]).__name__} (relevance passes "
+                             "activations and batch norm unchanged and splits sums and "
+                             "average pools in proportion)")
+        if isinstance(r, str) and r in RULES:
+            out[id(modules[name])] = RULES[r](**kw)
+        elif isinstance(r, LayerRule):
+            out[id(modules[name])] = r
+        else:
+            raise ValueError(f"layer_rules[{name!r}] must be one of {sorted(RULES)} or a "
+                             f"LayerRule, got {r!r}")
+    return out
