@@ -410,7 +410,8 @@ def _named_rules(model: nn.Module, layer_rules: Mapping, kw: dict) -> dict:
             raise ValueError(f"layer_rules names {name!r}, which is not a module of the model "
                              "(names as model.named_modules() gives them)")
         if not isinstance(modules[name], _WEIGHTED):
-            raise ValueError(f"layer_rules[{name!r}]: rules are set on Linear/Conv layers, "
+            raise ValueError(  # noqa: TRY004 - a wrong module name, not a wrong type
+                f"layer_rules[{name!r}]: rules are set on Linear/Conv layers, "
                              f"got {type(modules[name]).__name__} (relevance passes "
                              "activations and batch norm unchanged and splits sums and "
                              "average pools in proportion)")
