@@ -626,3 +626,38 @@ def test_native_shapley_family_takes_token_ids(name):
     ours = getattr(M, name)(tokens).attribute(IDS, 0, target=1, feature_mask=IDS_MASK, **options)
     assert ours.dtype.is_floating_point and ours.shape == IDS.shape
     torch.testing.assert_close(ours[:, ::2].to(DT), by_hand, rtol=1e-9, atol=1e-12)
+
+
+class _Split(nn.Module):
+    """A layer returning two tensors and a layer taking two (tuple-valued layers)."""
+
+    def forward(self, a, b):
+        return torch.relu(a), torch.tanh(b)
+
+
+class TupleLayers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.split, self.out = nn.Linear(5, 4), nn.Linear(5, 3), _Split(), \
+            nn.Linear(7, 2)
+
+    def forward(self, x):
+        p, q = self.split(self.a(x), self.b(x))
+        return self.out(torch.cat([p * q.sum(1, keepdim=True), q], 1))
+
+
+@pytest.mark.parametrize("cls, kw", [("LayerGradientXActivation", {}),
+                                     ("LayerGradCam", {}),
+                                     ("LayerIntegratedGradients", {"n_steps": 20}),
+                                     ("LayerGradientXActivation",
+                                      {"attribute_to_layer_input": True}),
+                                     ("LayerIntegratedGradients",
+                                      {"attribute_to_layer_input": True, "n_steps": 20})])
+def test_layers_returning_or_taking_tuples_equal_captums(cls, kw):
+    """A layer returning (taking) two tensors: a tuple of attributions, one per tensor."""
+    torch.manual_seed(6)
+    net = TupleLayers().to(DT).eval()
+    x = torch.randn(3, 5, dtype=DT)
+    ours, theirs = (getattr(M, cls)(net, net.split).attribute(x, target=1, **kw) for M in (T, C))
+    assert isinstance(ours, tuple) and len(ours) == 2
+    _close(ours, theirs, FLOAT32 if "Integrated" in cls else EXACT)  # Captum's float32 steps

@@ -169,12 +169,13 @@ def check_layer(model, layer, attribute_to_layer_input) -> None:
                          "pass a module reachable from model.modules()")
 
 
-def layer_activations(model, layer, args: tuple, to_input: bool) -> torch.Tensor:
-    """The tensor the layer returns (``to_input``: receives first) when ``model(*args)`` runs."""
+def layer_activations(model, layer, args: tuple, to_input: bool):
+    """What the layer returns (``to_input``: receives) when ``model(*args)`` runs: a tensor,
+    or a tuple of tensors for a layer returning a tuple (receiving several tensors)."""
     seen = []
 
     def hook(module, inp, out):
-        seen.append(inp[0] if to_input else out)
+        seen.append((inp if len(inp) > 1 else inp[0]) if to_input else out)
 
     handle = layer.register_forward_hook(hook)
     try:
@@ -187,21 +188,24 @@ def layer_activations(model, layer, args: tuple, to_input: bool) -> torch.Tensor
     if len(seen) > 1:
         raise ValueError(f"layer ({type(layer).__name__}) is called {len(seen)} times in one "
                          "forward; pick a module used once")
-    h = seen[0]
     what = "input" if to_input else "output"
-    if not isinstance(h, torch.Tensor):
-        raise TypeError(f"layer's {what} must be a tensor to attribute to it, got "
-                        f"{type(h).__name__}")
-    if h.dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"layer's {what} must be float32/float64 to attribute to it, got "
-                        f"{h.dtype}; pick a layer whose {what} is real-valued (e.g. the "
-                        "embedding's output)")
-    return h.detach()
+    parts = seen[0] if isinstance(seen[0], tuple) else (seen[0],)
+    for h in parts:
+        if not isinstance(h, torch.Tensor):
+            raise TypeError(f"layer's {what} must be a tensor or a tuple of tensors to "
+                            f"attribute to it, got {type(h).__name__}")
+        if h.dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"layer's {what} must be float32/float64 to attribute to it, got "
+                            f"{h.dtype}; pick a layer whose {what} is real-valued (e.g. the "
+                            "embedding's output)")
+    if isinstance(seen[0], tuple):
+        return tuple(h.detach() for h in parts)
+    return parts[0].detach()
 
 
 class _Inject(nn.Module):
-    """Stands in for ``layer`` while attributing to it: returns the injected value as the
-    layer's output, or runs the layer on it in place of its input."""
+    """Stands in for ``layer`` while attributing to it: returns the injected value (a tensor
+    or a tuple) as the layer's output, or runs the layer on it in place of its input(s)."""
 
     def __init__(self, layer: nn.Module, to_input: bool):
         super().__init__()
@@ -211,7 +215,8 @@ class _Inject(nn.Module):
 
     def forward(self, *args, **kwargs):
         if self.to_input:
-            return self.layer(self.value, *args[1:], **kwargs)
+            value = self.value if isinstance(self.value, tuple) else (self.value,)
+            return self.layer(*value, *args[len(value):], **kwargs)
         return self.value
 
 
@@ -265,7 +270,7 @@ class InputModel(nn.Module):
         tensors = iter(ctx[self.n_inputs:])
         extra = tuple(next(tensors) if isinstance(a, torch.Tensor) else a for a in self.extra)
         if self.inject is not None:
-            self.inject.value = x
+            self.inject.value = self.layout.result(self.layout.split(x))
             return self.model(*ctx[:self.n_inputs], *extra)
         return self.model(*self.layout.split(x), *extra)
 
@@ -283,11 +288,11 @@ def slice_option(value, b: int, batch: int):
     return value
 
 
-def point_baselines(baselines, parts: tuple) -> tuple:
+def point_baselines(baselines, parts: tuple, name: str = "baselines") -> tuple:
     """Point baselines for every input: a scalar, a tensor (one input) or one per input."""
 
-    per = Layout.of(parts, True).per_input(baselines, "baselines", lambda v: False)
-    names = ["baselines"] if len(parts) == 1 else [f"baselines[{i}]" for i in range(len(parts))]
+    per = Layout.of(parts, True).per_input(baselines, name, lambda v: False)
+    names = [name] if len(parts) == 1 else [f"{name}[{i}]" for i in range(len(parts))]
     return tuple(broadcast_baselines(b, p, n) for b, p, n in zip(per, parts, names))
 
 
@@ -346,9 +351,12 @@ def whole_batch_view(model, inputs, baselines=0.0, additional_forward_args=None,
         layout = Layout.of(parts, is_tuple)
         x, base = layout.join(parts), layout.join(base_parts)
     else:
-        x = layer_activations(model, layer, parts + extra, attribute_to_layer_input)
-        base = layer_activations(model, layer, base_parts + extra, attribute_to_layer_input)
-        layout = Layout.of((x,), False)
+        h, is_tuple = as_tuple(layer_activations(model, layer, parts + extra,
+                                                 attribute_to_layer_input))
+        layout = Layout.of(h, is_tuple)
+        x = layout.join(h)
+        base = layout.join(as_tuple(layer_activations(
+            model, layer, base_parts + extra, attribute_to_layer_input))[0])
     wrapped = InputModel(model, layout, extra, None, len(parts) if layer is not None else 0)
     wrapped.set_context((parts if layer is not None else ()) + tuple(
         a for a in extra if isinstance(a, torch.Tensor)))

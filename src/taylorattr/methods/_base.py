@@ -312,18 +312,19 @@ class AttributionMethod:
             x = layout.join(parts)
             base = self._structured_baselines(baselines, parts, layout)
         else:
-            h = layer_activations(model, layer, parts + extra, to_input)
-            layout = Layout.of((h,), False)
-            x = h
+            h, h_tuple = as_tuple(layer_activations(model, layer, parts + extra, to_input))
+            layout = Layout.of(h, h_tuple)
+            x = layout.join(h)
             base = self._structured_baselines(baselines, parts, None)
             if layer_baselines is not None:
-                base = broadcast_baselines(layer_baselines, h, "layer_baselines")
+                base = layout.join(point_baselines(layer_baselines, h, "layer_baselines"))
             elif self.baseline_kind == "point":
-                base = layer_activations(model, layer, base + extra, to_input)
-                if base.shape != h.shape:
+                base = layout.join(as_tuple(layer_activations(model, layer, base + extra,
+                                                              to_input))[0])
+                if base.shape != x.shape:
                     raise ValueError(f"layer's {'input' if to_input else 'output'} at the "
                                      f"baselines has shape {tuple(base.shape)}, at the inputs "
-                                     f"{tuple(h.shape)}; give baselines the model maps alike")
+                                     f"{tuple(x.shape)}; give baselines the model maps alike")
         context = (parts if layer is not None else ()) + tuple(
             a for a in extra if isinstance(a, torch.Tensor))
         swap = swap_layer(model, layer, to_input) if layer is not None else nullcontext()

@@ -69,12 +69,13 @@ def find_layer(model: nn.Module, layer=None) -> nn.Module:
 
 def _layer_output_and_gradient(model, layer, args, target, to_input=False):
     """``(A, dA)``: the layer's output (its input with ``to_input``) and the gradient of the
-    explained output w.r.t. it, for ``model(*args)``. Warns when ``A`` is a model input's
-    image through a stem or patch embedding (the layer receives an input tensor itself)."""
+    explained output w.r.t. it, for ``model(*args)``; tuples for a layer returning (with
+    ``to_input``: receiving) several tensors. Warns when ``A`` is a model input's image
+    through a stem or patch embedding (the layer receives an input tensor itself)."""
     seen, received = [], []
 
     def keep(module, inputs, output):
-        seen.append(inputs[0] if to_input else output)
+        seen.append((inputs if len(inputs) > 1 else inputs[0]) if to_input else output)
         received.append(inputs[0] if inputs else None)
 
     handle = layer.register_forward_hook(keep)
@@ -84,11 +85,11 @@ def _layer_output_and_gradient(model, layer, args, target, to_input=False):
             if len(seen) != 1:
                 raise ValueError(f"conv_layer must run exactly once per forward pass, it ran "
                                  f"{len(seen)} times (pick a layer the model calls once)")
-            (act,) = seen
-            if not isinstance(act, torch.Tensor) or not act.requires_grad:
-                raise ValueError("conv_layer must return a tensor that depends on the inputs, got "
-                                 f"{type(act).__name__}")
-            (grad,) = torch.autograd.grad(out.sum(), act)
+            acts = seen[0] if isinstance(seen[0], tuple) else (seen[0],)
+            if not all(isinstance(a, torch.Tensor) and a.requires_grad for a in acts):
+                raise ValueError("conv_layer must return a tensor (or a tuple of tensors) that "
+                                 f"depends on the inputs, got {type(seen[0]).__name__}")
+            grads = torch.autograd.grad(out.sum(), acts)
     finally:
         handle.remove()
     if any(received[0] is a for a in args if isinstance(a, torch.Tensor)):
@@ -97,16 +98,25 @@ def _layer_output_and_gradient(model, layer, args, target, to_input=False):
                       "input map, not a map of the class evidence in the late features; pass "
                       "conv_layer= a later layer (ViT/Swin/Mixer/LeViT: the last block, "
                       "reshaped to [B, C, h, w] by a module of your model)", stacklevel=5)
-    return act.detach(), grad
+    acts = tuple(a.detach() for a in acts)
+    if isinstance(seen[0], tuple):
+        return acts, grads
+    return acts[0], grads[0]
 
 
 def cam(model, layer, args, target, relu: bool, to_input: bool = False,
-        sum_channels: bool = True) -> torch.Tensor:
+        sum_channels: bool = True):
     """The Grad-CAM map at the layer's resolution: ``sum_c alpha_c A_c`` ``[B, 1, *spatial]``
     (``sum_channels=False``: ``alpha_c A_c`` ``[B, C, *spatial]``); a layer without spatial
     dimensions (``[B, C]``) has ``alpha_c = dA_c``, so its map ``[B, 1]`` is the sum of
-    gradient times activation."""
+    gradient times activation. A layer returning a tuple has a map per tensor (a tuple)."""
     act, grad = _layer_output_and_gradient(model, layer, args, target, to_input)
+    if isinstance(act, tuple):
+        return tuple(_map(a, g, relu, sum_channels) for a, g in zip(act, grad))
+    return _map(act, grad, relu, sum_channels)
+
+
+def _map(act, grad, relu: bool, sum_channels: bool) -> torch.Tensor:
     weights = grad.mean(dim=tuple(range(2, grad.dim())), keepdim=True) if grad.dim() > 2 else grad
     cam = weights * act
     if sum_channels:
@@ -196,6 +206,10 @@ class GradCAM(ImplicitBaselineMethod):
                                        "conv_layer_input": conv_layer_input})
         m = cam(self.model, module, (x.clone().requires_grad_(True),), target, relu,
                 conv_layer_input, sum_channels)
+        if isinstance(m, tuple):
+            raise ValueError(f"conv_layer ({type(module).__name__}) returns {len(m)} tensors, "
+                             "so Grad-CAM has one map per tensor; pass upsample=False for the "
+                             "tuple of maps at the layer's resolution")
         if m.dim() != x.dim():
             if m.dim() == 2:
                 raise ValueError(f"conv_layer output {tuple(m.shape)} has no spatial dimensions, "
