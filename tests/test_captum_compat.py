@@ -176,6 +176,9 @@ CASES = [
         MLP_, MLP_.l1).attribute(V, layer_baselines=0.3, target=0), EXACT),
     ("ShapleyValueSampling (Captum's orders)", lambda M: M.ShapleyValueSampling(MLP_).attribute(
         V, REFS[:1], target=0, n_samples=5), FLOAT32),
+    ("NoiseTunnel(FeatureAblation), a mask per sample", lambda M: M.NoiseTunnel(
+        M.FeatureAblation(MLP_)).attribute(V, target=0, nt_samples=3, stdevs=0.1, feature_mask=
+        torch.tensor([[0, 0, 1, 1, 2], [0, 1, 1, 2, 2], [1, 1, 1, 0, 0]])), EXACT),
     ("LRP + delta f(x) - sum(R)", lambda M: M.LRP(MLP_).attribute(
         V, target=0, return_convergence_delta=True), EXACT),
 ]

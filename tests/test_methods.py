@@ -733,3 +733,23 @@ def test_bad_arguments_name_themselves():
     _raises(TypeError, "epsilon", lambda: EpsilonLRP(model, epsilon="small"))
     _raises(TypeError, "model", lambda: GradientInput(3))
     _raises(TypeError, "model", lambda: DeepLift(lambda x: x.sum(1)))
+
+
+def test_noise_tunnel_repeats_a_per_sample_mask_for_every_noisy_copy():
+    """NoiseTunnel(Occlusion) with one feature mask per sample equals, sample by sample, the
+    tunnel run on that sample alone with its own mask and its own noise (given, so both runs
+    add the same noise)."""
+    from taylorattr.methods import NoiseTunnel, Occlusion
+
+    torch.manual_seed(7)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2)).double()
+    x = torch.randn(2, 4, dtype=torch.float64)
+    masks = torch.tensor([[0, 0, 1, 1], [0, 1, 1, 1]])
+    noise = torch.randn(2, 3, 4, dtype=torch.float64) * 0.1
+    both = NoiseTunnel(net, Occlusion).attribute(x, target=1, feature_mask=masks, nt_samples=3,
+                                                 noise=noise)
+    for b in range(2):
+        one = NoiseTunnel(net, Occlusion).attribute(x[b:b + 1], target=1,
+                                                    feature_mask=masks[b:b + 1], nt_samples=3,
+                                                    noise=noise[b:b + 1])
+        torch.testing.assert_close(both[b:b + 1], one, rtol=0, atol=1e-12)

@@ -275,8 +275,10 @@ class NoiseTunnel(AttributionMethod):
             noisy = tuple((p.unsqueeze(1) + z[:, k0:k1].reshape((batch, k1 - k0) + p.shape[1:]))
                           .reshape((-1,) + tuple(p.shape[1:])) for p, z in zip(parts, noise))
             b = tuple(rows(v) for v in base) if kind == "point" else base
-            kw = {**opts, "additional_forward_args": tuple(rows(a) for a in extra) or None,
-                  "layer": layer, "attribute_to_layer_input": to_input}
+            kw = {k: _copies_of(v, 0, batch, k1 - k0, batch)
+                  if k in self.inner_method.batch_options else v for k, v in opts.items()}
+            kw.update({"additional_forward_args": tuple(rows(a) for a in extra) or None,
+                       "layer": layer, "attribute_to_layer_input": to_input})
             if "seed" in self._inner_cls.options():
                 kw["seed"] = int(torch.randint(2**62, (1,), generator=gen))
             ex = self.inner_method._run(noisy if is_tuple else noisy[0],
@@ -346,7 +348,10 @@ class NoiseTunnel(AttributionMethod):
             tr = None if t is None else t[s0:s1].repeat_interleave(k1 - k0)
             b = base[s0:s1].repeat_interleave(k1 - k0, 0) if self.baseline_kind == "point" \
                 else base
-            kw = opts if seeds is None else {**opts, "seed": seeds[i]}
+            kw = {k: _copies_of(v, s0, s1, k1 - k0, batch)
+                  if k in self.inner_method.batch_options else v for k, v in opts.items()}
+            if seeds is not None:
+                kw["seed"] = seeds[i]
             ex = self.inner_method._run(rows, b, tr, kw, False, False)
             a = ex.attributions.view((s1 - s0, k1 - k0) + feat)
             total[s0:s1] += a.sum(1)
@@ -364,6 +369,19 @@ class NoiseTunnel(AttributionMethod):
         inner = self.inner_method
         own, refs = inner._cost(rows, {k: v for k, v in opts.items() if k in inner.options()})
         return Cost(forward_rows=rows.shape[0]) + own, refs * n
+
+
+def _copies_of(value, s0: int, s1: int, copies: int, batch: int):
+    """A per-sample option of the inner method (``batch`` leading rows, e.g. a feature mask
+    per sample; also inside tuples) for the noisy copies of samples ``s0:s1``, each sample's
+    row repeated ``copies`` times; anything else is shared and passes unchanged."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() >= 1 and value.shape[0] == batch and batch > 1:
+            return value[s0:s1].repeat_interleave(copies, 0)
+        return value
+    if isinstance(value, (tuple, list)):
+        return type(value)(_copies_of(v, s0, s1, copies, batch) for v in value)
+    return value
 
 
 def _gather_refs(refs, block_refs, block, batch, n, kind):
