@@ -65,7 +65,8 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
         return None
     parts, is_tuple = as_tuple(inputs)
     discrete = layer is None and any(_discrete(p) for p in parts)
-    if not (discrete or _tuple_target(target)):
+    ragged = len({p.shape[0] if p.dim() else None for p in parts}) > 1
+    if not (discrete or ragged or _tuple_target(target)):
         return None  # a whole-batch output is found when the call refuses it (:func:`after_refusal`)
     if discrete and not method.perturbation:
         i = next(i for i, p in enumerate(parts) if _discrete(p))
@@ -79,7 +80,12 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
         if _discrete(p) and p.dtype != torch.bool and p.numel() and int(p.abs().max()) >= _EXACT:
             raise ValueError(f"inputs[{i}] holds integers beyond 2**53, which float64 cannot "
                              "carry exactly")
-    batch = check_batch(parts, floats=False)
+    try:
+        batch, uneven = check_batch(parts, floats=False), None
+    except ValueError as exc:  # inputs of different lengths: only a whole-batch output reads them
+        if not (method.perturbation and layer is None) or parts[0].dim() == 0:
+            raise
+        batch, uneven = parts[0].shape[0], exc
     extra_t = check_additional_args(extra, batch)
     try:
         with torch.no_grad():
@@ -94,6 +100,8 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
     aggregate = method.perturbation and layer is None and (out.dim() == 0 or out.shape[0] != batch)
     if aggregate:
         return _Aggregate(parts, is_tuple, baselines, target, extra_t, options, out, want_delta)
+    if uneven is not None:
+        raise uneven
     flat = out.dim() > 2
     if flat or _tuple_target(target):
         target = _flat_target(target, out)
@@ -187,7 +195,10 @@ class _Call:
     def __init__(self, parts, is_tuple, baselines, target, extra, layer, options,
                  discrete=False, flat=False, out_dtype=None, want_delta=False):
         self.parts = tuple(p.double() if discrete and _discrete(p) else p for p in parts)
-        self.dtypes = tuple(p.dtype if discrete and _discrete(p) else None for p in parts)
+        # every input cast back to its dtype: a method joining a float32 input with the
+        # float64 carrier of an integer one hands both back as float64
+        self.dtypes = tuple(p.dtype if discrete else None for p in parts)
+        self.carried = tuple(discrete and _discrete(p) for p in parts)
         self.is_tuple, self.baselines, self.target = is_tuple, baselines, target
         self.extra, self.layer, self.options = extra, layer, options
         self.flat, self.discrete, self.out_dtype = flat, discrete, out_dtype
@@ -213,8 +224,8 @@ class _Call:
             return ex
         attr = ex.attributions
         parts = attr if isinstance(attr, tuple) else (attr,)
-        parts = tuple(a.to(self.out_dtype) if d is not None else a
-                      for a, d in zip(parts, self.dtypes))
+        parts = tuple(a.to(self.out_dtype if c else d)
+                      for a, c, d in zip(parts, self.carried, self.dtypes))
         return type(ex)(parts if isinstance(attr, tuple) else parts[0], ex.references,
                         ex.output, ex.target, ex.delta)
 
@@ -259,13 +270,13 @@ class _Aggregate:
         self.baselines, self.extra, self.options, self.out = baselines, extra, options, out
 
     def run(self, method, show_progress):
-        parts, batch = self.parts, self.parts[0].shape[0]
+        parts = self.parts  # each input's own length (the batch axis need not agree)
         shapes = tuple(tuple(p.shape[1:]) for p in parts)
-        dtypes = tuple(p.dtype if _discrete(p) else None for p in parts)
+        dtypes = tuple(p.dtype for p in parts)  # cast back (see _Call)
         floats = tuple(p.double() if _discrete(p) else p for p in parts)
         for i, f in enumerate(floats):
-            check_inputs(f.reshape(batch, -1), "inputs" if len(parts) == 1 else f"inputs[{i}]")
-        whole = tuple(f.reshape((1, batch) + (s or (1,))) for f, s in zip(floats, shapes))
+            check_inputs(f.reshape(f.shape[0], -1), "inputs" if len(parts) == 1 else f"inputs[{i}]")
+        whole = tuple(f.reshape((1, f.shape[0]) + (s or (1,))) for f, s in zip(floats, shapes))
         base = point_baselines(0.0 if self.baselines is None else self.baselines, floats)
         base = tuple(b.reshape(w.shape) for b, w in zip(base, whole))
         k = self.out.numel()
