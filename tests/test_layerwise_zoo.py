@@ -178,6 +178,37 @@ def test_deeplift_is_complete_through_layernorm_attention_groupnorm_and_softmax(
     assert torch.isfinite(EpsilonLRP(model).attribute(x, target=2)).all()
 
 
+def test_deeplift_softmax_of_two_classes_is_rescale_on_the_logit_difference():
+    """For two classes ``p_1 = sigmoid(y_1 - y_2)``: DeepLIFT's softmax rule gives ``y_1``
+    the share ``dp_1 dy_1 / (dd)`` and ``y_2`` the share ``-dp_1 dy_2 / dd``, ``d = y_1 - y_2``
+    (Rescale on the sigmoid of the difference, a float64 hand computation), whatever the
+    mean-value point of the log-sum-exp; also for logits 1e4 apart, where exp overflows."""
+    for scale in (1.0, 1e4):
+        y, yb = _randn(4, 2, seed=11, scale=scale), _randn(4, 2, seed=12)
+        a = DeepLift(nn.Softmax(dim=1)).attribute(y, yb, target=0)
+        dp = torch.softmax(y, 1)[:, 0] - torch.softmax(yb, 1)[:, 0]
+        dd = (y[:, 0] - y[:, 1]) - (yb[:, 0] - yb[:, 1])
+        hand = torch.stack([dp * (y - yb)[:, 0] / dd, -dp * (y - yb)[:, 1] / dd], 1)
+        torch.testing.assert_close(a, hand, rtol=1e-9, atol=1e-12)
+
+
+def test_deeplift_softmax_is_complete_and_bounded_for_logits_far_apart():
+    """Logits 1e5 apart (exp overflows in float64): the mean-value multiplier keeps every
+    step bounded, and DeepLIFT stays complete (float64: to 1e-9 of the largest term)."""
+    net = nn.Sequential(nn.Linear(6, 5), nn.Softmax(dim=1)).to(DT).eval()
+    x, base = _randn(3, 6, seed=13, scale=3e4), _randn(3, 6, seed=14)
+    a = DeepLift(net).attribute(x, base, target=1)
+    with torch.no_grad():
+        df = net(x)[:, 1] - net(base)[:, 1]
+    assert torch.isfinite(a).all()
+    torch.testing.assert_close(a.sum(1), df, rtol=0, atol=1e-9)
+    log_net = nn.Sequential(net[0], nn.LogSoftmax(dim=1))
+    a = DeepLift(log_net).attribute(x, base, target=1)
+    with torch.no_grad():
+        df = log_net(x)[:, 1] - log_net(base)[:, 1]
+    torch.testing.assert_close(a.sum(1), df, rtol=1e-12, atol=1e-9)
+
+
 class TinyViT(nn.Module):
     """Patch embedding, two pre-norm blocks (explicit q, k, v attention, GELU MLP), head.
 

@@ -20,9 +20,11 @@ ShapleyProduct     ``dz = B(da, (b + b~)/2) + B((a + a~)/2, db)`` for a bilinear
                    (DeepSHAP's rule for two-input operations; Lundberg & Lee 2017)
 ShapleyBinary      the same split for any elementwise ``f(a, b)``: ``a`` gets
                    ``[f(a, b~) - f(a~, b~) + f(a, b) - f(a~, b)] / 2``
-ComposedDeepLift   softmax and layer/group norm written in the rules above
-                   (``exp``/``rsqrt``/``x^2``: Rescale; ``u * (1/sum u)``, ``c * r``:
-                   ShapleyProduct): complete exactly, no quadrature
+ComposedDeepLift   softmax as ``exp(y - logsumexp(y))``: Rescale on ``exp``, the
+                   log-sum-exp with its gradient at the mean-value point of the segment
+                   (``softmax(y~ + t dy)`` with ``t`` where it explains ``dL`` exactly);
+                   layer/group norm in the rules above (``rsqrt``/``x^2``: Rescale;
+                   ``c * r``: ShapleyProduct): complete exactly, no quadrature
 Epsilon            ``g_y = J_op(y)^T [g_z z / (z + eps s(z))]`` (LRP layers)
 WinnerTakeAll      Epsilon on max selection: all of ``R_j`` to the arg-max
 PassRelevance      ``g_y = g_z op(y) / (y + eps s(y))``: ``R_y = R_z`` (LRP activations;
@@ -329,15 +331,59 @@ def _normalised(y, yr, dims, eps):
     return _product(c, cr, r, rr)[0]
 
 
+def _mean_value_weights(y, yr, dim, max_steps: int = 64):
+    """The gradient of ``L = logsumexp`` at the point of the segment from ``y~`` to ``y``
+    where it explains the change exactly (mean value theorem): ``w = softmax(y~ + t dy)``
+    with ``w . dy = L(y) - L(y~)``. ``phi(t) = softmax(y~ + t dy) . dy`` rises with ``t``
+    (``L`` is convex) from ``phi(0) <= dL`` to ``phi(1) >= dL``; ``t`` is found by Newton
+    steps kept in the bracket (bisection when a step leaves it) until ``phi`` meets ``dL``
+    to rounding, and what rounding leaves is moved onto ``w`` along the centred ``dy`` (so
+    ``sum w = 1`` stays). ``w`` is a probability vector however far apart the logits of
+    ``y`` and ``y~`` are."""
+    dy = y - yr
+    d_l = torch.logsumexp(y, dim, keepdim=True) - torch.logsumexp(yr, dim, keepdim=True)
+    tol = 8 * torch.finfo(y.dtype).eps * (dy.abs().amax(dim, keepdim=True) + d_l.abs())
+    lo, hi = torch.zeros_like(d_l), torch.ones_like(d_l)
+    t = torch.full_like(d_l, 0.5)
+    for _ in range(max_steps):
+        w = torch.softmax(yr + t * dy, dim)
+        mean = (w * dy).sum(dim, keepdim=True)
+        if bool(((mean - d_l).abs() <= tol).all()):
+            break
+        below = mean < d_l
+        lo, hi = torch.where(below, t, lo), torch.where(below, hi, t)
+        slope = (w * dy * dy).sum(dim, keepdim=True) - mean * mean
+        step = t + (d_l - mean) / torch.where(slope > 0, slope, torch.ones_like(slope))
+        inside = (slope > 0) & (step > lo) & (step < hi)
+        t = torch.where(inside, step, (lo + hi) / 2)
+    w = torch.softmax(yr + t * dy, dim)
+    c = dy - dy.mean(dim, keepdim=True)
+    norm = (c * c).sum(dim, keepdim=True)
+    left = d_l - (w * dy).sum(dim, keepdim=True)
+    return w + torch.where(norm > 0, left / torch.where(norm > 0, norm, 1.0), 0.0) * c
+
+
 def _softmax(y, yr, dim, log):
-    """``exp(y - c) * (1 / sum exp(y - c))`` (``log``: ``(y - c) - log sum exp(y - c)``)
-    with one shift ``c`` for the input and the baseline (softmax does not change with it)."""
-    c = torch.maximum(y.detach().amax(dim, keepdim=True), yr.amax(dim, keepdim=True))
-    u, ur = _rescale(torch.exp, y - c, yr - c)
-    s, sr = u.sum(dim, keepdim=True), ur.sum(dim, keepdim=True)
+    """``z = y - logsumexp(y)`` (log-softmax; softmax: ``p = exp(z)`` with Rescale), the
+    log-sum-exp with the mean-value multiplier ``w`` of :func:`_mean_value_weights`:
+    ``dz_i = dy_i - w . dy`` and ``dp_i = m_i dz_i``, ``m_i = (p_i - p~_i) / dz_i`` (``p_i``
+    where ``|dz_i| < 1e-10``). The backward is ``g_i - w_i sum_j g_j`` (log) or
+    ``g_i m_i - w_i sum_j g_j m_j``, so ``sum_i g_i dp_i = sum_j dy_j grad_j``: complete,
+    with bounded multipliers (``p`` in [0, 1]) for logits of any size. ``dz`` is formed
+    from ``dy`` and ``w`` rather than from two rounded ``z`` (whose difference loses the
+    digits of large logits), so that the softmax is complete to the rounding of ``p``."""
+    with torch.no_grad():
+        yd = y.detach()
+        w = _mean_value_weights(yd, yr, dim)
+        out = torch.log_softmax(yd, dim) if log else torch.softmax(yd, dim)
+        if not log:
+            dz = (yd - yr) - (w * (yd - yr)).sum(dim, keepdim=True)
+            small = dz.abs() < RESCALE_THRESHOLD
+            m = torch.where(small, out, (out - torch.softmax(yr, dim)) /
+                            torch.where(small, torch.ones_like(dz), dz))
     if log:
-        return (y - c) - _rescale(torch.log, s, sr)[0]
-    return _product(u, ur, *_rescale(torch.reciprocal, s, sr))[0]
+        return _Modified.apply(y, out, lambda g: g - w * g.sum(dim, keepdim=True))
+    return _Modified.apply(y, out, lambda g: g * m - w * (g * m).sum(dim, keepdim=True))
 
 
 def _affine(n, weight, bias, shape):
@@ -364,12 +410,14 @@ def _group_norm(args, y, yr, composed):
 
 
 class ComposedDeepLift(Rule):
-    """DeepLIFT on softmax, log-softmax, LayerNorm and GroupNorm, composed of the
-    elementwise and product rules (DeepSHAP's treatment of softmax as ``exp``, a sum and
-    a division): every step is complete, so the operation is complete exactly, with no
-    quadrature error (a local path integral over the operation would have one)."""
+    """DeepLIFT on softmax, log-softmax, LayerNorm and GroupNorm, composed of complete
+    steps: softmax as ``exp(y - logsumexp(y))`` (Rescale on ``exp``, the mean-value
+    multiplier on log-sum-exp: :func:`_softmax`), the norms as centring, ``x^2`` and
+    ``rsqrt`` (Rescale) and a product (two-player Shapley). Every step is complete, so the
+    operation is complete exactly, with no quadrature error."""
 
-    label = "composed: Rescale on exp/x^2/rsqrt, two-player Shapley on the products"
+    label = ("composed: exp(y - logsumexp y) (Rescale, mean-value logsumexp); norms: Rescale "
+             "on x^2/rsqrt, two-player Shapley on the product")
     needs_reference = True
     wants_node = True
 
