@@ -122,6 +122,18 @@ CASES = [
      EXACT),
     ("DeepLiftShap + delta [B*N]", lambda M: M.DeepLiftShap(MLP_).attribute(
         V, REFS, target=1, return_convergence_delta=True), EXACT),
+    ("DeepLift multipliers (multiply_by_inputs=False)", lambda M: M.DeepLift(
+        MLP_, multiply_by_inputs=False).attribute(V, REFS[:1], target=1), EXACT),
+    ("DeepLift custom_attribution_func + delta", lambda M: M.DeepLift(MLP_).attribute(
+        V, REFS[:1], target=1, return_convergence_delta=True,
+        custom_attribution_func=lambda m, x, b: (m[0] * (x[0] - b[0]) ** 2,)), EXACT),
+    ("LayerDeepLift custom_attribution_func", lambda M: M.LayerDeepLift(MLP_, MLP_.l1).attribute(
+        V, REFS[:1], target=2, custom_attribution_func=lambda m, x: (m[0] * x[0],)), EXACT),
+    ("DeepLiftShap multipliers", lambda M: M.DeepLiftShap(MLP_, multiply_by_inputs=False)
+     .attribute(V, REFS, target=0), EXACT),
+    ("DeepLiftShap custom_attribution_func + delta", lambda M: M.DeepLiftShap(MLP_).attribute(
+        V, REFS, target=0, return_convergence_delta=True,
+        custom_attribution_func=lambda m: (m[0] * 2,)), EXACT),
     ("LayerDeepLiftShap", lambda M: M.LayerDeepLiftShap(MLP_, MLP_.l1).attribute(
         V, REFS, target=1), EXACT),
     ("GradientShap + delta [B*n]", lambda M: M.GradientShap(MLP_).attribute(
@@ -453,8 +465,8 @@ def test_output_beyond_two_dims_with_tuple_targets_equals_captum():
 
 
 def test_not_offered_options_are_refused_by_name():
-    with pytest.raises(NotImplementedError, match="custom_attribution_func"):
-        T.DeepLift(MLP_).attribute(V, custom_attribution_func=lambda *a: a)
+    with pytest.raises(TypeError, match="custom_attribution_func must be callable"):
+        T.DeepLift(MLP_).attribute(V, custom_attribution_func="square")
     with pytest.raises(NotImplementedError, match="draw_baseline_from_distrib"):
         T.NoiseTunnel(T.IntegratedGradients(MLP_)).attribute(
             V, draw_baseline_from_distrib=True, target=0)

@@ -21,6 +21,7 @@ from torch import nn
 from .._validation import resolve_target, select_output
 from ..inputs import as_tuple, layer_activations, point_baselines
 from ..methods import AttributionMethod
+from ..methods._conventions import flat_target
 from ..runtime.progress import labelled
 
 __all__ = [
@@ -208,6 +209,9 @@ class GradientAttribution(Attribution):
             extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
             with torch.no_grad():
                 f_end, f_start = (self.forward_func(*p, *extra) for p in (ends, starts))
+            if f_end.dim() > 2:  # read as the native methods read it (tuple targets)
+                target = flat_target(target, f_end)
+                f_end, f_start = f_end.flatten(1), f_start.flatten(1)
             if isinstance(target, list):  # one class per sample (Captum's form)
                 target = torch.as_tensor(target, dtype=torch.long)
             t = resolve_target(target, f_end)

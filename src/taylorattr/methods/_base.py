@@ -315,7 +315,10 @@ class AttributionMethod:
             h, h_tuple = as_tuple(layer_activations(model, layer, parts + extra, to_input))
             layout = Layout.of(h, h_tuple)
             x = layout.join(h)
-            base = self._structured_baselines(baselines, parts, None)
+            # point baselines are the inputs' (mapped below), distributions the layer's
+            base = self._structured_baselines(baselines, h, layout if h_tuple else None) \
+                if self.baseline_kind == "distribution" else \
+                self._structured_baselines(baselines, parts, None)
             if layer_baselines is not None:
                 base = layout.join(point_baselines(layer_baselines, h, "layer_baselines"))
             elif self.baseline_kind == "point":

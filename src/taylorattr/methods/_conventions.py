@@ -44,7 +44,7 @@ from .._validation import check_inputs
 from ..groups import window_shape
 from ..inputs import as_tuple, check_additional_args, check_batch, point_baselines
 
-__all__ = ["adapt"]
+__all__ = ["adapt", "after_refusal", "flat_target"]
 
 _EXACT = 2 ** 53
 
@@ -104,7 +104,7 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
         raise uneven
     flat = out.dim() > 2
     if flat or _tuple_target(target):
-        target = _flat_target(target, out)
+        target = flat_target(target, out)
     if not (discrete or flat):
         return None
     return _Call(parts, is_tuple, baselines, target, extra, layer, options, discrete, flat,
@@ -129,14 +129,14 @@ def after_refusal(method, inputs, baselines, target, extra, layer, options, want
     if not isinstance(out, torch.Tensor):
         return None
     if out.dim() > 2 and out.shape[0] == parts[0].shape[0]:
-        return _Call(parts, is_tuple, baselines, _flat_target(target, out), extra, None,
+        return _Call(parts, is_tuple, baselines, flat_target(target, out), extra, None,
                      options, flat=True, out_dtype=out.dtype, want_delta=want_delta)
     if method.perturbation and (out.dim() == 0 or out.shape[0] != parts[0].shape[0]):
         return _Aggregate(parts, is_tuple, baselines, target, extra_t, options, out, want_delta)
     return None
 
 
-def _flat_target(target, out: torch.Tensor):
+def flat_target(target, out: torch.Tensor):
     """The target of the flattened output ``[B, d_1 * ... * d_k]``: a tuple target (or one
     per sample) as its column; when ``d_2 = ... = d_k = 1`` an int, a ``[B]`` tensor or None
     reads the first output axis as the columns of ``[B, C]`` do (Captum's ``output[:, t]``)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import broadcast_baselines, check_inputs
+from .._validation import broadcast_baselines, check_bool, check_inputs
 from ._base import AttributionMethod
 from .layerwise import DEEPLIFT_RESCALE, LayerRecord, LayerwiseMethod, propagate
 
@@ -45,9 +45,12 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
         super().__init__(model, layer=layer, attribute_to_layer_input=attribute_to_layer_input)
         self._check_plan()
 
-    def _attribute(self, x, b, t, fx, *, show_progress=False):
+    def _attribute(self, x, b, t, fx, *, multiply_by_inputs: bool = True, show_progress=False):
+        """``multiply_by_inputs=False``: the multipliers ``m`` themselves (Captum's option;
+        DeepLIFT's "hypothetical contributions" start from them), not ``(x - x~) * m``."""
+        check_bool(multiply_by_inputs, "multiply_by_inputs")
         prop = self._propagate(x, b, t, records=False)
-        return (x - b) * prop.gradient, b.unsqueeze(1)
+        return ((x - b) * prop.gradient if multiply_by_inputs else prop.gradient), b.unsqueeze(1)
 
     def _cost(self, x, options):
         """One pass through the plan (:meth:`_propagate_cost`): ``B`` baseline rows forward,

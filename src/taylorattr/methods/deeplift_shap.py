@@ -65,7 +65,8 @@ class DeepLiftShap(DeepLift):
 
     def _attribute(self, x, baselines, t, fx, *, n_samples: int = 50, noise_std=None,
                    seed: int = 0, internal_batch_size: int | None = None,
-                   show_progress: bool = False):
+                   multiply_by_inputs: bool = True, show_progress: bool = False):
+        """``multiply_by_inputs=False``: the multipliers averaged over the references."""
         chunk = check_optional_positive_int(internal_batch_size, "internal_batch_size")
         check_positive_int(n_samples, "n_samples")
         dist = _distribution(baselines, noise_std)
@@ -83,7 +84,8 @@ class DeepLiftShap(DeepLift):
             ref = ref[:, k0:k1].expand((s1 - s0, k1 - k0) + feat)
             rows = x[s0:s1, None].expand_as(ref).reshape((-1,) + feat)
             tr = None if t is None else t[s0:s1].repeat_interleave(k1 - k0)
-            attr, _ = DeepLift._attribute(self, rows, ref.reshape((-1,) + feat), tr, None)
+            attr, _ = DeepLift._attribute(self, rows, ref.reshape((-1,) + feat), tr, None,
+                                          multiply_by_inputs=multiply_by_inputs)
             total[s0:s1] += attr.view(ref.shape).sum(1)
         return total / n, refs.expand((batch, n) + feat)
 

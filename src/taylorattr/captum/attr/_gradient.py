@@ -18,7 +18,7 @@ import torch
 
 from ... import methods as native
 from ...baselines import ReferenceSet
-from ...inputs import as_tuple
+from ...inputs import as_tuple, point_baselines
 from ...methods.gradient_shap import GSDraws
 from .._mapping import (
     Call,
@@ -181,32 +181,70 @@ class GuidedBackprop(_ImplicitBaseline):
 
 
 class DeepLift(GradientAttribution):
-    """Captum's ``DeepLift``: :class:`taylorattr.methods.DeepLift` (rescale rule)."""
+    """Captum's ``DeepLift``: :class:`taylorattr.methods.DeepLift` (rescale rule);
+    ``custom_attribution_func`` is called on the native multipliers
+    (``multiply_by_inputs=False``), the inputs and the baselines, as Captum calls it."""
 
     def __init__(self, model, multiply_by_inputs: bool = True, eps: float = 1e-10) -> None:
         super().__init__(model)
-        if not multiply_by_inputs:
-            raise not_offered("DeepLift(multiply_by_inputs=False)",
-                              "the layer-wise engine gives attributions, not multipliers")
         self.model = model
         self.eps = eps
-        self._multiply_by_inputs = True
-        self._native = native.DeepLift(model)
+        self._multiply_by_inputs = multiply_by_inputs
+        self._deeplift = self._native = native.DeepLift(model)
 
     def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
               return_convergence_delta: bool = False, custom_attribution_func=None, *,
               layer=None, attribute_to_layer_input: bool = False):
-        _no(custom_attribution_func, "custom_attribution_func",
-            "attributions are the multipliers times the difference from the baseline")
-        options = {} if layer is None else {"layer": layer,
-                                            "attribute_to_layer_input": attribute_to_layer_input}
-        return Call(self._native, inputs, baselines, target, additional_forward_args,
+        options = {"multiply_by_inputs": self._multiply_by_inputs}
+        if layer is not None:
+            options.update(layer=layer, attribute_to_layer_input=attribute_to_layer_input)
+        call = Call(self._deeplift, inputs, baselines, target, additional_forward_args,
                     return_convergence_delta, options)
+        if custom_attribution_func is None:
+            return call
+        return _Custom(self, call, custom_attribution_func)
 
     def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
                   return_convergence_delta: bool = False, custom_attribution_func=None):
         return self._call(inputs, baselines, target, additional_forward_args,
                           return_convergence_delta, custom_attribution_func).run()
+
+
+class _Custom:
+    """Captum's ``custom_attribution_func(multipliers[, inputs[, baselines]])`` on the
+    multipliers of a DeepLIFT call (tuples, at the layer when ``layer`` is given: the
+    layer's values at the inputs and at the baselines); the delta of what it returns."""
+
+    def __init__(self, owner, call: Call, func):
+        if not callable(func):
+            raise TypeError(f"custom_attribution_func must be callable, got "
+                            f"{type(func).__name__}")
+        self.owner, self.call, self.func = owner, call, func
+
+    def run(self):
+        c = self.call
+        want_delta, c.delta = c.delta, False
+        c.options = {**c.options, "multiply_by_inputs": False}
+        multipliers = c.run()
+        parts, _ = as_tuple(c.inputs)
+        base = point_baselines(0.0 if c.baselines is None else c.baselines, parts)
+        layer = c.options.get("layer")
+        ins, bas = parts, base
+        if layer is not None:
+            to_input = c.options.get("attribute_to_layer_input", False)
+            ins = as_tuple(layer_inputs(self.owner.model, layer, parts,
+                                        c.additional_forward_args, to_input))[0]
+            bas = as_tuple(layer_inputs(self.owner.model, layer, base,
+                                        c.additional_forward_args, to_input))[0]
+        mult, is_tuple = as_tuple(multipliers)
+        n = len(inspect.signature(self.func).parameters)
+        out = self.func(*(mult, ins, bas)[:max(1, min(n, 3))])
+        out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        result = out if is_tuple else out[0]
+        if not want_delta:
+            return result
+        return result, self.owner.compute_convergence_delta(
+            result, base, parts, c.target, c.additional_forward_args)
 
 
 class LayerDeepLift(LayerAttribution, DeepLift):
@@ -257,35 +295,50 @@ class DeepLiftShap(DeepLift):
     def __init__(self, model, multiply_by_inputs: bool = True) -> None:
         super().__init__(model, multiply_by_inputs)
         self._native = native.DeepLiftShap(model)
-        self._pairs = native.DeepLift(model)
 
     def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
               return_convergence_delta: bool = False, custom_attribution_func=None, *,
               layer=None, attribute_to_layer_input: bool = False):
-        _no(custom_attribution_func, "custom_attribution_func",
-            "attributions are the multipliers times the difference from the baseline")
         parts, is_tuple = as_tuple(inputs)
         refs = _reference_tuple(baselines, parts, "DeepLiftShap")
-        options = {}
-        dist = refs if is_tuple else refs[0]
+        options = {"multiply_by_inputs": self._multiply_by_inputs}
         if layer is not None:
-            options = {"layer": layer, "attribute_to_layer_input": attribute_to_layer_input}
-            dist = layer_inputs(self.model, layer, refs, None, attribute_to_layer_input)
-        call = Call(self._native, inputs, ReferenceSet(dist) if not is_tuple or layer is not None
-                    else dist, target, additional_forward_args, False, options)
-        if not return_convergence_delta:
-            return call
+            options.update(layer=layer, attribute_to_layer_input=attribute_to_layer_input)
         n = refs[0].shape[0]
         rows = tuple(p.repeat_interleave(n, 0) for p in parts)
         tiled = tuple(r.repeat((p.shape[0],) + (1,) * (r.dim() - 1)) for r, p in zip(refs, parts))
-        pairs = Call(self._pairs, rows if is_tuple else rows[0], tiled if is_tuple else tiled[0],
-                     _rows(target, n), _rows(additional_forward_args, n), True, options)
-        return _Both(call, pairs)
+        pairs = DeepLift._call(self, rows if is_tuple else rows[0],
+                               tiled if is_tuple else tiled[0], _rows(target, n),
+                               _rows(additional_forward_args, n), True, custom_attribution_func,
+                               layer=layer, attribute_to_layer_input=attribute_to_layer_input)
+        if custom_attribution_func is not None:  # Captum's mean over the pairs' attributions
+            return _PairMean(pairs, parts[0].shape[0], n, return_convergence_delta)
+        dist = refs if is_tuple else refs[0]
+        if layer is not None:
+            dist = layer_inputs(self.model, layer, refs, None, attribute_to_layer_input)
+        call = Call(self._native, inputs, ReferenceSet(dist) if isinstance(dist, torch.Tensor)
+                    else dist, target, additional_forward_args, False, options)
+        return _Both(call, pairs) if return_convergence_delta else call
 
     def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
                   return_convergence_delta: bool = False, custom_attribution_func=None):
         return self._call(inputs, baselines, target, additional_forward_args,
                           return_convergence_delta, custom_attribution_func).run()
+
+
+class _PairMean:
+    """The attributions of the (sample, reference) pairs averaged per sample; the delta of
+    every pair."""
+
+    def __init__(self, pairs, batch: int, n: int, want_delta: bool):
+        self.pairs, self.batch, self.n, self.want_delta = pairs, batch, n, want_delta
+
+    def run(self):
+        attrs, delta = self.pairs.run()
+        parts, is_tuple = as_tuple(attrs)
+        mean = tuple(a.reshape((self.batch, self.n) + tuple(a.shape[1:])).mean(1) for a in parts)
+        result = mean if is_tuple else mean[0]
+        return (result, delta) if self.want_delta else result
 
 
 class _Both:
