@@ -620,6 +620,41 @@ def test_infidelity_equals_captums_with_the_same_perturbations():
         torch.testing.assert_close(ours, theirs.to(DT), rtol=1e-6, atol=1e-9)
 
 
+def test_infidelity_of_inputs_b_and_of_outputs_beyond_two_dims_equals_captums():
+    """Inputs ``[B]`` (one feature per sample, two of them) and a model ``[B, 2, 3]`` with one
+    tuple target per sample: the same perturbations give Captum's scores."""
+    from captum.metrics import infidelity as captum_infidelity
+
+    from taylorattr.captum.metrics import infidelity
+
+    def perturb(inputs):
+        a, b = inputs
+        noise = (torch.randn_like(a) * 0.1, torch.randn_like(b) * 0.1)
+        return noise, (a - noise[0], b - noise[1])
+
+    def pair(a, b):
+        return torch.stack([torch.tanh(a * b), a - b ** 2], 1)
+
+    a, b = V[:, 0].clone(), V[:, 1].clone()
+    attr = T.IntegratedGradients(pair).attribute((a, b), target=0, n_steps=8)
+    ours, theirs = _same_draws(lambda M: (infidelity if M is T else captum_infidelity)(
+        pair, perturb, (a, b), attr, target=0, n_perturb_samples=5))
+    torch.testing.assert_close(ours, theirs.to(DT), rtol=1e-6, atol=1e-9)
+
+    def cube(x):
+        return MLP_(x).view(-1, 1, 3).expand(-1, 2, 3) * torch.tensor([1.0, -2.0], dtype=DT).view(1, 2, 1)
+
+    def noise(x):
+        z = torch.randn_like(x) * 0.1
+        return z, x - z
+
+    targets = [(0, 1), (1, 2), (1, 0)]
+    attr = C.Saliency(cube).attribute(V, target=targets)
+    ours, theirs = _same_draws(lambda M: (infidelity if M is T else captum_infidelity)(
+        cube, noise, V, attr, target=targets, n_perturb_samples=4))
+    torch.testing.assert_close(ours, theirs.to(DT), rtol=1e-6, atol=1e-9)
+
+
 @pytest.mark.parametrize("method", ["FeatureAblation", "ShapleyValueSampling"])
 def test_scalar_output_of_tuple_inputs_equals_captum(method):
     """A whole-batch output of two inputs, groups shared by the inputs (the same id in both

@@ -20,9 +20,11 @@ __all__ = [
     "check_model",
     "check_positive_int",
     "check_seed",
+    "flat_target",
     "model_output",
     "resolve_target",
     "select_output",
+    "tuple_target",
 ]
 
 _FLOAT_DTYPES = (torch.float32, torch.float64)
@@ -120,6 +122,41 @@ def model_output(model, inputs: torch.Tensor, name: str = "model") -> torch.Tens
     if not torch.isfinite(out).all():
         raise ValueError(f"{name} returned NaN or inf for the given inputs")
     return out
+
+
+def tuple_target(target) -> bool:
+    """Whether ``target`` indexes an output beyond ``[B, C]``: a tuple, or a list of them."""
+    return isinstance(target, tuple) or (
+        isinstance(target, list) and bool(target) and isinstance(target[0], tuple))
+
+
+def flat_target(target, out: torch.Tensor):
+    """The target of the flattened output ``[B, d_1 * ... * d_k]``: a tuple target (or one
+    per sample) as its column; when ``d_2 = ... = d_k = 1`` an int, a ``[B]`` tensor or None
+    reads the first output axis as the columns of ``[B, C]`` do (Captum's ``output[:, t]``)."""
+    shape = tuple(out.shape[1:])
+    if not tuple_target(target) and math.prod(shape[1:]) == 1:
+        return target
+    if target is None:
+        raise ValueError(f"target must be given for a model with output shape "
+                         f"{tuple(out.shape)}: a tuple of {len(shape)} indices (or a list "
+                         "of them, one per sample)")
+    rows = target if isinstance(target, list) else [target]
+    flat = []
+    for r in rows:
+        if not isinstance(r, tuple) or len(r) != len(shape) or \
+                not all(isinstance(i, Integral) for i in r):
+            raise ValueError(f"target must be a tuple of {len(shape)} ints indexing the output "
+                             f"shape {shape} (or a list of them, one per sample), got {r!r}")
+        if not all(0 <= i < n for i, n in zip(r, shape)):
+            raise ValueError(f"target {r!r} lies outside the output shape {shape}")
+        flat.append(sum(i * math.prod(shape[k + 1:]) for k, i in enumerate(r)))
+    if isinstance(target, list):
+        if len(flat) != out.shape[0]:
+            raise ValueError(f"target must give one tuple per sample ({out.shape[0]}), got "
+                             f"{len(flat)}")
+        return torch.tensor(flat, dtype=torch.long, device=out.device)
+    return flat[0]
 
 
 def resolve_target(target, output: torch.Tensor, name: str = "target") -> torch.Tensor | None:

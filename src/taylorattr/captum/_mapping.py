@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .._validation import resolve_target, select_output
+from .._validation import flat_target, resolve_target, select_output
 from ..inputs import as_tuple, layer_activations, point_baselines
 from ..methods import AttributionMethod
-from ..methods._conventions import flat_target
 from ..runtime.progress import labelled
 
 __all__ = [

@@ -34,28 +34,21 @@ shows them to the method as ``[B, 1]``.
 """
 from __future__ import annotations
 
-from numbers import Integral
-
 import numpy as np
 import torch
 from torch import nn
 
-from .._validation import check_inputs
+from .._validation import check_inputs, flat_target, tuple_target
 from ..groups import window_shape
 from ..inputs import as_tuple, check_additional_args, check_batch, point_baselines
 
-__all__ = ["adapt", "after_refusal", "flat_target"]
+__all__ = ["adapt", "after_refusal"]
 
 _EXACT = 2 ** 53
 
 
 def _discrete(t: torch.Tensor) -> bool:
     return not (t.is_floating_point() or t.is_complex())
-
-
-def _tuple_target(target) -> bool:
-    return isinstance(target, tuple) or (
-        isinstance(target, list) and bool(target) and isinstance(target[0], tuple))
 
 
 def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
@@ -66,7 +59,7 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
     parts, is_tuple = as_tuple(inputs)
     discrete = layer is None and any(_discrete(p) for p in parts)
     ragged = len({p.shape[0] if p.dim() else None for p in parts}) > 1
-    if not (discrete or ragged or _tuple_target(target)):
+    if not (discrete or ragged or tuple_target(target)):
         return None  # a whole-batch output is found when the call refuses it (:func:`after_refusal`)
     if discrete and not method.perturbation:
         i = next(i for i, p in enumerate(parts) if _discrete(p))
@@ -103,7 +96,7 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
     if uneven is not None:
         raise uneven
     flat = out.dim() > 2
-    if flat or _tuple_target(target):
+    if flat or tuple_target(target):
         target = flat_target(target, out)
     if not (discrete or flat):
         return None
@@ -134,35 +127,6 @@ def after_refusal(method, inputs, baselines, target, extra, layer, options, want
     if method.perturbation and (out.dim() == 0 or out.shape[0] != parts[0].shape[0]):
         return _Aggregate(parts, is_tuple, baselines, target, extra_t, options, out, want_delta)
     return None
-
-
-def flat_target(target, out: torch.Tensor):
-    """The target of the flattened output ``[B, d_1 * ... * d_k]``: a tuple target (or one
-    per sample) as its column; when ``d_2 = ... = d_k = 1`` an int, a ``[B]`` tensor or None
-    reads the first output axis as the columns of ``[B, C]`` do (Captum's ``output[:, t]``)."""
-    shape = tuple(out.shape[1:])
-    if not _tuple_target(target) and int(np.prod(shape[1:])) == 1:
-        return target
-    if target is None:
-        raise ValueError(f"target must be given for a model with output shape "
-                         f"{tuple(out.shape)}: a tuple of {len(shape)} indices (or a list "
-                         "of them, one per sample)")
-    rows = target if isinstance(target, list) else [target]
-    flat = []
-    for r in rows:
-        if not isinstance(r, tuple) or len(r) != len(shape) or \
-                not all(isinstance(i, Integral) for i in r):
-            raise ValueError(f"target must be a tuple of {len(shape)} ints indexing the output "
-                             f"shape {shape} (or a list of them, one per sample), got {r!r}")
-        if not all(0 <= i < n for i, n in zip(r, shape)):
-            raise ValueError(f"target {r!r} lies outside the output shape {shape}")
-        flat.append(int(np.ravel_multi_index(r, shape)))
-    if isinstance(target, list):
-        if len(flat) != out.shape[0]:
-            raise ValueError(f"target must give one tuple per sample ({out.shape[0]}), got "
-                             f"{len(flat)}")
-        return torch.tensor(flat, dtype=torch.long, device=out.device)
-    return flat[0]
 
 
 class _Recast(nn.Module):

@@ -206,8 +206,8 @@ class GradCAM(ImplicitBaselineMethod):
                                        "conv_layer_input": conv_layer_input})
         m = cam(self.model, module, (x.clone().requires_grad_(True),), target, relu,
                 conv_layer_input, sum_channels)
-        if isinstance(m, tuple):
-            raise ValueError(f"conv_layer ({type(module).__name__}) returns {len(m)} tensors, "
+        if isinstance(m, tuple):  # a valid layer; upsampling is what does not fit it
+            raise ValueError(f"conv_layer ({type(module).__name__}) returns {len(m)} tensors, "  # noqa: TRY004
                              "so Grad-CAM has one map per tensor; pass upsample=False for the "
                              "tuple of maps at the layer's resolution")
         if m.dim() != x.dim():

@@ -24,6 +24,7 @@ from .._validation import (
     check_positive_int,
     check_real,
     check_seed,
+    flat_target,
     model_output,
     resolve_target,
     select_output,
@@ -309,7 +310,8 @@ def infidelity(
         TypeError, ValueError: naming the offending argument.
     """
     check_model(model)
-    if additional_forward_args is not None or not isinstance(inputs, torch.Tensor):
+    if additional_forward_args is not None or not isinstance(inputs, torch.Tensor) or \
+            inputs.dim() == 1:
         model, inputs, attributions, perturbation, extra = _one_tensor(
             model, inputs, attributions, perturbation, additional_forward_args)
     else:
@@ -368,6 +370,7 @@ def infidelity(
     b = inputs.shape[0]
     acc = _acc_dtype(inputs.device)
     with torch.no_grad():
+        model, target = _flat_output(model, inputs, target, extra)
         out = model_output(lambda r: model(r, *extra), inputs)  # checks model and inputs first
         tgt = resolve_target(target, out)
         f0 = select_output(out, tgt)
@@ -402,11 +405,28 @@ def infidelity(
     return optimal_beta_score(pred, true, normalize).to(inputs.dtype)
 
 
+def _flat_output(model, inputs, target, extra):
+    """A model whose output is one row per sample beyond ``[B, C]`` seen with its output
+    flattened to ``[B, -1]``, the target as that column (:func:`flat_target`); found by
+    one call on the first sample."""
+    first = tuple(a[:1] if isinstance(a, torch.Tensor) and a.dim() and
+                  a.shape[0] == inputs.shape[0] else a for a in extra)
+    try:
+        out = model(inputs[:1], *first)
+    except Exception:  # noqa: BLE001 - model_output reports the model's own failure
+        return model, target
+    if not isinstance(out, torch.Tensor) or out.dim() <= 2:
+        return model, target
+    inner = model
+    shaped = out.expand((inputs.shape[0],) + tuple(out.shape[1:]))
+    return (lambda rows, *ex: inner(rows, *ex).flatten(1)), flat_target(target, shaped)
+
+
 def _one_tensor(model, inputs, attributions, perturbation, additional_forward_args):
     """Tuple inputs and batch-first additional arguments as one tensor: ``(model(rows,
     *extra), joined inputs, joined attributions, perturbation on joined rows, extra)``."""
     parts, is_tuple = as_tuple(inputs)
-    batch = check_batch(parts)
+    batch = check_batch(parts, vectors=True)
     extra = check_additional_args(additional_forward_args, batch)
     layout = Layout.of(parts, is_tuple)
     attr_parts, attr_tuple = as_tuple(attributions, "attributions")
@@ -425,15 +445,18 @@ def _one_tensor(model, inputs, attributions, perturbation, additional_forward_ar
         user = perturbation
 
         def perturbation(flat, generator):
-            res = user(layout.split(flat), generator)
-            if not (isinstance(res, tuple) and len(res) == 2
-                    and all(isinstance(r, (tuple, list)) and len(r) == len(parts)
-                            for r in res)):
+            res = user(layout.result(layout.split(flat)), generator)
+            if is_tuple and not (isinstance(res, tuple) and len(res) == 2 and all(
+                    isinstance(r, (tuple, list)) and len(r) == len(parts) for r in res)):
                 raise TypeError(f"perturbation must return (I, perturbed) with one tensor "
                                 f"per input ({len(parts)}) in each, for tuple inputs")
-            pert = tuple(torch.broadcast_to(q, (flat.shape[0],) + s)
-                         for q, s in zip(res[0], layout.shapes))
-            return layout.join(pert), layout.join(tuple(res[1]))
+            if not (isinstance(res, tuple) and len(res) == 2):
+                raise TypeError("perturbation must return a pair (I, perturbed)")
+            pert, moved = (res if is_tuple else ((res[0],), (res[1],)))
+            pert = tuple(torch.broadcast_to(torch.as_tensor(q, dtype=flat.dtype),
+                                            (flat.shape[0],) + s)
+                         for q, s in zip(pert, layout.shapes))
+            return layout.join(pert), layout.join(tuple(moved))
 
     def wrapped(rows, *ex):
         return model(*layout.split(rows), *ex)
