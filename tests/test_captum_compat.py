@@ -143,6 +143,9 @@ CASES = [
         additional_forward_args=SCALE), EXACT),
     ("GradientShap multiply_by_inputs=False", lambda M: M.GradientShap(
         MLP_, multiply_by_inputs=False).attribute(V, REFS, target=1, n_samples=5), EXACT),
+    ("LayerGradientShap, noisy inputs, a nonlinear layer + delta", lambda M:
+     M.LayerGradientShap(MLP_, MLP_.r).attribute(V, REFS, n_samples=3, stdevs=0.2, target=1,
+                                                 return_convergence_delta=True), EXACT),
     ("LayerGradientShap", lambda M: M.LayerGradientShap(MLP_, MLP_.l1).attribute(
         V, REFS, target=1, n_samples=6), EXACT),
     ("NoiseTunnel(Saliency) vargrad", lambda M: M.NoiseTunnel(M.Saliency(MLP_)).attribute(
@@ -175,6 +178,8 @@ CASES = [
     ("LayerConductance at a layer input, trapezoid nodes", lambda M: M.LayerConductance(
         CNN_, CNN_.conv).attribute(IMG, target=1, n_steps=7, method="riemann_trapezoid",
                                    attribute_to_layer_input=True), {"rtol": 0, "atol": 1e-8}),
+    ("compute_convergence_delta from None (zero)", lambda M: M.IntegratedGradients(
+        MLP_).compute_convergence_delta(V * 0.3, None, V, target=2), EXACT),
     ("compute_convergence_delta", lambda M: M.IntegratedGradients(
         TWO).compute_convergence_delta((PAIR[0] * 0.5, PAIR[1]), (0.1, PAIR[1][:1]), PAIR,
                                        target=[0, 2, 1], additional_forward_args=SCALE), EXACT),

@@ -203,7 +203,7 @@ class GradientAttribution(Attribution):
             if attrs[0].shape[0] != ends[0].shape[0]:
                 raise ValueError(f"attributions hold {attrs[0].shape[0]} samples but end_point "
                                  f"{ends[0].shape[0]}; give one attribution per sample")
-            starts = point_baselines(start_point, ends)
+            starts = point_baselines(0.0 if start_point is None else start_point, ends)
             extra = additional_forward_args
             extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
             with torch.no_grad():

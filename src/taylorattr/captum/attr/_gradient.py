@@ -368,6 +368,20 @@ class LayerDeepLiftShap(LayerAttribution, DeepLiftShap):
                           attribute_to_layer_input=attribute_to_layer_input).run()
 
 
+def _captum_draws(parts, refs, n_samples: int, stdevs):
+    """Captum's GradientShap draws for every sample: ``(noise, references, alphas)``, the
+    first two one ``[B, n, ...]`` per input, ``alphas`` ``[B * n]`` (sample-major): the
+    reference of every input chosen separately (one ``np.random.choice`` each), the noise
+    by ``torch.normal``, the path positions by ``np.random.uniform``."""
+    batch = parts[0].shape[0]
+    picked = tuple(r[torch.as_tensor(np.random.choice(r.shape[0], n_samples * batch))]
+                   .reshape((batch, n_samples) + tuple(r.shape[1:])) for r in refs)
+    noise = captum_noise(parts, stdevs, n_samples)
+    alphas = torch.tensor(np.random.uniform(0.0, 1.0, batch * n_samples),
+                          dtype=parts[0].dtype, device=parts[0].device)
+    return tuple(z.to(p.dtype) for z, p in zip(noise, parts)), picked, alphas
+
+
 class GradientShap(GradientAttribution):
     """Captum's ``GradientShap``: :class:`taylorattr.methods.GradientShap` with Captum's
     draws (references by ``np.random.choice``, separately for every input of a tuple, input
@@ -381,13 +395,7 @@ class GradientShap(GradientAttribution):
 
     def _draws(self, parts, refs, n_samples, stdevs, flat: bool):
         batch = parts[0].shape[0]
-        # Captum draws the reference of every input separately (one np.random.choice each)
-        picked = tuple(r[torch.as_tensor(np.random.choice(r.shape[0], n_samples * batch))]
-                       .reshape((batch, n_samples) + tuple(r.shape[1:])) for r in refs)
-        noise = captum_noise(parts, stdevs, n_samples)
-        alphas = torch.tensor(np.random.uniform(0.0, 1.0, batch * n_samples),
-                              dtype=parts[0].dtype, device=parts[0].device)
-        noise = tuple(z.to(p.dtype) for z, p in zip(noise, parts))
+        noise, picked, alphas = _captum_draws(parts, refs, n_samples, stdevs)
         if flat:
             def join(ts):
                 return torch.cat([t.reshape(batch, n_samples, -1) for t in ts], 2)
@@ -395,30 +403,16 @@ class GradientShap(GradientAttribution):
         return GSDraws(noise[0], picked[0], alphas.view(batch, n_samples))
 
     def _call(self, inputs, baselines, n_samples: int = 5, stdevs=0.0, target=None,
-              additional_forward_args=None, return_convergence_delta: bool = False, *,
-              layer=None, attribute_to_layer_input: bool = False):
+              additional_forward_args=None, return_convergence_delta: bool = False):
         parts, _ = as_tuple(inputs)
         refs = _reference_tuple(baselines, parts, "GradientShap")
         options = {"multiply_by_inputs": self._multiply_by_inputs}
-        if layer is not None:
-            if stdevs != 0.0:
-                raise not_offered("LayerGradientShap(stdevs > 0)", "the noise is added to "
-                                  "the inputs, and the native method draws in the layer's "
-                                  "space; use stdevs=0")
-            h = layer_inputs(self.forward_func, layer, parts, additional_forward_args,
-                             attribute_to_layer_input)
-            refs = (layer_inputs(self.forward_func, layer, refs, None, attribute_to_layer_input),)
-            parts = (h,)
-            options.update(layer=layer, attribute_to_layer_input=attribute_to_layer_input)
         flat = len(parts) > 1 or parts[0].dim() == 1
         draws = self._draws(parts, refs, n_samples, stdevs, flat)
         call = Call(self._native, inputs, None, target, additional_forward_args, False,
                     {**options, "draws": draws})
         if not return_convergence_delta:
             return call
-        if layer is not None:
-            raise not_offered("LayerGradientShap(return_convergence_delta=True)",
-                              "per-draw deltas are mapped for input attributions only")
         return _Both(call, self._per_draw(inputs, draws, n_samples, target,
                                           additional_forward_args, options))
 
@@ -445,21 +439,57 @@ class GradientShap(GradientAttribution):
 
 
 class LayerGradientShap(LayerAttribution, GradientShap):
-    """Captum's ``LayerGradientShap`` (``stdevs=0``): the native GradientShap with
-    ``layer=``, Captum's reference draws mapped to the layer."""
+    """Captum's ``LayerGradientShap``: for every draw (noisy input ``x'``, reference ``x~``,
+    position ``alpha``: Captum's draws) the layer's gradient at the input-space point
+    ``x~ + alpha (x' - x~)`` (:class:`taylorattr.methods.Saliency` with ``layer=``, signed)
+    times ``h(x') - h(x~)`` (``multiply_by_inputs``), averaged over the draws; the delta
+    ``[B * n_samples]`` of every draw. Captum interpolates in the input space here (its
+    ``LayerIntegratedGradients`` in the layer's); so does this class."""
 
     def __init__(self, forward_func, layer, device_ids=None,
                  multiply_by_inputs: bool = True) -> None:
         GradientShap.__init__(self, forward_func, multiply_by_inputs)
         self.layer = layer
         self.device_ids = device_ids
+        self._gradient = native.Saliency(forward_func)
 
     def attribute(self, inputs, baselines, n_samples: int = 5, stdevs=0.0, target=None,
                   additional_forward_args=None, return_convergence_delta: bool = False,
                   attribute_to_layer_input: bool = False):
-        return self._call(inputs, baselines, n_samples, stdevs, target, additional_forward_args,
-                          return_convergence_delta, layer=self.layer,
-                          attribute_to_layer_input=attribute_to_layer_input).run()
+        parts, is_tuple = as_tuple(inputs)
+        refs = _reference_tuple(baselines, parts, "LayerGradientShap")
+        n, batch = n_samples, parts[0].shape[0]
+        noise, picked, alphas = _captum_draws(parts, refs, n, stdevs)
+
+        def rows(ts):
+            return tuple(t.reshape((batch * n,) + tuple(t.shape[2:])) for t in ts)
+
+        noisy = tuple(p.repeat_interleave(n, 0) + z for p, z in zip(parts, rows(noise)))
+        base = rows(picked)
+        points = tuple(b + alphas.view((-1,) + (1,) * (b.dim() - 1)) * (x - b)
+                       for x, b in zip(noisy, base))
+        target_n, extra_n = _rows(target, n), _rows(additional_forward_args, n)
+        grads = Call(self._gradient, points if is_tuple else points[0], None, target_n,
+                     extra_n, False, {"abs": False, "layer": self.layer,
+                                      "attribute_to_layer_input": attribute_to_layer_input}
+                     ).run()
+        grads, layer_tuple = as_tuple(grads)
+        attrs = grads
+        if self._multiply_by_inputs:
+            h = as_tuple(layer_inputs(self.forward_func, self.layer, noisy, extra_n,
+                                      attribute_to_layer_input))[0]
+            h_ref = as_tuple(layer_inputs(self.forward_func, self.layer, base, extra_n,
+                                          attribute_to_layer_input))[0]
+            attrs = tuple(g * (a - r) for g, a, r in zip(grads, h, h_ref))
+        mean = tuple(a.reshape((batch, n) + tuple(a.shape[1:])).mean(1) for a in attrs)
+        result = mean if layer_tuple else mean[0]
+        if not return_convergence_delta:
+            return result
+        per_draw = attrs if layer_tuple else attrs[0]
+        delta = self.compute_convergence_delta(per_draw, base if is_tuple else base[0],
+                                               noisy if is_tuple else noisy[0], target_n,
+                                               extra_n)
+        return result, delta
 
 
 class LayerConductance(LayerAttribution, GradientAttribution):
