@@ -173,6 +173,9 @@ CASES = [
      EXACT),
     ("NeuronIntegratedGradients, slices summed", lambda M: M.NeuronIntegratedGradients(
         CNN_, CNN_.conv).attribute(IMG, (1, slice(0, 2), 2), n_steps=10), FLOAT32),
+    ("LayerConductance, tuple inputs + per-sample args + delta", lambda M: M.LayerConductance(
+        TWO, TWO.t).attribute(PAIR, (0.1, 0.2), target=1, additional_forward_args=SCALE,
+                              n_steps=9, return_convergence_delta=True), EXACT),
     ("LayerConductance + delta", lambda M: M.LayerConductance(CNN_, CNN_.fc).attribute(
         IMG, 0.1, target=1, n_steps=12, return_convergence_delta=True), EXACT),
     ("LayerConductance at a layer input, trapezoid nodes", lambda M: M.LayerConductance(

@@ -11,7 +11,8 @@ on the ``n + 1`` nodes ``a_0 < ... < a_n`` of ``method`` with ``n_steps + 1`` po
 The conductances of a layer every path crosses sum to ``f(x(a_n)) - f(x(a_0))``, close to
 ``f(x) - f(x~)`` (the convergence delta measures the gap). Attributions have the layer's
 shape (its input with ``layer_input=True``); the layer is ``conductance_layer=`` (or
-``layer=``). One-tensor inputs without ``additional_forward_args``.
+``layer=``). Tuple inputs and ``additional_forward_args`` run through one joined tensor
+(the path is the straight line of every input at once).
 
 Taylor view: none is registered. Summed over a layer, conductance is Integrated Gradients
 through that layer (its total is IG's), but how it splits among the neurons depends on the
@@ -25,6 +26,7 @@ import torch
 from torch import nn
 
 from .._validation import check_bool, check_positive_int, select_output
+from ..inputs import Layout, as_tuple, check_additional_args, check_batch, point_baselines
 from ._base import AttributionMethod
 from ._passes import check_optional_positive_int, default_chunk_rows, gradient_pass_cost
 from .integrated_gradients import quadrature
@@ -44,13 +46,33 @@ def _layer_and_gradient(model, layer, rows, target, layer_input):
         with torch.enable_grad():
             rows = rows.detach().requires_grad_(True)
             out = select_output(model(rows), target)
-            if len(seen) != 1 or not isinstance(seen[0], torch.Tensor):
-                raise ValueError(f"conductance_layer must run once per forward pass and give "
-                                 f"a tensor; it ran {len(seen)} times")
+            if len(seen) != 1:
+                raise ValueError(f"conductance_layer must run once per forward pass; it ran "
+                                 f"{len(seen)} times")
+            if not isinstance(seen[0], torch.Tensor):
+                raise ValueError(f"conductance_layer must give one tensor, it gave a "  # noqa: TRY004
+                                 f"{type(seen[0]).__name__}; pick a layer returning a tensor")
             (grad,) = torch.autograd.grad(out.sum(), seen[0])
     finally:
         handle.remove()
     return seen[0].detach(), grad
+
+
+class _Joined(nn.Module):
+    """The model on the joined rows of tuple inputs (:class:`~taylorattr.inputs.Layout`),
+    the per-sample tensors of ``additional_forward_args`` tiled over the path points (the
+    rows are point-major: point ``k`` of sample ``b`` is row ``k * B + b``)."""
+
+    def __init__(self, model, layout: Layout, extra: tuple, batch: int):
+        super().__init__()
+        self.inner, self.layout, self.extra, self.batch = model, layout, extra, batch
+
+    def forward(self, rows):
+        sample = torch.arange(rows.shape[0], device=rows.device) % self.batch
+        extra = tuple(a[sample.to(a.device)]
+                      if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == self.batch
+                      else a for a in self.extra)
+        return self.inner(*self.layout.split(rows), *extra)
 
 
 class LayerConductance(AttributionMethod):
@@ -69,12 +91,21 @@ class LayerConductance(AttributionMethod):
         if layer is not None:
             options["conductance_layer"] = layer
             options["layer_input"] = options.get("layer_input", False) or to_input
-        if not isinstance(inputs, torch.Tensor) or \
-                options.get("additional_forward_args") is not None:
-            raise ValueError("LayerConductance takes one input tensor without "
-                             "additional_forward_args; wrap the model to take one tensor")
         options["layer"] = None
-        return super()._run(inputs, baselines, target, options, show_progress, want_delta)
+        extra = options.pop("additional_forward_args", None)
+        if isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and extra is None:
+            return super()._run(inputs, baselines, target, options, show_progress, want_delta)
+        parts, is_tuple = as_tuple(inputs)
+        batch = check_batch(parts, vectors=True)
+        layout = Layout.of(parts, is_tuple)
+        base = layout.join(point_baselines(0.0 if baselines is None else baselines, parts))
+        model = self._model
+        self._model = _Joined(model, layout, check_additional_args(extra, batch), batch)
+        try:
+            return super()._run(layout.join(parts), base, target, options, show_progress,
+                                want_delta)
+        finally:
+            self._model = model
 
     def _attribute(self, x, base, t, fx, *, conductance_layer=None, layer_input: bool = False,
                    n_steps: int = 50, method: str = "gausslegendre",
