@@ -509,6 +509,33 @@ def test_lrp_rules_per_layer_equal_captums(rules):
     _close(out[T], out[C], EXACT)
 
 
+def test_layer_lrp_equals_captums_with_rules_per_layer_and_several_layers():
+    """(Captum's LRP removes the rules it read after a call; they are set before each.)"""
+    from captum.attr._utils import lrp_rules as captum_rules
+
+    torch.manual_seed(8)
+    net = nn.Sequential(nn.Linear(5, 4), nn.ReLU(), nn.Linear(4, 3)).to(DT).eval()
+    x = torch.randn(3, 5, dtype=DT)
+
+    def with_rules(where, call):
+        net[0].rule = where["GammaRule"](gamma=0.5)
+        net[2].rule = where["EpsilonRule"](epsilon=1e-6)
+        try:
+            return call()
+        finally:
+            for m in (net[0], net[2]):
+                m.__dict__.pop("rule", None)
+
+    for M, where in ((T, vars(T)), (C, vars(captum_rules))):
+        one = with_rules(where, lambda M=M: M.LayerLRP(net, net[2]).attribute(
+            x, target=2, return_convergence_delta=True))
+        both = with_rules(where, lambda M=M: M.LayerLRP(net, [net[0], net[2]]).attribute(
+            x, target=1, attribute_to_layer_input=True, return_convergence_delta=True))
+        if M is T:
+            ours = (one, both)
+    _close(ours, (one, both), EXACT)
+
+
 def test_lrp_identity_rule_by_hand():
     """The identity rule passes a layer's relevance unchanged: relevance at the input is the
     epsilon rule's relevance at the second layer's input (a float64 hand computation)."""

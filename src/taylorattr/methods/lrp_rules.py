@@ -55,6 +55,8 @@ class LRP(LayerwiseMethod, ImplicitBaselineMethod):
             :class:`~taylorattr.methods.layerwise.relevance.LayerRule` (e.g.
             ``{"features.0": "flat", "classifier": LayerEpsilon(1e-9)}``; Captum's per-layer
             ``module.rule``).
+        layer: attribute the relevance reaching this submodule's output (its input with
+            ``attribute_to_layer_input=True``) instead of the input (Captum's ``LayerLRP``).
     """
 
     name = "lrp"
@@ -62,14 +64,15 @@ class LRP(LayerwiseMethod, ImplicitBaselineMethod):
     default_rule = "epsilon_plus_flat"
 
     def __init__(self, model, rule: str | None = None, epsilon: float = 1e-6,
-                 stabilizer: float = 1e-6, gamma: float = 0.25, layer_rules=None) -> None:
+                 stabilizer: float = 1e-6, gamma: float = 0.25, layer_rules=None, *,
+                 layer=None, attribute_to_layer_input: bool = False) -> None:
         rule = self.default_rule if rule is None else rule
         if not isinstance(rule, str) or (rule not in RULES and rule not in COMPOSITES):
             raise ValueError(f"rule must be one of {sorted(RULES) + sorted(COMPOSITES)}, "
                              f"got {rule!r}")
         for value, label in ((epsilon, "epsilon"), (stabilizer, "stabilizer"), (gamma, "gamma")):
             check_nonnegative_real(value, label)
-        super().__init__(model)
+        super().__init__(model, layer=layer, attribute_to_layer_input=attribute_to_layer_input)
         self._check_plan()
         self.rule = rule
         self._rules = composite_rules(model, rule, epsilon=float(epsilon),

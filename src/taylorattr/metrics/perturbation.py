@@ -370,8 +370,13 @@ def infidelity(
     b = inputs.shape[0]
     acc = _acc_dtype(inputs.device)
     with torch.no_grad():
-        model, target = _flat_output(model, inputs, target, extra)
-        out = model_output(lambda r: model(r, *extra), inputs)  # checks model and inputs first
+        try:
+            out = model_output(lambda r: model(r, *extra), inputs)  # checks model and inputs
+        except ValueError:  # one row per sample beyond [B, C]: read flattened
+            flat = _flat_output(model, inputs, target, extra)
+            if flat is None:
+                raise
+            model, target, out = flat
         tgt = resolve_target(target, out)
         f0 = select_output(out, tgt)
         if batch_size is None:  # measured on the model alone; with extra arguments a fixed size
@@ -406,20 +411,18 @@ def infidelity(
 
 
 def _flat_output(model, inputs, target, extra):
-    """A model whose output is one row per sample beyond ``[B, C]`` seen with its output
-    flattened to ``[B, -1]``, the target as that column (:func:`flat_target`); found by
-    one call on the first sample."""
-    first = tuple(a[:1] if isinstance(a, torch.Tensor) and a.dim() and
-                  a.shape[0] == inputs.shape[0] else a for a in extra)
-    try:
-        out = model(inputs[:1], *first)
-    except Exception:  # noqa: BLE001 - model_output reports the model's own failure
-        return model, target
-    if not isinstance(out, torch.Tensor) or out.dim() <= 2:
-        return model, target
+    """For an output refused by ``model_output``: if it is one row per sample beyond
+    ``[B, C]``, ``(model with its output flattened to [B, -1], the target as that column
+    (:func:`flat_target`), the flattened output)``, else None."""
+    out = model(inputs, *extra)
+    if not isinstance(out, torch.Tensor) or out.dim() <= 2 or out.shape[0] != inputs.shape[0]:
+        return None
     inner = model
-    shaped = out.expand((inputs.shape[0],) + tuple(out.shape[1:]))
-    return (lambda rows, *ex: inner(rows, *ex).flatten(1)), flat_target(target, shaped)
+
+    def flat(rows, *ex):
+        return inner(rows, *ex).flatten(1)
+
+    return flat, flat_target(target, out), model_output(lambda _: out.flatten(1), inputs)
 
 
 def _one_tensor(model, inputs, attributions, perturbation, additional_forward_args):

@@ -31,7 +31,15 @@ from ._gradient import (
     LayerIntegratedGradients,
     Saliency,
 )
-from ._lrp import LRP, Alpha1_Beta0_Rule, EpsilonRule, GammaRule, IdentityRule, PropagationRule
+from ._lrp import (
+    LRP,
+    Alpha1_Beta0_Rule,
+    EpsilonRule,
+    GammaRule,
+    IdentityRule,
+    LayerLRP,
+    PropagationRule,
+)
 from ._neuron import (
     NeuronDeconvolution,
     NeuronFeatureAblation,
@@ -57,7 +65,7 @@ __all__ = [
     "GuidedBackprop", "GuidedGradCam", "IdentityRule", "InputXGradient",
     "IntegratedGradients", "KernelShap", "LayerAttribution", "LayerConductance", "LayerDeepLift",
     "LayerDeepLiftShap", "LayerFeatureAblation", "LayerGradCam", "LayerGradientShap",
-    "LayerGradientXActivation", "LayerIntegratedGradients", "Lime", "NeuronAttribution",
+    "LayerGradientXActivation", "LayerIntegratedGradients", "LayerLRP", "Lime", "NeuronAttribution",
     "NeuronDeconvolution", "NeuronFeatureAblation", "NeuronGradient", "NeuronGradientShap",
     "NeuronGuidedBackprop", "NeuronIntegratedGradients", "NoiseTunnel",
     "Occlusion", "PerturbationAttribution", "PropagationRule", "Saliency", "ShapleyValueSampling",

@@ -14,9 +14,9 @@ from torch import nn
 
 from ... import methods as native
 from ...methods.layerwise.relevance import Identity, LayerEpsilon
-from .._mapping import Call, GradientAttribution, not_offered
+from .._mapping import Call, GradientAttribution, LayerAttribution, for_layers, not_offered
 
-__all__ = ["LRP", "Alpha1_Beta0_Rule", "EpsilonRule", "GammaRule", "IdentityRule",
+__all__ = ["LRP", "Alpha1_Beta0_Rule", "EpsilonRule", "GammaRule", "IdentityRule", "LayerLRP",
            "PropagationRule"]
 
 
@@ -72,7 +72,7 @@ _STABILITY = 1e-9
 _WEIGHTED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
 
-def _native_lrp(model):
+def _native_lrp(model, layer=None, to_input: bool = False):
     """The native LRP of Captum's rules: each Linear/Conv's ``rule`` (Captum's default
     ``EpsilonRule()`` where none is set) as the native per-layer rule. On other modules the
     native LRP's own treatment is Captum's epsilon rule (sums and average pools split in
@@ -91,8 +91,10 @@ def _native_lrp(model):
                               "are set on Linear/Conv layers")
     if len(uniform) <= 1 and all(t is EpsilonRule for t, _ in uniform):
         eps = next(iter(uniform))[1] if uniform else _STABILITY
-        return native.EpsilonLRP(model, epsilon=eps)  # the gradient form: one backward
-    return native.LRP(model, rule="epsilon", epsilon=_STABILITY, layer_rules=layer_rules)
+        return native.EpsilonLRP(model, epsilon=eps, layer=layer,  # the gradient form
+                                 attribute_to_layer_input=to_input)
+    return native.LRP(model, rule="epsilon", epsilon=_STABILITY, layer_rules=layer_rules,
+                      layer=layer, attribute_to_layer_input=to_input)
 
 
 class LRP(GradientAttribution):
@@ -116,3 +118,26 @@ class LRP(GradientAttribution):
                   return_convergence_delta: bool = False, verbose: bool = False):
         return self._call(inputs, target, additional_forward_args, return_convergence_delta,
                           verbose).run()
+
+
+class LayerLRP(LayerAttribution, LRP):
+    """Captum's ``LayerLRP``: the relevance reaching ``layer``'s output (its input with
+    ``attribute_to_layer_input=True``) under the same rules; a list of layers gives a list
+    of relevances (and of deltas, ``f(x) - sum(R)`` at each layer)."""
+
+    def __init__(self, model, layer, device_ids=None) -> None:
+        LRP.__init__(self, model)
+        self.layer, self.device_ids = layer, device_ids
+
+    def attribute(self, inputs, target=None, additional_forward_args=None,
+                  return_convergence_delta: bool = False, attribute_to_layer_input: bool = False,
+                  verbose: bool = False):
+        def one(layer):
+            return Call(_native_lrp(self.model, layer, attribute_to_layer_input), inputs, None,
+                        target, additional_forward_args, return_convergence_delta, {},
+                        finish=lambda delta: -delta).run()
+
+        out = for_layers(self.layer, one)
+        if return_convergence_delta and isinstance(out, list):
+            return [r for r, _ in out], [d for _, d in out]
+        return out
