@@ -167,6 +167,14 @@ CASES = [
     ("NeuronFeatureAblation", lambda M: M.NeuronFeatureAblation(MLP_, MLP_.r).attribute(V, 3),
      EXACT),
     ("NeuronGradient", lambda M: M.NeuronGradient(CNN_, CNN_.fc).attribute(IMG, 1), EXACT),
+    ("NeuronGradient, a selector summing over the batch", lambda M: M.NeuronGradient(
+        CNN_, CNN_.fc).attribute(IMG, lambda h: h[:, 1:3].sum()), EXACT),
+    ("NeuronDeepLift at a layer input", lambda M: M.NeuronDeepLift(MLP_, MLP_.l2).attribute(
+        V, 3, REFS[:1], attribute_to_neuron_input=True), EXACT),
+    ("NeuronDeepLift multipliers", lambda M: M.NeuronDeepLift(
+        CNN_, CNN_.fc, multiply_by_inputs=False).attribute(IMG, 2, 0.1), EXACT),
+    ("NeuronDeepLiftShap", lambda M: M.NeuronDeepLiftShap(MLP_, MLP_.l2).attribute(
+        V, 1, REFS), EXACT),
     ("NeuronGuidedBackprop", lambda M: M.NeuronGuidedBackprop(CNN_, CNN_.fc).attribute(IMG, 1),
      EXACT),
     ("NeuronDeconvolution", lambda M: M.NeuronDeconvolution(CNN_, CNN_.fc).attribute(IMG, 2),
@@ -602,6 +610,15 @@ def test_output_with_singleton_axes_reads_as_captums():
                                C.Saliency(flat).attribute(x, target=col), **EXACT)
 
 
+def test_neuron_selector_with_fewer_indices_sums_the_axes_left():
+    """(1, 0) on a [B, 3, 2, 2] layer is the sum of neurons (1, 0, 0) and (1, 0, 1): DeepLIFT
+    is additive over summed outputs (Captum refuses the partial index where more than one
+    value is left)."""
+    part = T.NeuronDeepLift(CNN_, CNN_.pool).attribute(IMG, (1, 0), 0.1)
+    full = sum(T.NeuronDeepLift(CNN_, CNN_.pool).attribute(IMG, (1, 0, j), 0.1) for j in (0, 1))
+    torch.testing.assert_close(part, full, **EXACT)
+
+
 def test_layer_attribution_interpolate_is_captums():
     m = torch.randn(2, 1, 3, 3, dtype=DT)
     torch.testing.assert_close(T.LayerAttribution.interpolate(m, (6, 6)),
@@ -653,6 +670,28 @@ def test_infidelity_equals_captums_with_the_same_perturbations():
             infidelity if M is T else captum_infidelity)(
             MLP_, perturb, V, attr, target=1, n_perturb_samples=6, normalize=norm))
         torch.testing.assert_close(ours, theirs.to(DT), rtol=1e-6, atol=1e-9)
+
+
+@pytest.mark.parametrize("batch", [None, 6])
+def test_sensitivity_max_equals_captums_with_the_same_draws(batch):
+    """Captum's default perturbation and a custom one of one argument, tuple inputs with a
+    per-sample additional argument and target, batches of perturbations."""
+    from captum.metrics import sensitivity_max as captum_sensitivity_max
+
+    from taylorattr.captum.metrics import sensitivity_max
+
+    for M, sens in ((T, sensitivity_max), (C, captum_sensitivity_max)):
+        torch.manual_seed(11)
+        one = sens(M.Saliency(MLP_).attribute, V, target=1, n_perturb_samples=5,
+                   max_examples_per_batch=batch)
+        two = sens(M.IntegratedGradients(TWO).attribute, PAIR,
+                   perturb_func=lambda inp: tuple(t * 1.01 + 0.01 for t in inp),
+                   target=torch.tensor([0, 2, 1]), additional_forward_args=SCALE,
+                   n_perturb_samples=3, max_examples_per_batch=batch, norm_ord=1)
+        if M is T:
+            ours = (one, two)
+    torch.testing.assert_close(ours[0], one.to(DT), rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(ours[1], two.to(DT), rtol=1e-6, atol=1e-9)
 
 
 def test_infidelity_of_inputs_b_and_of_outputs_beyond_two_dims_equals_captums():

@@ -417,3 +417,21 @@ def test_models_of_one_structure_share_a_capture_and_keep_their_own_weights():
         torch.testing.assert_close(DeepLift(model).attribute(x, base, target=0), hand, **TIGHT)
     captures = [cached_capture(m, x, _signature(m), UnsupportedModelError) for m in models]
     assert captures[0] is captures[1]
+
+
+def test_captures_shared_by_one_structure_tell_which_module_a_wrapper_names():
+    """Two neuron views of copies of one model, on different layers: their graphs differ
+    although the modules do not (the capture shared between models of one structure must
+    see which module the view's ``layer`` is). Each DeepLIFT is complete for its own neuron."""
+    import copy
+
+    from taylorattr.inputs import NeuronView
+
+    net = nn.Sequential(nn.Linear(4, 5), nn.Tanh(), nn.Linear(5, 3), nn.Tanh()).to(DT).eval()
+    twin = copy.deepcopy(net)
+    x, base = _randn(3, 4, seed=15), _randn(1, 4, seed=16)
+    for view in (NeuronView(net, net[1], 2), NeuronView(twin, twin[3], 2)):
+        a = DeepLift(view).attribute(x, base)
+        with torch.no_grad():
+            df = view(x) - view(base)
+        torch.testing.assert_close(a.sum(1), df, rtol=0, atol=1e-12)

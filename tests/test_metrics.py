@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from taylorattr import metrics as M
+from taylorattr.methods import GradientInput
 from taylorattr.metrics import (
     METRICS,
     approximation_error,
@@ -27,6 +28,7 @@ from taylorattr.metrics import (
     boxes_to_mask,
     gaussian_perturbation,
     infidelity,
+    max_sensitivity,
     percentage_change,
     square_removal,
 )
@@ -442,6 +444,20 @@ def _masks():
     return random_masks(5, 6, 6, torch.Generator().manual_seed(12))
 
 
+def _tanh_net(dtype):
+    torch.manual_seed(9)
+    return nn.Sequential(nn.Flatten(), nn.Linear(6, 4), nn.Tanh(), nn.Linear(4, 3)).to(dtype).eval()
+
+
+_TANH = {torch.float64: _tanh_net(torch.float64), torch.float32: _tanh_net(torch.float32)}
+
+
+def _gradient_input(x, target):
+    """Gradient*Input of a tanh MLP on [B, 2, 3] (a real explanation with a per-sample
+    target; it refuses other feature shapes and targets of another length)."""
+    return GradientInput(_TANH[x.dtype]).attribute(x, target=target)
+
+
 # each case: (batched float64 arguments, call(*args) -> [B]); float arguments are cast
 # to the dtype under test, integer/bool ones are kept
 CASES = {
@@ -457,6 +473,11 @@ CASES = {
         ((_rand((5, *_MODEL_SHAPE), 4), _rand((5, *_MODEL_SHAPE), 5), torch.tensor([2, 1, 2, 1, 0])),
          lambda x, a, t: infidelity(_model(x.dtype), x, a, target=t, perturbation="gaussian",
                                     n_perturb_samples=30, noise_std=0.5, normalize=False)),
+    ],
+    "max_sensitivity": [
+        ((_rand((5, 2, 3), 8), torch.tensor([0, 1, 2, 1, 0])),
+         lambda x, t: max_sensitivity(_gradient_input, x, target=t, radius=0.3,
+                                      n_perturb_samples=7, batch_size=10)),
     ],
     "bbox_accuracy": [
         ((_rand((5, 2, 6, 6), 6), _masks()), lambda a, m: bbox_accuracy(a, m)),
@@ -513,3 +534,44 @@ def test_metrics_do_not_warn_on_ordinary_inputs():
         for cases in CASES.values():
             for args, call in cases:
                 call(*args)
+
+
+# ======================================================================================
+# max-sensitivity
+# ======================================================================================
+def test_max_sensitivity_of_a_linear_explanation_is_the_largest_relative_change_by_hand():
+    """Phi(x) = x W^T: Phi(x + u_k) - Phi(x) = u_k W^T, so the score is
+    max_k ||u_k W^T|| / ||x W^T|| for the given perturbations (float64 by hand); the
+    infinity norm likewise."""
+    w = _rand((4, 3), 20)
+    x = _rand((2, 3), 21)
+    u = _rand((5, 3), 22) * 0.1
+
+    def explain(z):
+        return z @ w.T
+
+    def perturb(rows, generator, k):
+        return rows + u[k]
+
+    for norm, order in (("fro", 2), (float("inf"), float("inf"))):
+        got = max_sensitivity(explain, x, n_perturb_samples=5, perturbation=perturb, norm=norm,
+                              batch_size=4)
+        change = torch.linalg.vector_norm(u @ w.T, ord=order, dim=1)
+        hand = change.max() / torch.linalg.vector_norm(explain(x), ord=order, dim=1)
+        torch.testing.assert_close(got, hand, rtol=1e-12, atol=0)
+
+
+def test_max_sensitivity_default_draws_stay_in_the_radius_and_do_not_depend_on_batching():
+    """The identity explanation moves by exactly the draw: every score is at most
+    radius * sqrt(d) / ||x|| and at least the largest draw's infinity norm / ||x||_inf for the
+    infinity norm; the scores do not change with batch_size."""
+    x = _rand((3, 4), 23) + 2.0
+    full = max_sensitivity(lambda z: z, x, radius=0.05, n_perturb_samples=6, norm=float("inf"))
+    split = max_sensitivity(lambda z: z, x, radius=0.05, n_perturb_samples=6,
+                            norm=float("inf"), batch_size=3)
+    torch.testing.assert_close(full, split, rtol=0, atol=0)
+    assert (full <= 0.05 / x.abs().amax(1) + 1e-15).all() and (full > 0).all()
+    with pytest.raises(TypeError, match="norm must be 'fro' or a number"):
+        max_sensitivity(lambda z: z, x, norm="nuclear")
+    with pytest.raises(TypeError, match="perturbation must be callable"):
+        max_sensitivity(lambda z: z, x, perturbation=0.1)

@@ -369,8 +369,10 @@ class NeuronView(nn.Module):
     that neuron from the inputs (Captum's ``Neuron*`` attributions).
 
     ``selector``: an int (the neuron of a ``[B, N]`` layer output), a tuple of ints and
-    slices indexing one sample's output (slices: the selected neurons summed, as Captum
-    aggregates them), or a callable mapping the layer output ``[B, ...]`` to ``[B]``.
+    slices indexing one sample's output (slices, and the axes a shorter tuple leaves: the
+    selected neurons summed, as Captum aggregates them), or a callable mapping the layer output ``[B, ...]`` to ``[B]`` (a
+    callable returning one value for the whole batch, e.g. a sum over it, is applied to
+    every sample's output alone: the neuron of sample ``b`` is ``selector(h[b:b+1])``).
     """
 
     def __init__(self, model: nn.Module, layer: nn.Module, selector, to_input: bool = False):
@@ -381,6 +383,7 @@ class NeuronView(nn.Module):
             raise TypeError(f"neuron_selector must be an int, a tuple of ints/slices or a "
                             f"callable, got {type(selector).__name__}")
         self.model, self.layer, self.selector, self.to_input = model, layer, selector, to_input
+        self.train(model.training)  # the view is in the mode of the model it views
 
     def forward(self, *args):
         seen = []
@@ -398,10 +401,18 @@ class NeuronView(nn.Module):
                              f"pass to select a neuron of it, it ran {len(seen)} times")
         h = seen[0]
         if callable(self.selector):
-            return self.selector(h)
+            value = self.selector(h)
+            if isinstance(value, torch.Tensor) and value.dim() == 0:
+                # one value for the batch (e.g. a sum over it): read sample by sample
+                if h.shape[0] == 1:
+                    return value.reshape(1)
+                return torch.stack([self.selector(h[b:b + 1]).reshape(()) for b in
+                                    range(h.shape[0])])
+            return value
         index = (self.selector,) if isinstance(self.selector, int) else self.selector
-        if len(index) != h.dim() - 1:
-            raise ValueError(f"neuron_selector {self.selector!r} must index one sample of the "
-                             f"layer's output, shape {tuple(h.shape[1:])}")
+        if len(index) > h.dim() - 1:
+            raise ValueError(f"neuron_selector {self.selector!r} has more indices than one "
+                             f"sample of the layer's output has axes, shape "
+                             f"{tuple(h.shape[1:])}")
         picked = h[(slice(None),) + tuple(index)]
         return picked.reshape(h.shape[0], -1).sum(1)

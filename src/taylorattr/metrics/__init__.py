@@ -9,11 +9,13 @@ from __future__ import annotations
 from .fidelity import approximation_error, percentage_change
 from .localisation import bbox_accuracy, boxes_to_mask
 from .perturbation import gaussian_perturbation, infidelity, infidelity_cost, square_removal
+from .sensitivity import max_sensitivity
 
 METRICS = {
     "percentage_change": percentage_change,
     "approximation_error": approximation_error,
     "infidelity": infidelity,
+    "max_sensitivity": max_sensitivity,
     "bbox_accuracy": bbox_accuracy,
 }
 
@@ -25,6 +27,7 @@ __all__ = [
     "gaussian_perturbation",
     "infidelity",
     "infidelity_cost",
+    "max_sensitivity",
     "percentage_change",
     "square_removal",
 ]

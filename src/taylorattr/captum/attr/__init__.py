@@ -42,6 +42,8 @@ from ._lrp import (
 )
 from ._neuron import (
     NeuronDeconvolution,
+    NeuronDeepLift,
+    NeuronDeepLiftShap,
     NeuronFeatureAblation,
     NeuronGradient,
     NeuronGradientShap,
@@ -66,7 +68,7 @@ __all__ = [
     "IntegratedGradients", "KernelShap", "LayerAttribution", "LayerConductance", "LayerDeepLift",
     "LayerDeepLiftShap", "LayerFeatureAblation", "LayerGradCam", "LayerGradientShap",
     "LayerGradientXActivation", "LayerIntegratedGradients", "LayerLRP", "Lime", "NeuronAttribution",
-    "NeuronDeconvolution", "NeuronFeatureAblation", "NeuronGradient", "NeuronGradientShap",
+    "NeuronDeconvolution", "NeuronDeepLift", "NeuronDeepLiftShap", "NeuronFeatureAblation", "NeuronGradient", "NeuronGradientShap",
     "NeuronGuidedBackprop", "NeuronIntegratedGradients", "NoiseTunnel",
     "Occlusion", "PerturbationAttribution", "PropagationRule", "Saliency", "ShapleyValueSampling",
     "ShapleyValues",

@@ -1,18 +1,25 @@
 """Captum's ``Neuron*`` attributions: the Captum-compatible method on
 :class:`taylorattr.inputs.NeuronView` (the selected neuron of a layer as the model's output
-``[B]``), so every number comes from the same native method as the input attributions.
-``NeuronDeepLift`` is not offered: the layer-wise engine cannot trace the neuron view (its
-forward reads the layer through a hook)."""
+``[B]``), so every number comes from the same native method as the input attributions
+(DeepLIFT's layer-wise engine captures the view's graph up to the neuron)."""
 from __future__ import annotations
 
 from ...inputs import NeuronView
 from .._mapping import NeuronAttribution
 from ._cam import Deconvolution
-from ._gradient import GradientShap, GuidedBackprop, IntegratedGradients, Saliency
+from ._gradient import (
+    DeepLift,
+    DeepLiftShap,
+    GradientShap,
+    GuidedBackprop,
+    IntegratedGradients,
+    Saliency,
+)
 from ._perturbation import FeatureAblation
 
-__all__ = ["NeuronDeconvolution", "NeuronFeatureAblation", "NeuronGradient",
-           "NeuronGradientShap", "NeuronGuidedBackprop", "NeuronIntegratedGradients"]
+__all__ = ["NeuronDeconvolution", "NeuronDeepLift", "NeuronDeepLiftShap",
+           "NeuronFeatureAblation", "NeuronGradient", "NeuronGradientShap",
+           "NeuronGuidedBackprop", "NeuronIntegratedGradients"]
 
 
 class _Neuron(NeuronAttribution):
@@ -65,6 +72,10 @@ class NeuronFeatureAblation(_Neuron):
 
     _compat = FeatureAblation
 
+    def __init__(self, forward_func, layer, device_ids=None) -> None:
+        super().__init__(forward_func, layer, device_ids)
+        self._multiply_by_inputs = True  # Captum's perturbation attributions say so
+
     def attribute(self, inputs, neuron_selector, baselines=None, additional_forward_args=None,
                   feature_mask=None, attribute_to_neuron_input: bool = False,
                   perturbations_per_eval: int = 1):
@@ -102,3 +113,24 @@ class NeuronGradient(_Neuron):
                   attribute_to_neuron_input: bool = False):
         return self._method(neuron_selector, attribute_to_neuron_input).attribute(
             inputs, None, False, additional_forward_args)
+
+
+class NeuronDeepLift(_Neuron):
+    """Captum's ``NeuronDeepLift``: DeepLIFT of the selected neuron."""
+
+    _compat = DeepLift
+
+    def __init__(self, model, layer, multiply_by_inputs: bool = True) -> None:
+        super().__init__(model, layer, None, multiply_by_inputs=multiply_by_inputs)
+        self.model = model
+
+    def attribute(self, inputs, neuron_selector, baselines=None, additional_forward_args=None,
+                  attribute_to_neuron_input: bool = False, custom_attribution_func=None):
+        return self._method(neuron_selector, attribute_to_neuron_input).attribute(
+            inputs, baselines, None, additional_forward_args, False, custom_attribution_func)
+
+
+class NeuronDeepLiftShap(NeuronDeepLift):
+    """Captum's ``NeuronDeepLiftShap``: DeepLiftShap of the selected neuron."""
+
+    _compat = DeepLiftShap

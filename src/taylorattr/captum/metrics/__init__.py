@@ -4,16 +4,21 @@
 Captum calls ``perturb_func`` on the inputs repeated ``n_perturb_samples`` times per sample
 (sample-major), drawing from the global generators; so does this function, once, and it
 hands the native metric draw ``k`` of every sample as its ``k``-th perturbation. Captum's
-``normalize`` default (False: ``beta = 1``) is kept. ``sensitivity_max`` is not offered
-(no native metric).
+``normalize`` default (False: ``beta = 1``) is kept. ``sensitivity_max`` is
+:func:`taylorattr.metrics.max_sensitivity` with Captum's ``perturb_func`` called on the
+repeated inputs of each batch of perturbations, as Captum calls it.
 """
 from __future__ import annotations
 
+import inspect
+
+import torch
+
 from ...inputs import as_tuple
 from ...metrics.perturbation import infidelity as _infidelity
-from .._mapping import not_offered
+from ...metrics.sensitivity import max_sensitivity
 
-__all__ = ["infidelity", "sensitivity_max"]
+__all__ = ["default_perturb_func", "infidelity", "sensitivity_max"]
 
 
 def infidelity(forward_func, perturb_func, inputs, attributions, baselines=None,
@@ -53,6 +58,23 @@ def infidelity(forward_func, perturb_func, inputs, attributions, baselines=None,
                        additional_forward_args=additional_forward_args)
 
 
-def sensitivity_max(explanation_func, inputs, *args, **kwargs):
-    """Not offered (README, "Coming from Captum")."""
-    raise not_offered("sensitivity_max", "taylorattr has no sensitivity metric yet")
+def default_perturb_func(inputs, perturb_radius: float = 0.02):
+    """Captum's default perturbation: ``U(-r, r)`` noise (float32, the global generator)
+    added to every input; a tuple."""
+    parts, _ = as_tuple(inputs)
+    return tuple(p + torch.empty(p.size(), dtype=torch.float32).uniform_(
+        -perturb_radius, perturb_radius).to(p.device) for p in parts)
+
+
+def sensitivity_max(explanation_func, inputs, perturb_func=default_perturb_func,
+                    perturb_radius: float = 0.02, n_perturb_samples: int = 10,
+                    norm_ord="fro", max_examples_per_batch=None, **kwargs):
+    """Captum's ``sensitivity_max``: one score per sample."""
+    takes_radius = len(inspect.signature(perturb_func).parameters) > 1
+
+    def perturbation(rows, _generator, _k):
+        return perturb_func(rows, perturb_radius) if takes_radius else perturb_func(rows)
+
+    return max_sensitivity(explanation_func, inputs, n_perturb_samples=n_perturb_samples,
+                           perturbation=perturbation, norm=norm_ord,
+                           batch_size=max_examples_per_batch, **kwargs)

@@ -203,8 +203,14 @@ def structure_key(model: nn.Module):
     hyper-parameters, plain tensors) and its parameter and buffer shapes. None where the
     graph may hold more (hooks, modules declaring ``elementwise = True``, whose captured
     operation names the module itself): then the capture is the model's own."""
-    parts = []
-    for name, m in model.named_modules():
+    parts, first = [], {}
+    # every name a module is reachable by: an alias (a wrapper's ``self.layer`` naming one of
+    # its model's modules) says which module plays which part
+    for name, m in model.named_modules(remove_duplicate=False):
+        if id(m) in first:
+            parts.append((name, "alias of", first[id(m)]))
+            continue
+        first[id(m)] = name
         if m._forward_hooks or m._forward_pre_hooks or \
                 getattr(m, "elementwise", False) is True:
             return None
