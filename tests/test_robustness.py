@@ -134,8 +134,8 @@ class BadOutput(nn.Module):
 
     def forward(self, x):
         y = self.core(x)
-        if self.kind == "rank3":
-            return y.unsqueeze(-1)
+        if self.kind == "rank3":  # [B, C, 2]: with singleton axes it would read as [B, C]
+            return y.unsqueeze(-1).expand(-1, -1, 2)
         if self.kind == "rank0":
             return y.sum()
         if self.kind == "batch":
@@ -157,7 +157,7 @@ def bad_model(kind: str, n_features: int):
     if kind == "not_callable":
         return "model"
     if kind == "function":  # a callable that is not an nn.Module, output of the wrong rank
-        return lambda x: x.flatten(1).sum(1, keepdim=True).unsqueeze(-1)
+        return lambda x: x.flatten(1).sum(1, keepdim=True).unsqueeze(-1).expand(-1, -1, 2)
     return BadOutput(n_features, kind)
 
 

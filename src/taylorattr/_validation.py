@@ -146,10 +146,11 @@ def flat_target(target, out: torch.Tensor):
     for r in rows:
         if not isinstance(r, tuple) or len(r) != len(shape) or \
                 not all(isinstance(i, Integral) for i in r):
-            raise ValueError(f"target must be a tuple of {len(shape)} ints indexing the output "
-                             f"shape {shape} (or a list of them, one per sample), got {r!r}")
+            raise ValueError(f"target must be a tuple of {len(shape)} ints indexing the model's "
+                             f"output shape {shape} (or a list of them, one per sample), got "
+                             f"{r!r}")
         if not all(0 <= i < n for i, n in zip(r, shape)):
-            raise ValueError(f"target {r!r} lies outside the output shape {shape}")
+            raise ValueError(f"target {r!r} lies outside the model's output shape {shape}")
         flat.append(sum(i * math.prod(shape[k + 1:]) for k, i in enumerate(r)))
     if isinstance(target, list):
         if len(flat) != out.shape[0]:

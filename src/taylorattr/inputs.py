@@ -14,7 +14,9 @@ This module turns what a user explains into that tensor and back, once for all m
   ``F(h) = model(x, *additional_forward_args)`` with that output replaced by ``h``; the rest
   of the network is evaluated at the inputs ``x`` (as Captum's ``LayerIntegratedGradients``
   does). A point baseline is mapped through the model: ``h~ = layer's output at x~``.
-  Distribution baselines (reference sets, noise) are given in the layer's space.
+  Distribution baselines (reference sets, noise) are given in the layer's space. A layer
+  returning (with ``attribute_to_layer_input``: receiving) several tensors has their tuple
+  as ``h``, joined like tuple inputs; its attributions are a tuple.
 * **Per-sample context.** Tensors in ``additional_forward_args`` (and, for layers, the
   inputs themselves) belong to one sample each. A method may call ``F`` on any number of
   rows in any order (Integrated Gradients step-major, Expected Gradients sample-major,
@@ -22,6 +24,11 @@ This module turns what a user explains into that tensor and back, once for all m
   cannot be matched to samples by their count. With a per-sample context the method is
   therefore run sample by sample, each run seeing ``F`` with that sample's context
   expanded to the rows it is given: exact for every method's row layout.
+* **Neurons** (:class:`NeuronView`): a neuron of a layer seen as the model's output.
+
+Why one module: tuple inputs, layers and neurons are one mapping (what the user explains
+-> one batch-first tensor and back), and the wrappers that apply it (``InputModel``, the
+layer injection, ``View``) share the ``Layout``; split apart, each would import the others.
 """
 from __future__ import annotations
 

@@ -414,7 +414,10 @@ def _flat_output(model, inputs, target, extra):
     """For an output refused by ``model_output``: if it is one row per sample beyond
     ``[B, C]``, ``(model with its output flattened to [B, -1], the target as that column
     (:func:`flat_target`), the flattened output)``, else None."""
-    out = model(inputs, *extra)
+    try:
+        out = model(inputs, *extra)
+    except Exception:  # noqa: BLE001 - the model cannot run: model_output's refusal stands
+        return None
     if not isinstance(out, torch.Tensor) or out.dim() <= 2 or out.shape[0] != inputs.shape[0]:
         return None
     inner = model

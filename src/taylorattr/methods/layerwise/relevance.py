@@ -28,7 +28,13 @@ residual additions split relevance in proportion (Zennit's ``Norm``), products o
 input-dependent tensors split it uniformly or hold a broadcast gate constant, LayerNorm
 holds its standard deviation constant, softmax is gradient times input (AttnLRP). A composite picks each Linear/Conv's rule by type, and
 optionally another rule for the first such layer (module order), as Zennit's
-``LayerMapComposite`` and ``SpecialFirstLayerMapComposite`` do.
+``LayerMapComposite`` and ``SpecialFirstLayerMapComposite`` do; ``layer_rules`` sets the
+rule of named layers (Captum's per-layer ``module.rule``, its rules being :class:`LayerEpsilon`
+with modified weights and :class:`Identity`).
+
+Why one module: the layer rules, the converted rules of the other operations and the
+composites that assign them are one rule set (``composite_rules``); the composites name
+the rules, and the rules share the weighted-operation view (:class:`OpLayer`).
 """
 from __future__ import annotations
 
