@@ -200,6 +200,8 @@ CASES = [
         feature_mask=(torch.tensor([[0, 0, 1, 2]]), torch.tensor([[2, 3, 3]]))), EXACT),
     ("LayerFeatureAblation", lambda M: M.LayerFeatureAblation(MLP_, MLP_.l1).attribute(
         V, target=0), EXACT),
+    ("LayerFeatureAblation at a conv layer (every neuron alone)", lambda M:
+     M.LayerFeatureAblation(CNN_, CNN_.r1).attribute(IMG, target=0), EXACT),
     ("LayerFeatureAblation layer_baselines", lambda M: M.LayerFeatureAblation(
         MLP_, MLP_.l1).attribute(V, layer_baselines=0.3, target=0), EXACT),
     ("ShapleyValueSampling (Captum's orders)", lambda M: M.ShapleyValueSampling(MLP_).attribute(
@@ -796,6 +798,7 @@ class TupleLayers(nn.Module):
 
 @pytest.mark.parametrize("cls, kw", [("LayerGradientXActivation", {}),
                                      ("LayerGradCam", {}),
+                                     ("LayerFeatureAblation", {}),
                                      ("LayerIntegratedGradients", {"n_steps": 20}),
                                      ("LayerGradientXActivation",
                                       {"attribute_to_layer_input": True}),

@@ -21,6 +21,7 @@ from .._mapping import (
     PerturbationAttribution,
     TensorOutput,
     for_layers,
+    layer_inputs,
     not_offered,
 )
 
@@ -140,8 +141,12 @@ class LayerFeatureAblation(LayerAttribution, PerturbationAttribution):
                                                                 inputs)}
             if layer_mask is not None:
                 options["feature_mask"] = layer_mask
-            else:
-                options["patch"] = (1,)
+            else:  # every neuron alone: a window of one element on every axis of the layer
+                h, is_tuple = as_tuple(layer_inputs(self.forward_func, layer, inputs,
+                                                    additional_forward_args,
+                                                    attribute_to_layer_input))
+                patches = tuple((1,) * max(1, t.dim() - 1) for t in h)
+                options["patch"] = patches if is_tuple else patches[0]
             return Call(self._native, inputs, 0.0, target, additional_forward_args, False,
                         options).run()
         return for_layers(self.layer, run)
