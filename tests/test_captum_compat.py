@@ -612,6 +612,21 @@ def test_output_with_singleton_axes_reads_as_captums():
                                C.Saliency(flat).attribute(x, target=col), **EXACT)
 
 
+def test_layers_before_and_at_an_in_place_relu_equal_captums():
+    """The layer's output is kept before ``ReLU(inplace=True)`` overwrites it, and a layer's
+    input before the layer runs (Captum reads them the same way)."""
+    torch.manual_seed(12)
+    net = nn.Sequential(nn.Linear(5, 4), nn.ReLU(inplace=True), nn.Linear(4, 3)).to(DT).eval()
+    x = torch.randn(3, 5, dtype=DT)
+    for run in (lambda M: M.NeuronGradient(net, net[0]).attribute(x, 1),
+                lambda M: M.NeuronGradient(net, net[1]).attribute(
+                    x, 2, attribute_to_neuron_input=True),
+                lambda M: M.LayerGradientXActivation(net, net[0]).attribute(x, target=1),
+                lambda M: M.LayerFeatureAblation(net, net[1]).attribute(
+                    x, target=0, attribute_to_layer_input=True)):
+        _close(run(T), run(C), EXACT)
+
+
 def test_neuron_selector_with_fewer_indices_sums_the_axes_left():
     """(1, 0) on a [B, 3, 2, 2] layer is the sum of neurons (1, 0, 0) and (1, 0, 1): DeepLIFT
     is additive over summed outputs (Captum refuses the partial index where more than one

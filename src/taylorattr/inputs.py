@@ -41,9 +41,20 @@ from torch import nn
 
 from ._validation import broadcast_baselines, check_inputs
 
-__all__ = ["InputModel", "Layout", "NeuronView", "View", "as_tuple", "check_additional_args",
-           "check_layer", "layer_activations", "point_baselines", "swap_layer",
-           "whole_batch_view"]
+__all__ = [
+    "InputModel",
+    "Layout",
+    "NeuronView",
+    "View",
+    "as_tuple",
+    "check_additional_args",
+    "check_layer",
+    "kept",
+    "layer_activations",
+    "point_baselines",
+    "swap_layer",
+    "whole_batch_view",
+]
 
 
 def as_tuple(inputs, name: str = "inputs") -> tuple[tuple, bool]:
@@ -176,15 +187,32 @@ def check_layer(model, layer, attribute_to_layer_input) -> None:
                          "pass a module reachable from model.modules()")
 
 
+def kept(value):
+    """What a forward hook keeps of a layer's output (input): a copy (in the autograd graph),
+    so that an in-place operation after the layer (``ReLU(inplace=True)``) does not change
+    it; tuples element by element."""
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, tuple):
+        return tuple(kept(v) for v in value)
+    return value
+
+
+def watch(layer: nn.Module, to_input: bool, seen: list):
+    """Keep (:func:`kept`) what ``layer`` receives (``to_input``: before it runs, so that an
+    in-place layer cannot change it) or returns, in ``seen``, at every call; returns the hook
+    handle."""
+    if to_input:
+        return layer.register_forward_pre_hook(
+            lambda module, inp: seen.append(kept(inp if len(inp) > 1 else inp[0])))
+    return layer.register_forward_hook(lambda module, inp, out: seen.append(kept(out)))
+
+
 def layer_activations(model, layer, args: tuple, to_input: bool):
     """What the layer returns (``to_input``: receives) when ``model(*args)`` runs: a tensor,
     or a tuple of tensors for a layer returning a tuple (receiving several tensors)."""
     seen = []
-
-    def hook(module, inp, out):
-        seen.append((inp if len(inp) > 1 else inp[0]) if to_input else out)
-
-    handle = layer.register_forward_hook(hook)
+    handle = watch(layer, to_input, seen)
     try:
         with torch.no_grad():
             model(*args)
@@ -221,10 +249,12 @@ class _Inject(nn.Module):
         self.value = None
 
     def forward(self, *args, **kwargs):
+        # a copy in the graph: in-place operations of the model (ReLU(inplace=True)) may
+        # overwrite what they get, never the attributed tensor itself
         if self.to_input:
-            value = self.value if isinstance(self.value, tuple) else (self.value,)
+            value = kept(self.value if isinstance(self.value, tuple) else (self.value,))
             return self.layer(*value, *args[len(value):], **kwargs)
-        return self.value
+        return kept(self.value)
 
 
 @contextmanager
@@ -394,11 +424,7 @@ class NeuronView(nn.Module):
 
     def forward(self, *args):
         seen = []
-
-        def keep(module, inputs, output):
-            seen.append(inputs[0] if self.to_input else output)
-
-        handle = self.layer.register_forward_hook(keep)
+        handle = watch(self.layer, self.to_input, seen)
         try:
             self.model(*args)
         finally:
