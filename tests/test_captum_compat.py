@@ -627,6 +627,33 @@ def test_layers_before_and_at_an_in_place_relu_equal_captums():
         _close(run(T), run(C), EXACT)
 
 
+def test_guided_grad_cam_on_tuple_inputs_equals_captums():
+    """Two images: the layer's map upsampled to each; an input without spatial axes gets an
+    empty tensor and a warning, as Captum gives it."""
+
+    class Pair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = CNN_
+
+        def forward(self, a, b):  # b: a second image, or a vector [B, 4]
+            if b.dim() == 4:
+                return self.net(a + 0.5 * b)
+            return self.net(a) + b.sum(1, keepdim=True)
+
+    pair = Pair().eval()
+    b = torch.randn(3, 2, 5, 5, dtype=DT, generator=torch.Generator().manual_seed(13))
+    vec = torch.randn(3, 4, dtype=DT)
+    ours, theirs = (M.GuidedGradCam(pair, CNN_.conv).attribute((IMG, b), target=1)
+                    for M in (T, C))
+    _close(ours, theirs, EXACT)
+    with pytest.warns(UserWarning, match=r"inputs\[1\]"):
+        ours = T.GuidedGradCam(pair, CNN_.conv).attribute((IMG, vec), target=0)
+    theirs = C.GuidedGradCam(pair, CNN_.conv).attribute((IMG, vec), target=0)
+    _close(ours[0], theirs[0], EXACT)
+    assert ours[1].numel() == theirs[1].numel() == 0
+
+
 def test_neuron_selector_with_fewer_indices_sums_the_axes_left():
     """(1, 0) on a [B, 3, 2, 2] layer is the sum of neurons (1, 0, 0) and (1, 0, 1): DeepLIFT
     is additive over summed outputs (Captum refuses the partial index where more than one

@@ -5,13 +5,21 @@
 the Guided Backprop gradient (:class:`~taylorattr.methods.GuidedBackprop`) times the
 ReLU'd Grad-CAM map (:class:`~taylorattr.methods.GradCAM`) upsampled to the input's
 spatial size (``interpolate_mode``, Captum's default ``"nearest"``) and shared by the
-channels of a pixel.
+channels of a pixel. Tuple inputs (and ``additional_forward_args``): the map at the layer's
+resolution is upsampled to every input; an input without the map's number of spatial axes
+gets an empty tensor and a warning (as Captum does).
 
 Taylor view: none (neither factor has one).
 """
 from __future__ import annotations
 
-from ._base import ImplicitBaselineMethod
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from ..inputs import as_tuple
+from ._base import Explanation, ImplicitBaselineMethod
 from ._passes import gradient_pass_cost
 from .grad_cam import GradCAM
 from .guided_backprop import GuidedBackprop
@@ -29,6 +37,35 @@ class GuidedGradCam(ImplicitBaselineMethod):
         super().__init__(model)
         self._guided = GuidedBackprop(model)
         self._cam = GradCAM(model)
+
+    def _run(self, inputs, baselines, target, options, show_progress, want_delta):
+        """One tensor without extra arguments: the base class's call; else per input
+        (module docstring)."""
+        if isinstance(inputs, torch.Tensor) and options.get("additional_forward_args") is None:
+            return super()._run(inputs, baselines, target, options, show_progress, want_delta)
+        if want_delta:
+            raise ValueError("return_convergence_delta: Guided Grad-CAM has no delta")
+        opts = dict(options)
+        mode = opts.pop("interpolate_mode", "nearest")
+        extra = {"additional_forward_args": opts.pop("additional_forward_args", None)}
+        self._cam._settings({"interpolate_mode": mode})  # checks the mode
+        guided = self._guided._run(inputs, None, target, dict(extra), show_progress, False)
+        cam = self._cam._run(inputs, None, target, {
+            **extra, **opts, "upsample": False, "relu_attributions": True}, show_progress,
+            False).attributions
+        parts, is_tuple = as_tuple(guided.attributions)
+        out = []
+        for i, g in enumerate(parts):
+            if g.dim() != cam.dim():
+                warnings.warn(f"Guided Grad-CAM: inputs[{i}] {tuple(g.shape)} has not the "
+                              f"{cam.dim() - 2} spatial axes of the layer's map "
+                              f"{tuple(cam.shape)}; its attributions are an empty tensor",
+                              stacklevel=3)
+                out.append(torch.empty(0, dtype=g.dtype, device=g.device))
+                continue
+            out.append(g * F.interpolate(cam, tuple(g.shape[2:]), mode=mode))
+        return Explanation(tuple(out) if is_tuple else out[0], None, guided.output,
+                           guided.target, None)
 
     def _attribute(self, x, baselines, target, fx, *, conv_layer=None,
                    interpolate_mode: str = "nearest", conv_layer_input: bool = False,
