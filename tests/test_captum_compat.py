@@ -841,6 +841,7 @@ class TupleLayers(nn.Module):
 @pytest.mark.parametrize("cls, kw", [("LayerGradientXActivation", {}),
                                      ("LayerGradCam", {}),
                                      ("LayerFeatureAblation", {}),
+                                     ("LayerConductance", {"n_steps": 9}),
                                      ("LayerIntegratedGradients", {"n_steps": 20}),
                                      ("LayerGradientXActivation",
                                       {"attribute_to_layer_input": True}),

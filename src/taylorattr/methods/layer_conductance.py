@@ -27,7 +27,7 @@ from torch import nn
 
 from .._validation import check_bool, check_positive_int, select_output
 from ..inputs import Layout, as_tuple, check_additional_args, check_batch, point_baselines
-from ._base import AttributionMethod
+from ._base import AttributionMethod, Explanation
 from ._passes import check_optional_positive_int, default_chunk_rows, gradient_pass_cost
 from .integrated_gradients import quadrature
 
@@ -35,11 +35,13 @@ __all__ = ["LayerConductance"]
 
 
 def _layer_and_gradient(model, layer, rows, target, layer_input):
-    """The layer's output (input) at ``rows`` and the explained output's gradient w.r.t. it."""
+    """The layer's output (input) at ``rows`` and the explained output's gradient w.r.t. it,
+    each ``[R, n]`` (flattened; a layer returning several tensors: joined), the shapes of
+    the layer's tensors (one sample each) and whether it gave a tuple."""
     seen = []
 
     def keep(module, args, output):
-        seen.append(args[0] if layer_input else output)
+        seen.append((args if len(args) > 1 else args[0]) if layer_input else output)
 
     handle = layer.register_forward_hook(keep)
     try:
@@ -49,13 +51,16 @@ def _layer_and_gradient(model, layer, rows, target, layer_input):
             if len(seen) != 1:
                 raise ValueError(f"conductance_layer must run once per forward pass; it ran "
                                  f"{len(seen)} times")
-            if not isinstance(seen[0], torch.Tensor):
-                raise ValueError(f"conductance_layer must give one tensor, it gave a "  # noqa: TRY004
-                                 f"{type(seen[0]).__name__}; pick a layer returning a tensor")
-            (grad,) = torch.autograd.grad(out.sum(), seen[0])
+            parts = seen[0] if isinstance(seen[0], tuple) else (seen[0],)
+            if not all(isinstance(p, torch.Tensor) for p in parts):
+                raise ValueError("conductance_layer must give a tensor or a tuple of them, it "
+                                 f"gave a {type(seen[0]).__name__}")
+            grads = torch.autograd.grad(out.sum(), parts)
     finally:
         handle.remove()
-    return seen[0].detach(), grad
+    return (torch.cat([p.detach().flatten(1) for p in parts], 1),
+            torch.cat([g.flatten(1) for g in grads], 1),
+            tuple(tuple(p.shape[1:]) for p in parts), isinstance(seen[0], tuple))
 
 
 class _Joined(nn.Module):
@@ -80,6 +85,7 @@ class LayerConductance(AttributionMethod):
     Captum's ``LayerConductance`` with the same ``n_steps`` and ``method``."""
 
     name = "layer_conductance"
+    _parts = None  # the layer's tensors' shapes during a call on a layer giving several
 
     def _run(self, inputs, baselines, target, options, show_progress, want_delta):
         """``layer=`` (``attribute_to_layer_input``), here or at construction, name the
@@ -93,8 +99,10 @@ class LayerConductance(AttributionMethod):
             options["layer_input"] = options.get("layer_input", False) or to_input
         options["layer"] = None
         extra = options.pop("additional_forward_args", None)
+        self._parts = None
         if isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and extra is None:
-            return super()._run(inputs, baselines, target, options, show_progress, want_delta)
+            return self._split(super()._run(inputs, baselines, target, options, show_progress,
+                                            want_delta))
         parts, is_tuple = as_tuple(inputs)
         batch = check_batch(parts, vectors=True)
         layout = Layout.of(parts, is_tuple)
@@ -102,10 +110,18 @@ class LayerConductance(AttributionMethod):
         model = self._model
         self._model = _Joined(model, layout, check_additional_args(extra, batch), batch)
         try:
-            return super()._run(layout.join(parts), base, target, options, show_progress,
-                                want_delta)
+            return self._split(super()._run(layout.join(parts), base, target, options,
+                                            show_progress, want_delta))
         finally:
             self._model = model
+
+    def _split(self, ex: Explanation) -> Explanation:
+        """The joined conductances of a layer giving several tensors as their tuple."""
+        if self._parts is None:
+            return ex
+        layout = Layout(self._parts, True)
+        return Explanation(layout.split(ex.attributions), ex.references, ex.output, ex.target,
+                           ex.delta)
 
     def _attribute(self, x, base, t, fx, *, conductance_layer=None, layer_input: bool = False,
                    n_steps: int = 50, method: str = "gausslegendre",
@@ -129,11 +145,16 @@ class LayerConductance(AttributionMethod):
             a = alphas[k0:k0 + per].view((-1,) + (1,) * x.dim())
             rows = (base[None] + a * (x - base)[None]).reshape((-1,) + tuple(x.shape[1:]))
             tr = None if t is None else t.repeat(a.shape[0])
-            h, g = _layer_and_gradient(self.model, conductance_layer, rows, tr, layer_input)
-            hs.append(h.view((a.shape[0], batch) + tuple(h.shape[1:])))
-            gs.append(g.view((a.shape[0], batch) + tuple(g.shape[1:])))
+            h, g, shapes, several = _layer_and_gradient(self.model, conductance_layer, rows,
+                                                        tr, layer_input)
+            hs.append(h.view(a.shape[0], batch, -1))
+            gs.append(g.view(a.shape[0], batch, -1))
         h, g = torch.cat(hs), torch.cat(gs)
         attr = (g[:-1] * (h[1:] - h[:-1])).sum(0)
+        # a layer of several tensors: joined here, split by _run (which reads self._parts)
+        self._parts = shapes if several else None
+        if not several:
+            attr = attr.view((batch,) + shapes[0])
         return attr.to(x.dtype), base.unsqueeze(1)
 
     def _cost(self, x, options):
