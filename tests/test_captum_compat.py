@@ -855,3 +855,23 @@ def test_layers_returning_or_taking_tuples_equal_captums(cls, kw):
     ours, theirs = (getattr(M, cls)(net, net.split).attribute(x, target=1, **kw) for M in (T, C))
     assert isinstance(ours, tuple) and len(ours) == 2
     _close(ours, theirs, FLOAT32 if "Integrated" in cls else EXACT)  # Captum's float32 steps
+
+
+def test_readme_table_names_every_compatible_class():
+    """README's "Coming from Captum" table lists every public class of taylorattr.captum
+    (base classes aside), so the table of differences stays complete."""
+    from pathlib import Path
+
+    import taylorattr.captum.attr as attr
+    import taylorattr.captum.metrics as metrics
+
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    table = text.split("## Coming from Captum", 1)[1].split("## ", 1)[0]
+    bases = {"Attribution", "GradientAttribution", "LayerAttribution", "NeuronAttribution",
+             "PerturbationAttribution", "PropagationRule", "default_perturb_func"}
+    missing = [n for n in (*attr.__all__, *metrics.__all__) if n not in bases and
+               n not in table]
+    row = next(line for line in table.splitlines() if "`Neuron*` of" in line)
+    missing = [n for n in missing if not (n.startswith("Neuron") and n[len("Neuron"):]
+                                          .replace("IntegratedGradients", "IG") in row)]
+    assert not missing, missing
