@@ -7,7 +7,8 @@ ReLU'd Grad-CAM map (:class:`~taylorattr.methods.GradCAM`) upsampled to the inpu
 spatial size (``interpolate_mode``, Captum's default ``"nearest"``) and shared by the
 channels of a pixel. Tuple inputs (and ``additional_forward_args``): the map at the layer's
 resolution is upsampled to every input; an input without the map's number of spatial axes
-gets an empty tensor and a warning (as Captum does).
+is refused (``unmatched="raise"``) or gets an empty tensor and a warning
+(``unmatched="empty"``, Captum's way).
 
 Taylor view: none (neither factor has one).
 """
@@ -47,6 +48,9 @@ class GuidedGradCam(ImplicitBaselineMethod):
             raise ValueError("return_convergence_delta: Guided Grad-CAM has no delta")
         opts = dict(options)
         mode = opts.pop("interpolate_mode", "nearest")
+        unmatched = opts.pop("unmatched", "raise")
+        if unmatched not in ("raise", "empty"):
+            raise ValueError(f"unmatched must be 'raise' or 'empty', got {unmatched!r}")
         extra = {"additional_forward_args": opts.pop("additional_forward_args", None)}
         self._cam._settings({"interpolate_mode": mode})  # checks the mode
         guided = self._guided._run(inputs, None, target, dict(extra), show_progress, False)
@@ -57,6 +61,12 @@ class GuidedGradCam(ImplicitBaselineMethod):
         out = []
         for i, g in enumerate(parts):
             if g.dim() != cam.dim():
+                if unmatched == "raise":
+                    raise ValueError(
+                        f"inputs[{i}] {tuple(g.shape)} has not the {cam.dim() - 2} spatial "
+                        f"axes of the layer's map {tuple(cam.shape)}, so Guided Grad-CAM "
+                        "cannot upsample the map to it; pass unmatched='empty' for an empty "
+                        "tensor there")
                 warnings.warn(f"Guided Grad-CAM: inputs[{i}] {tuple(g.shape)} has not the "
                               f"{cam.dim() - 2} spatial axes of the layer's map "
                               f"{tuple(cam.shape)}; its attributions are an empty tensor",
@@ -69,9 +79,12 @@ class GuidedGradCam(ImplicitBaselineMethod):
 
     def _attribute(self, x, baselines, target, fx, *, conv_layer=None,
                    interpolate_mode: str = "nearest", conv_layer_input: bool = False,
-                   show_progress: bool = False):
+                   unmatched: str = "raise", show_progress: bool = False):
         """Options: ``conv_layer`` (default the last convolution), ``interpolate_mode``,
-        ``conv_layer_input`` (the layer's input instead of its output)."""
+        ``conv_layer_input`` (the layer's input instead of its output), ``unmatched`` (tuple
+        inputs: what an input without the map's spatial axes gets; module docstring)."""
+        if unmatched not in ("raise", "empty"):
+            raise ValueError(f"unmatched must be 'raise' or 'empty', got {unmatched!r}")
         model = self.model
         guided, refs = GuidedBackprop._attribute(_View(self._guided, model), x, None, target, fx)
         cam, _ = GradCAM._attribute(_View(self._cam, model), x, None, target,

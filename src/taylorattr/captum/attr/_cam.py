@@ -53,7 +53,7 @@ class GuidedGradCam(GradientAttribution):
               interpolate_mode: str = "nearest", attribute_to_layer_input: bool = False):
         return Call(self._native, inputs, None, target, additional_forward_args, False,
                     {"conv_layer": self.layer, "interpolate_mode": interpolate_mode,
-                     "conv_layer_input": attribute_to_layer_input})
+                     "conv_layer_input": attribute_to_layer_input, "unmatched": "empty"})
 
     def attribute(self, inputs, target=None, additional_forward_args=None,
                   interpolate_mode: str = "nearest", attribute_to_layer_input: bool = False):
