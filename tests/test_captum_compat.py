@@ -862,8 +862,7 @@ def test_readme_table_names_every_compatible_class():
     (base classes aside), so the table of differences stays complete."""
     from pathlib import Path
 
-    import taylorattr.captum.attr as attr
-    import taylorattr.captum.metrics as metrics
+    from taylorattr.captum import attr, metrics
 
     text = (Path(__file__).parent.parent / "README.md").read_text()
     table = text.split("## Coming from Captum", 1)[1].split("## ", 1)[0]
