@@ -874,3 +874,24 @@ def test_readme_table_names_every_compatible_class():
     missing = [n for n in missing if not (n.startswith("Neuron") and n[len("Neuron"):]
                                           .replace("IntegratedGradients", "IG") in row)]
     assert not missing, missing
+
+
+@pytest.mark.parametrize("cls", ["FeatureAblation", "Occlusion", "ShapleyValueSampling",
+                                 "KernelShap", "Lime", "IntegratedGradients", "DeepLift"])
+def test_a_call_leaves_the_models_eval_mode_alone(cls):
+    """The wrappers a call puts around the model follow its mode without setting it (a
+    wrapper's ``train()`` would have put the user's dropout in training mode)."""
+    class Scaled(nn.Module):  # an additional argument: the structured path of the call
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(5, 4), nn.Dropout(0.5), nn.Tanh(),
+                                     nn.Linear(4, 2))
+
+        def forward(self, x, scale):
+            return self.net(x) * scale
+
+    net = Scaled().to(DT).eval()
+    kw = {"sliding_window_shapes": (2,)} if cls == "Occlusion" else {}
+    for _ in range(2):
+        getattr(T, cls)(net).attribute(V, target=1, additional_forward_args=SCALE, **kw)
+        assert not any(m.training for m in net.modules())

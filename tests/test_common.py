@@ -210,3 +210,4 @@ def test_tuple_inputs_give_a_tuple_or_a_clear_refusal(name, i):
     assert isinstance(out, tuple) and len(out) == 2
     for a, x in zip(out, xs):
         assert a.shape == x.shape and a.dtype == x.dtype and torch.isfinite(a).all()
+    assert not any(m.training for m in model.modules()), "a call changed the model's mode"

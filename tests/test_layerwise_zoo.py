@@ -435,3 +435,27 @@ def test_captures_shared_by_one_structure_tell_which_module_a_wrapper_names():
         with torch.no_grad():
             df = view(x) - view(base)
         torch.testing.assert_close(a.sum(1), df, rtol=0, atol=1e-12)
+
+
+def test_deeplift_through_a_padding_mask_is_complete():
+    """Masked attention scores are -inf at the input and at the baseline alike: they carry
+    no change and no weight (the softmax rule's dy is 0 there, not inf - inf)."""
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(17)
+            self.layer = nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True)
+            self.head = nn.Linear(8, 3)
+
+        def forward(self, x, pad):
+            return self.head(self.layer(x, src_key_padding_mask=pad).mean(1))
+
+    model = Encoder().to(DT).eval()
+    x, base = _randn(2, 5, 8, seed=18), _randn(2, 5, 8, seed=19, scale=0.2)
+    pad = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    a = DeepLift(model).attribute(x, base, target=2, additional_forward_args=(pad,))
+    with torch.no_grad():
+        df = model(x, pad)[:, 2] - model(base, pad)[:, 2]
+    assert torch.isfinite(a).all()
+    torch.testing.assert_close(a.flatten(1).sum(1), df, rtol=0, atol=1e-10)

@@ -49,6 +49,7 @@ __all__ = [
     "as_tuple",
     "check_additional_args",
     "check_layer",
+    "follow_mode",
     "kept",
     "layer_activations",
     "point_baselines",
@@ -187,6 +188,14 @@ def check_layer(model, layer, attribute_to_layer_input) -> None:
                          "pass a module reachable from model.modules()")
 
 
+def follow_mode(wrapper: nn.Module, model) -> None:
+    """Put ``wrapper`` (a module wrapping ``model`` for a call) in ``model``'s train/eval mode
+    without touching ``model``: ``nn.Module`` starts in train mode, which would warn about
+    dropout the user's eval-mode model does not run, while ``wrapper.train(...)`` would set
+    every module below it, the user's own included."""
+    wrapper.training = model.training if isinstance(model, nn.Module) else False
+
+
 def kept(value):
     """What a forward hook keeps of a layer's output (input): a copy (in the autograd graph),
     so that an in-place operation after the layer (``ReLU(inplace=True)``) does not change
@@ -244,6 +253,7 @@ class _Inject(nn.Module):
 
     def __init__(self, layer: nn.Module, to_input: bool):
         super().__init__()
+        follow_mode(self, layer)
         self.layer = layer
         self.to_input = to_input
         self.value = None
@@ -290,9 +300,7 @@ class InputModel(nn.Module):
         self.n_inputs = n_inputs  # the model's own inputs (layer mode), first in the context
         self.extra = extra
         self.n_context = 0
-        # the wrapper is in the mode of the model it wraps (nn.Module starts in train mode,
-        # which would warn about dropout the user's eval-mode model does not run)
-        self.train(model.training if isinstance(model, nn.Module) else False)
+        follow_mode(self, model)
 
     def set_context(self, tensors: tuple) -> None:
         """The per-sample tensors (``[1, ...]`` each) for the next calls."""
@@ -420,7 +428,7 @@ class NeuronView(nn.Module):
             raise TypeError(f"neuron_selector must be an int, a tuple of ints/slices or a "
                             f"callable, got {type(selector).__name__}")
         self.model, self.layer, self.selector, self.to_input = model, layer, selector, to_input
-        self.train(model.training)  # the view is in the mode of the model it views
+        follow_mode(self, model)
 
     def forward(self, *args):
         seen = []

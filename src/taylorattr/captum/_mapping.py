@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .._validation import flat_target, resolve_target, select_output
-from ..inputs import as_tuple, layer_activations, point_baselines
+from ..inputs import as_tuple, follow_mode, layer_activations, point_baselines
 from ..methods import AttributionMethod
 from ..runtime.progress import labelled
 
@@ -140,6 +140,7 @@ class TensorOutput(nn.Module):
 
     def __init__(self, forward_func):
         super().__init__()
+        follow_mode(self, forward_func)
         if isinstance(forward_func, nn.Module):
             self.model = forward_func
         else:

@@ -40,7 +40,7 @@ from torch import nn
 
 from .._validation import check_inputs, flat_target, tuple_target
 from ..groups import window_shape
-from ..inputs import as_tuple, check_additional_args, check_batch, point_baselines
+from ..inputs import as_tuple, check_additional_args, check_batch, follow_mode, point_baselines
 
 __all__ = ["adapt", "after_refusal"]
 
@@ -135,6 +135,7 @@ class _Recast(nn.Module):
 
     def __init__(self, model, dtypes: tuple, flat: bool):
         super().__init__()
+        follow_mode(self, model)
         if isinstance(model, nn.Module):
             self.model = model
         else:
@@ -200,6 +201,7 @@ class _WholeBatch(nn.Module):
 
     def __init__(self, model, shapes, dtypes, extra, k):
         super().__init__()
+        follow_mode(self, model)
         self.inner = _Recast(model, dtypes, False)
         self.shapes, self.extra, self.k = shapes, extra, k
 

@@ -26,7 +26,14 @@ import torch
 from torch import nn
 
 from .._validation import check_bool, check_positive_int, select_output
-from ..inputs import Layout, as_tuple, check_additional_args, check_batch, point_baselines
+from ..inputs import (
+    Layout,
+    as_tuple,
+    check_additional_args,
+    check_batch,
+    follow_mode,
+    point_baselines,
+)
 from ._base import AttributionMethod, Explanation
 from ._passes import check_optional_positive_int, default_chunk_rows, gradient_pass_cost
 from .integrated_gradients import quadrature
@@ -70,6 +77,7 @@ class _Joined(nn.Module):
 
     def __init__(self, model, layout: Layout, extra: tuple, batch: int):
         super().__init__()
+        follow_mode(self, model)
         self.inner, self.layout, self.extra, self.batch = model, layout, extra, batch
 
     def forward(self, rows):

@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from .._validation import check_inputs, check_int, check_positive_int, check_real, model_output
+from ..inputs import follow_mode
 from .batching import chunk_rows
 
 __all__ = ["GPU_SCALE_ROWS", "Cost", "CostError", "Rates", "RowCounter",
@@ -165,7 +166,7 @@ class RowCounter(nn.Module):
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
-        self.train(model.training)
+        follow_mode(self, model)
         self.reset()
 
     def reset(self) -> None:

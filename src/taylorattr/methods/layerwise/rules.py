@@ -339,8 +339,9 @@ def _mean_value_weights(y, yr, dim, max_steps: int = 64):
     steps kept in the bracket (bisection when a step leaves it) until ``phi`` meets ``dL``
     to rounding, and what rounding leaves is moved onto ``w`` along the centred ``dy`` (so
     ``sum w = 1`` stays). ``w`` is a probability vector however far apart the logits of
-    ``y`` and ``y~`` are."""
-    dy = y - yr
+    ``y`` and ``y~`` are. Masked logits (``-inf`` in both ``y`` and ``y~``) have ``dy = 0``
+    and weight 0."""
+    dy = torch.where(y == yr, torch.zeros_like(y), y - yr)
     d_l = torch.logsumexp(y, dim, keepdim=True) - torch.logsumexp(yr, dim, keepdim=True)
     tol = 8 * torch.finfo(y.dtype).eps * (dy.abs().amax(dim, keepdim=True) + d_l.abs())
     lo, hi = torch.zeros_like(d_l), torch.ones_like(d_l)
@@ -377,7 +378,8 @@ def _softmax(y, yr, dim, log):
         w = _mean_value_weights(yd, yr, dim)
         out = torch.log_softmax(yd, dim) if log else torch.softmax(yd, dim)
         if not log:
-            dz = (yd - yr) - (w * (yd - yr)).sum(dim, keepdim=True)
+            dy = torch.where(yd == yr, torch.zeros_like(yd), yd - yr)  # masked: -inf in both
+            dz = dy - (w * dy).sum(dim, keepdim=True)
             small = dz.abs() < RESCALE_THRESHOLD
             m = torch.where(small, out, (out - torch.softmax(yr, dim)) /
                             torch.where(small, torch.ones_like(dz), dz))
