@@ -895,3 +895,21 @@ def test_a_call_leaves_the_models_eval_mode_alone(cls):
     for _ in range(2):
         getattr(T, cls)(net).attribute(V, target=1, additional_forward_args=SCALE, **kw)
         assert not any(m.training for m in net.modules())
+
+
+@pytest.mark.parametrize("cls, kw", [("FeatureAblation", {}), ("ShapleyValues", {}),
+                                     ("IntegratedGradients", {"n_steps": 8}),
+                                     ("Saliency", {})])
+def test_an_input_without_features_beside_others_equals_captum(cls, kw):
+    """Captum's empty sparse input: nothing of it is attributed (an empty tensor), the rest
+    as without it."""
+    def model(x, empty):
+        return MLP_(x) + empty.sum(1, keepdim=True)
+
+    empty = torch.zeros(3, 0, dtype=DT)
+    ours, theirs = (getattr(M, cls)(model).attribute((V, empty), target=1, **kw) for M in (T, C))
+    assert ours[1].shape == (3, 0)
+    _close(ours, theirs, EXACT if cls in ("FeatureAblation", "Saliency")
+           else FLOAT32)  # Captum's float32 IG steps and Shapley sums
+    with pytest.raises(ValueError, match="every input is empty"):
+        T.Saliency(model).attribute((V[:, :0], empty), target=1)

@@ -77,11 +77,13 @@ def as_tuple(inputs, name: str = "inputs") -> tuple[tuple, bool]:
 def check_batch(parts: tuple, name: str = "inputs", floats: bool = True,
                 vectors: bool = False) -> int:
     """Every part batch-first with the same batch size (float, finite when ``floats``);
-    ``vectors``: a part may be ``[B]`` (one feature per sample)."""
+    ``vectors``: a part may be ``[B]`` (one feature per sample). Beside others, an input may
+    have no features (Captum's empty sparse input: nothing of it is attributed)."""
     batch = None
     for i, t in enumerate(parts):
         label = name if len(parts) == 1 else f"{name}[{i}]"
-        if floats:
+        empty = len(parts) > 1 and t.dim() >= 2 and t.shape[0] > 0 and t.numel() == 0
+        if floats and not empty:  # an input without features beside others: no players
             check_inputs(t.unsqueeze(1) if vectors and t.dim() == 1 else t, label)
         elif t.dim() < 1 or t.shape[0] == 0:
             raise ValueError(f"{label} must be batch-first with at least one sample, got shape "
@@ -91,6 +93,8 @@ def check_batch(parts: tuple, name: str = "inputs", floats: bool = True,
         elif t.shape[0] != batch:
             raise ValueError(f"{label} has {t.shape[0]} samples but {name}[0] has {batch}; "
                              "every input must hold the same samples (batch-first)")
+    if floats and len(parts) > 1 and all(t.numel() == 0 for t in parts):
+        raise ValueError(f"{name} must have at least one feature; every input is empty")
     return batch
 
 
@@ -134,8 +138,9 @@ class Layout:
         if not self.flat:
             return (x,)
         rows = (-1,) if lead == 1 else tuple(x.shape[:lead])  # (-1,): traceable by torch.fx
-        return tuple(x[(slice(None),) * lead + (slice(o, o + n),)].reshape(rows + s)
-                     for o, n, s in zip(self.offsets, self.sizes, self.shapes))
+        return tuple(x[(slice(None),) * lead + (slice(o, o + n),)].reshape(
+            (rows if n else tuple(x.shape[:lead])) + s)  # an empty input: no -1 to infer
+            for o, n, s in zip(self.offsets, self.sizes, self.shapes))
 
     def result(self, parts: tuple):
         """The user's structure: a tuple for tuple inputs, else the tensor."""

@@ -89,6 +89,9 @@ class Occlusion(AttributionMethod):
         strides = layout.per_input(stride, "stride", lambda v: v is None or isinstance(v, int))
         parts = []
         for i, (o, n, shape) in enumerate(zip(layout.offsets, layout.sizes, layout.shapes)):
+            if n == 0:  # an input without features: no window to occlude
+                parts.append(x.new_zeros(x.shape[0], 0))
+                continue
             parts.append(self._windows(x, base, t, fx, patches[i], strides[i], chunk,
                                        show_progress, (o, n, shape)).reshape(x.shape[0], n))
         return torch.cat(parts, 1), base.unsqueeze(1)
