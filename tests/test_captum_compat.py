@@ -913,3 +913,62 @@ def test_an_input_without_features_beside_others_equals_captum(cls, kw):
            else FLOAT32)  # Captum's float32 IG steps and Shapley sums
     with pytest.raises(ValueError, match="every input is empty"):
         T.Saliency(model).attribute((V[:, :0], empty), target=1)
+
+
+def _cube(x):
+    """A per-sample output [B, 2, 3] (the tuple-target convention)."""
+    return MLP_(x).view(-1, 1, 3) * torch.tensor([1.0, -0.5], dtype=DT).view(1, 2, 1)
+
+
+@pytest.mark.parametrize("target", [torch.tensor([2]), [0, 2, 1], (1, 2), [(0, 1), (1, 2), (1, 0)]])
+def test_targets_of_every_form_through_noise_tunnel_and_layer_grad_cam_equal_captums(target):
+    """A one-element tensor (one class for all), a list of classes, a tuple and a list of
+    tuples (outputs [B, 2, 3]) reach the tunnel's inner method and Grad-CAM's layer map."""
+    model = MLP_ if not isinstance(target, tuple) and not (
+        isinstance(target, list) and isinstance(target[0], tuple)) else _cube
+    layer = MLP_.l1
+    runs = (lambda M: M.NoiseTunnel(M.Saliency(model)).attribute(
+                V, nt_samples=3, stdevs=0.1, target=target, abs=False),
+            lambda M: M.NoiseTunnel(M.IntegratedGradients(model)).attribute(
+                V, nt_samples=2, stdevs=0.1, target=target, n_steps=6),
+            lambda M: M.LayerGradCam(model if model is MLP_ else _CubeNet(), layer).attribute(
+                V, target=target))
+    for run in runs:
+        ours, theirs = _same_draws(run)
+        _close(ours, theirs, FLOAT32)
+
+
+class _CubeNet(nn.Module):
+    """_cube as a module holding MLP_ (Grad-CAM's layer lives in it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = MLP_
+
+    def forward(self, x):
+        return _cube(x)
+
+
+class _Shifted(nn.Module):
+    """MLP_ on its input shifted by a per-sample additional argument (before l1, so the
+    layer's values at the references depend on the sample)."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = MLP_
+
+    def forward(self, x, shift):
+        return self.mlp(x + shift)
+
+
+def test_layer_deeplift_shap_with_per_sample_arguments_equals_captum():
+    """The references' layer values depend on each sample's additional argument: Captum's
+    mean over (sample, reference) pairs."""
+    net, shift = _Shifted().eval(), torch.randn(3, 5, dtype=DT) * 0.3
+    for M in (T, C):
+        out = M.LayerDeepLiftShap(net, MLP_.r).attribute(
+            V, REFS[:2], target=1, additional_forward_args=(shift,),
+            return_convergence_delta=True)
+        if M is T:
+            ours = out
+    _close(ours, out, EXACT)

@@ -161,12 +161,21 @@ def flat_target(target, out: torch.Tensor):
 
 
 def resolve_target(target, output: torch.Tensor, name: str = "target") -> torch.Tensor | None:
-    """Turn ``target`` (None, int, or a [B] integer tensor) into a [B] long tensor.
+    """Turn ``target`` (None, int, a [B] integer tensor or a list of B ints) into a [B] long
+    tensor; a one-element tensor is one class for every sample (as an int; Captum's reading).
 
     For a [B] output the target must be None and ``None`` is returned. For [B, C] outputs
     ``None`` means the argmax class of each sample.
     """
     batch = output.shape[0]
+    if isinstance(target, list) and not tuple_target(target):  # one class per sample
+        if not all(isinstance(v, Integral) and not isinstance(v, bool) for v in target):
+            raise TypeError(f"{name} must be a list of ints (one class per sample), got "
+                            f"{target!r}")
+        if len(target) != batch:
+            raise ValueError(f"{name} must give one class per sample ({batch}), got "
+                             f"{len(target)}")
+        target = torch.tensor(target, dtype=torch.long)
     if output.dim() == 1:
         if target is not None:
             raise ValueError(f"{name} must be None for a model with output shape [B], got {target!r}")
@@ -184,8 +193,8 @@ def resolve_target(target, output: torch.Tensor, name: str = "target") -> torch.
     elif isinstance(target, torch.Tensor):
         if target.dtype.is_floating_point or target.dtype == torch.bool or target.is_complex():
             raise TypeError(f"{name} must be an integer tensor, got dtype {target.dtype}")
-        if target.dim() == 0:
-            t = target.to(output.device, torch.long).expand(batch).clone()
+        if target.dim() == 0 or target.shape == (1,):
+            t = target.to(output.device, torch.long).reshape(()).expand(batch).clone()
         elif target.shape == (batch,):
             t = target.to(output.device, torch.long)
         else:

@@ -251,18 +251,30 @@ class AttributionMethod:
                                self._to_layer_input if layer is self._layer else False)
         if isinstance(target, list) and target and not isinstance(target[0], tuple):
             target = torch.as_tensor(target, dtype=torch.long)  # one class per sample
-        adapted = conventions.adapt(self, inputs, baselines, target, extra, layer, options,
-                                    return_convergence_delta)
-        if adapted is not None:
-            return adapted.run(self, show_progress)
-        if layer is None and options.pop("layer_baselines", None) is not None:
-            raise ValueError("layer_baselines applies only with layer=")
-        try:
+        def plain():
+            if layer is None and options.pop("layer_baselines", None) is not None:
+                raise ValueError("layer_baselines applies only with layer=")
             return self._dispatch(inputs, baselines, target, extra, layer, to_input, options,
                                   show_progress, return_convergence_delta)
+
+        return self._conventional(inputs, baselines, target, extra, layer, options,
+                                  show_progress, return_convergence_delta, plain)
+
+    def _conventional(self, inputs, baselines, target, extra, layer, options, show_progress,
+                      want_delta, run) -> Explanation:
+        """``run()`` under Captum's conventions (:mod:`._conventions`): a wrapped call where
+        the inputs or the target ask for one (integer inputs, tuple targets), the output read
+        anew where the plain call refused it (beyond ``[B, C]``, or one for the batch).
+        ``options`` are the method's own (without the arguments passed beside them)."""
+        adapted = conventions.adapt(self, inputs, baselines, target, extra, layer, options,
+                                    want_delta)
+        if adapted is not None:
+            return adapted.run(self, show_progress)
+        try:
+            return run()
         except (ValueError, TypeError):  # e.g. an output not shaped [B] / [B, C]
             whole = conventions.after_refusal(self, inputs, baselines, target, extra, layer,
-                                            options, return_convergence_delta)
+                                            options, want_delta)
             if whole is None:
                 raise
             return whole.run(self, show_progress)

@@ -150,6 +150,18 @@ class GradCAM(ImplicitBaselineMethod):
         if want_delta:
             raise ValueError("return_convergence_delta: the layer-resolution Grad-CAM map "
                              "(upsample=False) is not shaped like the inputs; no delta")
+        if not all(p.is_floating_point() for p in as_tuple(inputs)[0]):
+            # token ids and other integer inputs reach the model as they are: the map is
+            # differentiated at the layer, never at the inputs
+            return self._layer_map(inputs, target, options)
+        own = {k: v for k, v in options.items() if k != "additional_forward_args"}
+        return self._conventional(  # tuple targets, outputs beyond [B, C]
+            inputs, baselines, target, options.get("additional_forward_args"), None, own,
+            show_progress, want_delta, lambda: self._layer_map(inputs, target, options))
+
+    def _layer_map(self, inputs, target, options) -> Explanation:
+        """The map at the layer's resolution for any inputs, from one forward and backward
+        of the user's model."""
         opts = dict(options)
         opts.pop("layer")
         extra = opts.pop("additional_forward_args", None)

@@ -221,8 +221,24 @@ class NoiseTunnel(AttributionMethod):
             options.get("noise") is None and not options.get("copy_deltas", False)
         if plain:
             return super()._run(inputs, baselines, target, options, show_progress, want_delta)
-        return self._run_copies(inputs, baselines, target, dict(options), show_progress,
-                                want_delta)
+        own = {k: v for k, v in options.items() if k not in ("additional_forward_args", "layer")}
+        return self._conventional(
+            inputs, baselines, target, options.get("additional_forward_args"),
+            options.get("layer", self._layer), own, show_progress, want_delta,
+            lambda: self._run_copies(inputs, baselines, target, dict(options), show_progress,
+                                     want_delta))
+
+    def _inner_run(self, *args) -> Explanation:
+        """The inner method's ``_run`` on noisy rows, seeing the model as the tunnel sees it
+        (during a call a convention converted, e.g. a tuple target, the wrapper that flattens
+        the output or casts integer inputs back)."""
+        inner, saved = self.inner_method, self.inner_method._model
+        if getattr(self, "_adapting", False):
+            inner._model = self._model
+        try:
+            return inner._run(*args)
+        finally:
+            inner._model = saved
 
     def _run_copies(self, inputs, baselines, target, options, show_progress, want_delta):
         """The tunnel on the user's inputs (module docstring): the noise of every input
@@ -281,9 +297,9 @@ class NoiseTunnel(AttributionMethod):
                        "layer": layer, "attribute_to_layer_input": to_input})
             if "seed" in self._inner_cls.options():
                 kw["seed"] = int(torch.randint(2**62, (1,), generator=gen))
-            ex = self.inner_method._run(noisy if is_tuple else noisy[0],
-                                        (b if is_tuple else b[0]) if kind == "point" else b,
-                                        None if t is None else rows(t), kw, False, want_delta)
+            ex = self._inner_run(noisy if is_tuple else noisy[0],
+                                 (b if is_tuple else b[0]) if kind == "point" else b,
+                                 None if t is None else rows(t), kw, False, want_delta)
             as_parts = isinstance(ex.attributions, tuple)
             attrs = ex.attributions if as_parts else (ex.attributions,)
             attrs = [a.view((batch, k1 - k0) + tuple(a.shape[1:])) for a in attrs]
@@ -352,7 +368,7 @@ class NoiseTunnel(AttributionMethod):
                   if k in self.inner_method.batch_options else v for k, v in opts.items()}
             if seeds is not None:
                 kw["seed"] = seeds[i]
-            ex = self.inner_method._run(rows, b, tr, kw, False, False)
+            ex = self._inner_run(rows, b, tr, kw, False, False)
             a = ex.attributions.view((s1 - s0, k1 - k0) + feat)
             total[s0:s1] += a.sum(1)
             total_sq[s0:s1] += (a * a).sum(1)

@@ -311,11 +311,11 @@ class DeepLiftShap(DeepLift):
                                tiled if is_tuple else tiled[0], _rows(target, n),
                                _rows(additional_forward_args, n), True, custom_attribution_func,
                                layer=layer, attribute_to_layer_input=attribute_to_layer_input)
-        if custom_attribution_func is not None:  # Captum's mean over the pairs' attributions
+        if custom_attribution_func is not None or layer is not None:
+            # Captum's mean over the pairs' attributions (a layer's references: each pair's
+            # own, which may depend on the sample's additional arguments)
             return _PairMean(pairs, parts[0].shape[0], n, return_convergence_delta)
         dist = refs if is_tuple else refs[0]
-        if layer is not None:
-            dist = layer_inputs(self.model, layer, refs, None, attribute_to_layer_input)
         call = Call(self._native, inputs, ReferenceSet(dist) if isinstance(dist, torch.Tensor)
                     else dist, target, additional_forward_args, False, options)
         return _Both(call, pairs) if return_convergence_delta else call
