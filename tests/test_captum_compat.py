@@ -450,7 +450,7 @@ def test_aggregate_output_is_the_drop_of_removing_a_feature_in_every_sample():
 
 @pytest.mark.parametrize("case", ["inputs [B]", "scalar output", "token ids"])
 def test_kernel_shap_conventions_on_additive_games(case):
-    """KernelShap's draws differ from Captum's: on additive games (a linear scalar output,
+    """Beside the same draws (below), on additive games (a linear scalar output,
     a separable [B] model, a token model linear in its one-hot groups) every draw gives the
     exact Shapley values, the closed forms here (removal of a player = its own term)."""
     model, x, _ = CONVENTIONS[case]
@@ -972,3 +972,17 @@ def test_layer_deeplift_shap_with_per_sample_arguments_equals_captum():
         if M is T:
             ours = out
     _close(ours, out, EXACT)
+
+
+def test_kernel_shap_draws_captums_coalitions_from_the_global_generator():
+    """The same coalitions after the same torch.manual_seed (Captum's fit is float32), one
+    call after another, and the global generator left where Captum leaves it."""
+    mask = torch.tensor([[0, 0, 1, 2, 2]])
+    out = {}
+    for M in (T, C):
+        torch.manual_seed(21)
+        out[M] = (M.KernelShap(MLP_).attribute(V, target=1, n_samples=30),
+                  M.KernelShap(MLP_).attribute(V, target=2, n_samples=20, feature_mask=mask,
+                                               perturbations_per_eval=4),
+                  torch.rand(3))
+    _close(out[T], out[C], FLOAT32)

@@ -148,10 +148,14 @@ def _unrank(G: int, s: int, ranks: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def draw_coalitions(n_players: int, n_samples: int, batch: int, seed: int) -> torch.Tensor:
-    """``[batch, n_samples, G]`` boolean coalitions, Captum's sampling (``sampler="captum"``)."""
+def draw_coalitions(n_players: int, n_samples: int, batch: int, seed) -> torch.Tensor:
+    """``[batch, n_samples, G]`` boolean coalitions, Captum's sampling (``sampler="captum"``),
+    from a CPU generator seeded with ``seed``, or from ``seed`` itself when it is a
+    ``torch.Generator`` (``torch.default_generator``: Captum's very draws, which come from
+    the global generator, and the global generator left as Captum leaves it)."""
     G = n_players
-    gen = torch.Generator().manual_seed(check_seed(seed))
+    gen = seed if isinstance(seed, torch.Generator) else \
+        torch.Generator().manual_seed(check_seed(seed))
     sizes = torch.arange(G, dtype=torch.float)
     probs = torch.tensor(G - 1) / (sizes * (G - sizes))  # Captum's float32 arithmetic
     probs[0] = 0.0

@@ -38,7 +38,8 @@ constraint kept); a selection by magnitude, not SHAP's LARS path.
 ``sampler="captum"``: Captum's ``KernelShap`` (``n_samples`` rows drawn as Captum draws them,
 :func:`.kernel_design.draw_coalitions`; a least squares fit with intercept, weight ``10^6`` on
 the end points); with the same seed it draws Captum's coalitions (``torch.manual_seed(seed)``
-before Captum's call) and equals it.
+before Captum's call) and equals it, and with ``seed=torch.default_generator`` it draws from
+the global generator as Captum does.
 
 ``return_input_shape=False`` returns the ``[B, G]`` player values instead of every feature
 carrying its player's value (Captum's option).
@@ -168,7 +169,8 @@ class KernelShap(SampledShapley):
         """Options: ``feature_mask`` player ids (Captum's convention: shared or per sample,
         one per input for tuple inputs; default: every feature a player), or ``patch``:
         square windows as players (Occlusion's layout); ``n_samples`` model rows per sample
-        (default ``min(2^G - 1, 2 G + 2048)``); ``seed`` of the draws; ``sampler``
+        (default ``min(2^G - 1, 2 G + 2048)``); ``seed`` of the draws (with
+        ``sampler="captum"`` also a ``torch.Generator`` to draw from); ``sampler``
         ``"paired"`` | ``"captum"``; ``num_features`` players kept by the selection step
         (paired sampler; default all); ``return_input_shape`` False: ``[B, G]`` player
         values; ``perturbations_per_eval`` rows per model call."""

@@ -203,9 +203,8 @@ class ShapleyValues(ShapleyValueSampling):
 
 class KernelShap(PerturbationAttribution):
     """Captum's ``KernelShap``: :class:`taylorattr.methods.KernelShap` with
-    ``sampler="captum"`` (Captum's sampling and fit); its coalitions are drawn from a
-    generator seeded by one draw of the global torch generator (reproducible after
-    ``torch.manual_seed``, but not Captum's coalitions)."""
+    ``sampler="captum"`` (Captum's sampling and fit), drawing its coalitions from the
+    global torch generator as Captum does (the same draws after ``torch.manual_seed``)."""
 
     def __init__(self, forward_func) -> None:
         super().__init__(forward_func)
@@ -215,7 +214,7 @@ class KernelShap(PerturbationAttribution):
               feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
               return_input_shape: bool = True, show_progress: bool = False):
         options = {"n_samples": n_samples, "show_progress": show_progress,
-                   "seed": int(torch.randint(2**62, (1,))), "sampler": "captum",
+                   "seed": torch.default_generator, "sampler": "captum",
                    "feature_mask": feature_mask, "return_input_shape": return_input_shape,
                    "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
