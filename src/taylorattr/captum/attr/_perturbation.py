@@ -201,33 +201,6 @@ class ShapleyValues(ShapleyValueSampling):
                           1, perturbations_per_eval, show_progress).run()
 
 
-class KernelShap(PerturbationAttribution):
-    """Captum's ``KernelShap``: :class:`taylorattr.methods.KernelShap` with
-    ``sampler="captum"`` (Captum's sampling and fit), drawing its coalitions from the
-    global torch generator as Captum does (the same draws after ``torch.manual_seed``)."""
-
-    def __init__(self, forward_func) -> None:
-        super().__init__(forward_func)
-        self._native = _perturbation(native.KernelShap(TensorOutput(forward_func)))
-
-    def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
-              feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
-              return_input_shape: bool = True, show_progress: bool = False):
-        options = {"n_samples": n_samples, "show_progress": show_progress,
-                   "seed": torch.default_generator, "sampler": "captum",
-                   "feature_mask": feature_mask, "return_input_shape": return_input_shape,
-                   "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
-        return Call(self._native, inputs, baselines, target, additional_forward_args, False,
-                    options)
-
-    def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
-                  feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
-                  return_input_shape: bool = True, show_progress: bool = False):
-        return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
-                          n_samples, perturbations_per_eval, return_input_shape,
-                          show_progress).run()
-
-
 def _lasso(alpha: float):
     """Captum's default interpretable model: scikit-learn's ``Lasso(alpha)`` fitted on
     float32 arrays with the similarities as sample weights (as Captum's ``SkLearnLasso``)."""
@@ -245,7 +218,7 @@ def _lasso(alpha: float):
     return fit
 
 
-class Lime(KernelShap):
+class Lime(PerturbationAttribution):
     """Captum's ``Lime`` with its defaults (uniform coalitions, the cosine exponential
     kernel of width 1, ``Lasso(alpha=0.01)``): :class:`taylorattr.methods.Lime` with
     Captum's coalition draws (``torch.bernoulli`` per draw, sample by sample, then the
@@ -284,5 +257,33 @@ class Lime(KernelShap):
                    "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
         if feature_mask is not None:
             options["feature_mask"] = feature_mask
+        return Call(self._native, inputs, baselines, target, additional_forward_args, False,
+                    options)
+
+    def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
+                  feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
+                  return_input_shape: bool = True, show_progress: bool = False):
+        return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
+                          n_samples, perturbations_per_eval, return_input_shape,
+                          show_progress).run()
+
+
+class KernelShap(Lime):
+    """Captum's ``KernelShap``: :class:`taylorattr.methods.KernelShap` with
+    ``sampler="captum"`` (Captum's sampling and fit), drawing its coalitions from the
+    global torch generator as Captum does (the same draws after ``torch.manual_seed``). A
+    ``Lime``, as Captum's is."""
+
+    def __init__(self, forward_func) -> None:
+        PerturbationAttribution.__init__(self, forward_func)
+        self._native = _perturbation(native.KernelShap(TensorOutput(forward_func)))
+
+    def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
+              feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
+              return_input_shape: bool = True, show_progress: bool = False):
+        options = {"n_samples": n_samples, "show_progress": show_progress,
+                   "seed": torch.default_generator, "sampler": "captum",
+                   "feature_mask": feature_mask, "return_input_shape": return_input_shape,
+                   "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
                     options)
