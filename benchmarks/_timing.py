@@ -30,6 +30,13 @@ def run_times(fn, repeats: int = 3, warmup: int = 1) -> list[float]:
     return times
 
 
+def timed(fn, *args, **kwargs):
+    """``(fn(*args, **kwargs), seconds)`` of one call (a run too slow to repeat)."""
+    start = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, time.perf_counter() - start
+
+
 def median_time(fn, repeats: int = 3, warmup: int = 1) -> float:
     """Median wall-clock seconds of ``fn()`` over ``repeats`` runs after ``warmup`` runs."""
     return statistics.median(run_times(fn, repeats, warmup))

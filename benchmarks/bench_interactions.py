@@ -20,11 +20,8 @@ file directly. Allocator: the default glibc malloc for every peer. Run:
 """
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -32,21 +29,13 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import print_table
+from _peers import path_explainer
+from _timing import print_table, timed
 
 import taylorattr as ta
 from taylorattr import models
 
 DT = torch.float64
-
-
-def _path_explainer():
-    dist = importlib.metadata.distribution("path-explain")
-    path = Path(dist.locate_file("path_explain/explainers/path_explainer_torch.py"))
-    spec = importlib.util.spec_from_file_location("path_explainer_torch", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.PathExplainerTorch
 
 
 def mlp(seed: int = 0) -> nn.Sequential:
@@ -77,12 +66,6 @@ def rel(a, b) -> float:
     return float((a.double() - b).norm() / b.norm())
 
 
-def timed(fn, *args, **kwargs):
-    start = time.perf_counter()
-    out = fn(*args, **kwargs)
-    return out, time.perf_counter() - start
-
-
 def bench_ih(rows_out):
     net = mlp()
     net64 = mlp().to(DT)
@@ -101,7 +84,7 @@ def bench_ih(rows_out):
             ours[(dtype, K)] = (t, err)
             rows.append((f"taylorattr K={K} ({dtype})", f"{t:.3f}", f"{100 * err:.4f}%"))
     try:
-        Explainer = _path_explainer()
+        Explainer = path_explainer()
     except (ImportError, OSError, AttributeError) as exc:  # report, do not hide
         rows.append(("path_explain", "n/a", f"could not load: {type(exc).__name__}: {exc}"))
         print_table("1. Integrated Hessians, 64-32-32-1 sigmoid MLP, batch 4", rows,

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -35,11 +34,22 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import dump_json, print_table
+from _peers import path_explainer
+from _timing import dump_json, print_table, timed
 
 from taylorattr.methods import KernelShap, ShapleyValues
 
 DT = torch.float64
+
+
+def _fit(model: nn.Module, X, y, steps: int) -> nn.Module:
+    """``steps`` full-batch Adam steps on the cross-entropy; the model in eval mode."""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(steps):
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(X), y).backward()
+        opt.step()
+    return model.eval()
 
 
 def tabular_mlp(dataset: str, hidden=(32, 16), steps: int = 300, seed: int = 0):
@@ -56,23 +66,12 @@ def tabular_mlp(dataset: str, hidden=(32, 16), steps: int = 300, seed: int = 0):
         layers += [nn.Linear(width, h), nn.Tanh()]
         width = h
     model = nn.Sequential(*layers, nn.Linear(width, int(y.max()) + 1)).to(DT)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(steps):
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(X), y).backward()
-        opt.step()
-    return model.eval(), X
+    return _fit(model, X, y, steps), X
 
 
 def rel(a: torch.Tensor, ref: torch.Tensor) -> torch.Tensor:
     """Relative error per sample, ``[B]``."""
     return (a - ref).flatten(1).norm(dim=1) / ref.flatten(1).norm(dim=1)
-
-
-def timed(fn):
-    start = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - start
 
 
 def bench_kernel(quick: bool, payload: dict) -> None:
@@ -145,12 +144,7 @@ def digits_cnn(steps: int = 150):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.Softplus(), nn.Conv2d(8, 8, 3),
                           nn.Softplus(), nn.Flatten(), nn.Linear(8 * 36, 10)).to(DT)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
-    for _ in range(steps):
-        opt.zero_grad()
-        nn.functional.cross_entropy(model(X), y).backward()
-        opt.step()
-    return model.eval(), X
+    return _fit(model, X, y, steps), X
 
 
 def bench_patches(quick: bool, payload: dict) -> None:
@@ -243,19 +237,6 @@ def bench_permutation(quick: bool, payload: dict) -> None:
     payload["permutation"] = rows
 
 
-def _path_explainer():
-    """path_explain's torch explainer, loaded from its file (its package imports TensorFlow)."""
-    import importlib.metadata
-    import importlib.util
-
-    dist = importlib.metadata.distribution("path-explain")
-    path = Path(dist.locate_file("path_explain/explainers/path_explainer_torch.py"))
-    spec = importlib.util.spec_from_file_location("path_explainer_torch", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.PathExplainerTorch
-
-
 def bench_hessians(quick: bool, payload: dict) -> None:
     import taylorattr as ta
 
@@ -277,7 +258,7 @@ def bench_hessians(quick: bool, payload: dict) -> None:
     for K in (2, 4, 8):
         g, t = timed(lambda K=K: ta.polynomial_integrated_hessians(net, x, base, order=K))
         rows.append((f"polynomial IH, K={K}", f"{t:.3f}", f"{err(g):.2e}", ""))
-    Explainer = _path_explainer()
+    Explainer = path_explainer()
     import copy
 
     net32 = nn.Sequential(*copy.deepcopy(list(net)[:-1])).float()  # [B, 1] outputs, float32

@@ -257,6 +257,12 @@ def test_layer_integrated_gradients_several_layers_and_the_layer_input():
     theirs = C.LayerIntegratedGradients(CNN_, CNN_.fc).attribute(
         IMG, target=2, n_steps=10, attribute_to_layer_input=True)
     torch.testing.assert_close(both[0], theirs, **FLOAT32)
+    attrs, deltas = T.LayerIntegratedGradients(CNN_, [CNN_.fc, CNN_.out]).attribute(
+        IMG, target=2, n_steps=10, attribute_to_layer_input=True, return_convergence_delta=True)
+    assert isinstance(attrs, list) and isinstance(deltas, list)  # Captum's (list, delta) form
+    torch.testing.assert_close(attrs[0], hand, **EXACT)
+    torch.testing.assert_close(deltas[0], hand.sum(1) - (
+        head(h_fc)[:, 2] - head(base_h)[:, 2]), rtol=0, atol=1e-8)
 
 
 def _occlusion_by_hand(model, x, window, stride, target):
@@ -501,10 +507,10 @@ def test_not_offered_options_are_refused_by_name():
     ("Alpha1_Beta0_Rule(set_bias_to_zero=True)", "GammaRule(0.5, set_bias_to_zero=True)"),
     ("IdentityRule()", None)])
 def test_lrp_rules_per_layer_equal_captums(rules):
-    from captum.attr._utils import lrp_rules as captum_rules
-
     """Captum's rules set per layer (``module.rule``; None: Captum's default) on a ReLU MLP
     whose first layer keeps its width (the identity rule needs it), side by side in float64."""
+    from captum.attr._utils import lrp_rules as captum_rules
+
     torch.manual_seed(3)
     net = nn.Sequential(nn.Linear(5, 5), nn.ReLU(), nn.Linear(5, 3)).to(DT).eval()
     x = torch.randn(4, 5, dtype=DT)
@@ -656,10 +662,10 @@ def test_guided_grad_cam_on_tuple_inputs_equals_captums():
 
 def test_neuron_selector_with_fewer_indices_sums_the_axes_left():
     """(1, 0) on a [B, 3, 2, 2] layer is the sum of neurons (1, 0, 0) and (1, 0, 1): DeepLIFT
-    is additive over summed outputs (Captum refuses the partial index where more than one
-    value is left)."""
+    is additive over summed outputs. Captum refuses the partial index where more than one
+    value is left, and gives the two full ones."""
     part = T.NeuronDeepLift(CNN_, CNN_.pool).attribute(IMG, (1, 0), 0.1)
-    full = sum(T.NeuronDeepLift(CNN_, CNN_.pool).attribute(IMG, (1, 0, j), 0.1) for j in (0, 1))
+    full = sum(C.NeuronDeepLift(CNN_, CNN_.pool).attribute(IMG, (1, 0, j), 0.1) for j in (0, 1))
     torch.testing.assert_close(part, full, **EXACT)
 
 
@@ -793,27 +799,9 @@ def test_native_shapley_family_takes_token_ids(name):
     """Integer inputs through the native Shapley family: three players of token ids equal
     the Shapley values enumerated by hand over the 8 coalitions (KernelShap with every
     coalition is exact)."""
-    import itertools
-    import math
-
     import taylorattr.methods as M
 
-    base = torch.zeros_like(IDS)
-    ids = IDS_MASK[0]
-
-    def v(batch_row, S):
-        x = torch.where(torch.isin(ids, torch.tensor(sorted(S), dtype=ids.dtype)),
-                        IDS[batch_row], base[batch_row])
-        return float(tokens(x[None])[0, 1])
-
-    by_hand = torch.zeros(IDS.shape[0], 3, dtype=DT)
-    for b in range(IDS.shape[0]):
-        for i in range(3):
-            rest = [j for j in range(3) if j != i]
-            for k in range(3):
-                for S in itertools.combinations(rest, k):
-                    w = math.factorial(k) * math.factorial(2 - k) / math.factorial(3)
-                    by_hand[b, i] += w * (v(b, set(S) | {i}) - v(b, set(S)))
+    by_hand = _shapley_by_hand(tokens, IDS, torch.zeros_like(IDS), IDS_MASK, 1).to(DT)[:, ::2]
     options = {"method": "exact"} if name == "ShapleyValues" else {"n_samples": 8}
     ours = getattr(M, name)(tokens).attribute(IDS, 0, target=1, feature_mask=IDS_MASK, **options)
     assert ours.dtype.is_floating_point and ours.shape == IDS.shape
@@ -986,3 +974,24 @@ def test_kernel_shap_draws_captums_coalitions_from_the_global_generator():
                                                perturbations_per_eval=4),
                   torch.rand(3))
     _close(out[T], out[C], FLOAT32)
+
+
+def test_a_list_target_is_read_as_given_never_rounded():
+    """One class per sample as a list of ints; floats or bools in it are refused by name
+    (they used to be cast to integers)."""
+    _close(T.Saliency(MLP_).attribute(V, target=[2, 0, 1]),
+           C.Saliency(MLP_).attribute(V, target=[2, 0, 1]), EXACT)
+    for bad in ([1.7, 0, 1], [True, 0, 1]):
+        with pytest.raises(TypeError, match="target must be a list of ints"):
+            T.Saliency(MLP_).attribute(V, target=bad)
+
+
+@pytest.mark.parametrize("mask", [torch.tensor([0, 1, 1, 2, 2]), torch.tensor(1),
+                                  torch.tensor([[0, 0, 1, 1, 1]])])
+def test_feature_masks_of_any_broadcastable_shape_equal_captums(mask):
+    """One reader of Captum's feature_mask for every method: a mask without the batch axis,
+    a 0-d mask (the whole input one feature; Captum's ShapleyValues fails on it) and a
+    shared [1, n] mask."""
+    for cls in ("FeatureAblation",) + (("ShapleyValues",) if mask.dim() else ()):
+        _close(getattr(T, cls)(MLP_).attribute(V, target=1, feature_mask=mask),
+               getattr(C, cls)(MLP_).attribute(V, target=1, feature_mask=mask), FLOAT32)

@@ -245,3 +245,12 @@ def test_help_and_argument_errors_do_not_import_torch(argv, torch_imported):
     proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": SRC}, timeout=120, check=False)
     assert proc.stdout.strip().splitlines()[-1] == str(torch_imported), (proc.stdout, proc.stderr)
+
+
+def test_the_cli_names_the_torchvision_models_the_library_builds():
+    """The CLI writes the names out (its --help imports no torch); they must be the ones
+    taylorattr.models builds by name."""
+    from taylorattr.cli.arguments import IMAGENET_MODELS
+    from taylorattr.models.pretrained import TORCHVISION_MODELS
+
+    assert IMAGENET_MODELS == TORCHVISION_MODELS

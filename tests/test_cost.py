@@ -415,7 +415,7 @@ def test_taylor_terms_cost_with_patch_groups_is_linear_in_the_groups():
 # ------------------------------------------------------------------ reformulations count their own rows
 
 import taylorattr.taylor.shapley_rule as SR
-from taylorattr.cli.estimates import reformulation_cost
+from taylorattr.experiments.validation import reformulation_cost
 
 #: Registered methods whose reformulation does not count its rows (``cost`` None), and why.
 #: Empty: every reformulation counts; a new one without a count must be named here.

@@ -53,9 +53,14 @@ def _randn(*shape, seed=0, scale=1.0):
     return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=DT)
 
 
-def _delta_ok(model, a, x, base, target):
+def _delta_ok(model, a, x, base, target, atol=None):
+    """DeepLIFT's completeness against the model's own change ``f(x) - f(x~)``: to ``atol``,
+    or (None) to 1e-6 of ``max(1, |df|)``; returns ``df``."""
     with torch.no_grad():
         df = model(x)[:, target] - model(base)[:, target]
+    if atol is not None:
+        torch.testing.assert_close(a.flatten(1).sum(1), df, rtol=0, atol=atol)
+        return df
     gap = (a.flatten(1).sum(1) - df).abs()
     assert (gap <= 1e-6 * df.abs().clamp(min=1.0)).all(), (gap, df)
     return df
@@ -66,9 +71,9 @@ def _delta_ok(model, a, x, base, target):
 # ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["efficientnet_lite0", "timm_vit_tiny"])
 def test_zoo_deeplift_complete_and_lrp_runs(name):
-    """The project's own EfficientNet-Lite0 (ZeroPad2d, functional conv2d and ReLU6), a
-    timm ViT (LayerNorm, attention, GELU, defaulted forward arguments) and MobileNetV3
-    (squeeze-and-excitation gates, Hardswish): random weights, calibrated BatchNorm."""
+    """The project's own EfficientNet-Lite0 (ZeroPad2d, functional conv2d and ReLU6) and a
+    timm ViT (LayerNorm, attention, GELU, defaulted forward arguments): random weights,
+    calibrated BatchNorm (the other architectures: benchmarks/layerwise_zoo.py)."""
     model, shape = layerwise_zoo.build(name)
     x, base = layerwise_zoo.inputs(shape)
     a = DeepLift(model).attribute(x, base, target=1)
@@ -111,9 +116,7 @@ def test_gated_two_branch_model_is_the_two_player_shapley_split_by_hand():
                             (x[:, 1] - base[:, 1]) * (g_b @ model.b.weight)], 1)
     ours = DeepLift(model).attribute(x, base, target=t)
     torch.testing.assert_close(ours, hand, **TIGHT)
-    with torch.no_grad():
-        df = model(x)[:, t] - model(base)[:, t]
-    torch.testing.assert_close(ours.flatten(1).sum(1), df, rtol=0, atol=1e-10)
+    _delta_ok(model, ours, x, base, t, atol=1e-10)
 
 
 class Silu(nn.Module):
@@ -172,9 +175,7 @@ def test_deeplift_is_complete_through_layernorm_attention_groupnorm_and_softmax(
     model = Block().to(DT).eval()
     x, base = _randn(3, 4, 8, seed=7), _randn(3, 4, 8, seed=8, scale=0.3)
     a = DeepLift(model).attribute(x, base, target=2)
-    with torch.no_grad():
-        df = model(x)[:, 2] - model(base)[:, 2]
-    torch.testing.assert_close(a.flatten(1).sum(1), df, rtol=0, atol=1e-10)
+    _delta_ok(model, a, x, base, 2, atol=1e-10)
     assert torch.isfinite(EpsilonLRP(model).attribute(x, target=2)).all()
 
 
@@ -198,10 +199,8 @@ def test_deeplift_softmax_is_complete_and_bounded_for_logits_far_apart():
     net = nn.Sequential(nn.Linear(6, 5), nn.Softmax(dim=1)).to(DT).eval()
     x, base = _randn(3, 6, seed=13, scale=3e4), _randn(3, 6, seed=14)
     a = DeepLift(net).attribute(x, base, target=1)
-    with torch.no_grad():
-        df = net(x)[:, 1] - net(base)[:, 1]
     assert torch.isfinite(a).all()
-    torch.testing.assert_close(a.sum(1), df, rtol=0, atol=1e-9)
+    _delta_ok(net, a, x, base, 1, atol=1e-9)
     log_net = nn.Sequential(net[0], nn.LogSoftmax(dim=1))
     a = DeepLift(log_net).attribute(x, base, target=1)
     with torch.no_grad():

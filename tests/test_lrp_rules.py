@@ -157,3 +157,26 @@ def test_registry_rows_run():
         theirs = LRP(model, rule=rule).attribute(x, target=t)
         torch.testing.assert_close(spec.bind()(model, x, 0.0, t), theirs, rtol=0, atol=0)
         torch.testing.assert_close(spec(model, x, target=t), theirs, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("rule", ["epsilon", "z_plus", "gamma", "alpha2_beta1", "flat"])
+def test_batch_norm_folds_into_a_bias_free_linear_as_into_a_zero_bias_one(rule):
+    """A bias-free Linear (captured as mm, no bias slot) followed by batch norm is the same
+    layer as a Linear with a zero bias: the folded batch norm's shift becomes the layer's
+    bias in both, so every rule gives the same relevances (it was dropped before for mm)."""
+    torch.manual_seed(23)
+    free = nn.Sequential(nn.Linear(5, 4, bias=False), nn.BatchNorm1d(4), nn.ReLU(),
+                         nn.Linear(4, 3)).double()
+    with torch.no_grad():
+        free[1].running_mean.uniform_(-1, 1)
+        free[1].running_var.uniform_(0.5, 2)
+        free[1].weight.uniform_(0.5, 1.5)
+        free[1].bias.uniform_(-1, 1)
+    free.eval()
+    zero = nn.Sequential(nn.Linear(5, 4), *free[1:]).double().eval()
+    with torch.no_grad():
+        zero[0].weight.copy_(free[0].weight)
+        zero[0].bias.zero_()
+    x = torch.randn(3, 5, dtype=torch.float64)
+    torch.testing.assert_close(LRP(free, rule=rule).attribute(x, target=1),
+                               LRP(zero, rule=rule).attribute(x, target=1), rtol=0, atol=1e-12)

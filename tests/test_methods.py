@@ -753,3 +753,16 @@ def test_noise_tunnel_repeats_a_per_sample_mask_for_every_noisy_copy():
                                                     feature_mask=masks[b:b + 1], nt_samples=3,
                                                     noise=noise[b:b + 1])
         torch.testing.assert_close(both[b:b + 1], one, rtol=0, atol=1e-12)
+
+
+def test_a_method_with_its_own_layer_refuses_two_different_layers():
+    """Grad-CAM's and conductance's layer may be named by layer= or by their own option;
+    two different ones are refused, never one silently preferred."""
+    from taylorattr.methods import GradCAM, LayerConductance
+
+    net = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                              torch.nn.Linear(2 * 4 * 4, 3)).double().eval()
+    x = torch.randn(2, 1, 6, 6, dtype=torch.float64)
+    for method, key in ((GradCAM, "conv_layer"), (LayerConductance, "conductance_layer")):
+        with pytest.raises(ValueError, match=f"give the layer once: {key}= or layer="):
+            method(net).attribute(x, target=0, layer=net[1], **{key: net[0]})

@@ -35,7 +35,6 @@ Example::
 """
 from __future__ import annotations
 
-import copy
 import inspect
 import operator
 import os
@@ -49,7 +48,7 @@ import torch
 from torch import fx, nn
 from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
-__all__ = ["CUTS", "DEFAULT_KEEP", "CaptureError", "CoreGraph", "UnsupportedOps", "capture", "copy_graph",
+__all__ = ["CUTS", "DEFAULT_KEEP", "CaptureError", "CoreGraph", "UnsupportedOps", "capture",
            "op_name", "refuse", "where"]
 
 aten = torch.ops.aten
@@ -158,6 +157,11 @@ class CoreGraph:
             if node.target not in CUTS and any(a in live for a in node.all_input_nodes):
                 live.add(node)
         self._dependent = live
+        # what run() needs per node, worked out once per graph: whether the handler computes
+        # it, and the values it is the last user of (freed after it runs)
+        self._handled = {n for n in self.nodes if n in live or
+                         any(a in live for a in n.all_input_nodes)}
+        self._frees = _last_uses(self.module.graph)
 
     def depends_on_input(self, node: fx.Node) -> bool:
         """Whether ``node``'s value depends on a user input (everything else is a constant)."""
@@ -172,12 +176,13 @@ class CoreGraph:
         return dict(Counter(op_name(n.target) for n in self.nodes
                             if not dependent_only or self.depends_on_input(n)))
 
-    def lifted_values(self) -> dict[str, torch.Tensor]:
-        """Placeholder name -> the tensor it stands for (live module attributes when the
-        capture came from a module, else the program's state)."""
+    def lifted_values(self, source: nn.Module | None = None) -> dict[str, torch.Tensor]:
+        """Placeholder name -> the tensor it stands for (live attributes of ``source``, by
+        default the module captured, when there is one; else the program's state).
+        ``source`` may be another module of the captured one's structure."""
         values = {}
         state, constants = self.program.state_dict, self.program.constants
-        source = self.source
+        source = self.source if source is None else source
         for name, lifted in self.lifted.items():
             live = _live_attribute(source, lifted) if source is not None else None
             if live is not None:
@@ -207,12 +212,11 @@ class CoreGraph:
             if node.op == "output":
                 result = args[0]
                 return result[0] if isinstance(result, (tuple, list)) and len(result) == 1 else result
-            if handler is not None and (self.depends_on_input(node) or any(
-                    self.depends_on_input(a) for a in node.all_input_nodes)):
+            if handler is not None and node in self._handled:
                 env[node] = handler(node, args, kwargs)
             else:
                 env[node] = node.target(*args, **kwargs)
-            for used in _last_uses(self.module.graph).get(node, ()):
+            for used in self._frees.get(node, ()):
                 env.pop(used, None)
         raise AssertionError("graph without output")
 
@@ -229,15 +233,8 @@ class CoreGraph:
         return found
 
 
-_LAST_USES: dict[int, tuple] = {}
-
-
 def _last_uses(graph: fx.Graph) -> dict[fx.Node, list[fx.Node]]:
     """Node -> the argument nodes whose last use it is (freed after it runs)."""
-    key = id(graph)
-    cached = _LAST_USES.get(key)
-    if cached is not None and cached[0] is graph and cached[1] == len(graph.nodes):
-        return cached[2]
     last: dict[fx.Node, fx.Node] = {}
     for node in graph.nodes:
         for a in node.all_input_nodes:
@@ -246,7 +243,6 @@ def _last_uses(graph: fx.Graph) -> dict[fx.Node, list[fx.Node]]:
     for arg, user in last.items():
         if arg.op != "placeholder":
             table.setdefault(user, []).append(arg)
-    _LAST_USES[key] = (graph, len(graph.nodes), table)
     return table
 
 
@@ -373,16 +369,3 @@ def _var_positional(model: nn.Module) -> bool:
     except (TypeError, ValueError):
         return False
     return bool(params) and params[0].kind is inspect.Parameter.VAR_POSITIONAL
-
-
-def copy_graph(graph: CoreGraph) -> CoreGraph:
-    """An independent copy (its graph may be edited; call :meth:`CoreGraph.refresh` after)."""
-    new = copy.copy(graph)
-    g = fx.Graph()
-    mapping: dict = {}
-    out = g.graph_copy(graph.module.graph, mapping)
-    g.output(out)
-    new.module = fx.GraphModule(graph.module, g)
-    new.inputs = [mapping[n] for n in graph.inputs]
-    new.refresh()
-    return new

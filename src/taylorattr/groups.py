@@ -11,8 +11,10 @@ builds its ids here:
   edge is cut there); :func:`window_geometry`, :func:`window_masks` and
   :func:`count_windows` describe overlapping windows too;
 * :func:`resolve_groups`: a user's ids broadcastable to one sample, checked;
-* :func:`mask_ids`: Captum's ``feature_mask`` for (tuple) inputs, ``[1 or B, N]``;
-* :func:`player_ids`: the players of the Shapley family (a mask, a patch or every feature);
+* :func:`mask_ids`: group ids of the Taylor group expansions for (tuple) inputs, one
+  tensor ``[1 or B, *shape_i]`` per input (any integer, no broadcasting), ``[1 or B, N]``;
+* :func:`player_ids`: Captum's ``feature_mask`` as every attribution method reads it (the
+  Shapley family, Occlusion/FeatureAblation, Lime): Captum's broadcasting, ids >= 0;
 * :func:`default_groups`: at most ``max_groups`` square patches (or every feature).
 """
 from __future__ import annotations

@@ -44,6 +44,7 @@ from ._validation import broadcast_baselines, check_inputs
 __all__ = [
     "InputModel",
     "Layout",
+    "ModelWrapper",
     "NeuronView",
     "View",
     "as_tuple",
@@ -53,6 +54,7 @@ __all__ = [
     "kept",
     "layer_activations",
     "point_baselines",
+    "repeat_option",
     "swap_layer",
     "whole_batch_view",
 ]
@@ -201,6 +203,17 @@ def follow_mode(wrapper: nn.Module, model) -> None:
     wrapper.training = model.training if isinstance(model, nn.Module) else False
 
 
+class ModelWrapper(nn.Module):
+    """A module around the user's model for a call: ``model`` (an ``nn.Module``, then a
+    registered submodule, or any callable), the wrapper in its train/eval mode
+    (:func:`follow_mode`)."""
+
+    def __init__(self, model):
+        super().__init__()
+        follow_mode(self, model)
+        self.model = model
+
+
 def kept(value):
     """What a forward hook keeps of a layer's output (input): a copy (in the autograd graph),
     so that an in-place operation after the layer (``ReLU(inplace=True)``) does not change
@@ -335,6 +348,23 @@ def slice_option(value, b: int, batch: int):
     if is_dataclass(value) and not isinstance(value, type):
         return replace(value, **{f.name: slice_option(getattr(value, f.name), b, batch)
                                  for f in fields(value) if f.init})
+    return value
+
+
+def repeat_option(value, copies: int, batch: int, rows: slice = slice(None)):
+    """A per-sample option for ``copies`` copies of each sample of ``rows`` (sample-major):
+    tensors with ``batch`` leading rows (also inside tuples and lists) and lists of ``batch``
+    plain values (one class per sample) are cut to ``rows`` and repeated; anything else is
+    shared and passes unchanged (the counterpart of :func:`slice_option`)."""
+    if isinstance(value, torch.Tensor):
+        if value.dim() >= 1 and value.shape[0] == batch:
+            return value[rows].repeat_interleave(copies, 0)
+        return value
+    if isinstance(value, list) and len(value) == batch and not any(
+            isinstance(v, (torch.Tensor, tuple, list)) for v in value):
+        return [v for v in value[rows] for _ in range(copies)]
+    if isinstance(value, (tuple, list)):
+        return type(value)(repeat_option(v, copies, batch, rows) for v in value)
     return value
 
 

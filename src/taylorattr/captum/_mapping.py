@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from .._validation import flat_target, resolve_target, select_output
-from ..inputs import as_tuple, follow_mode, layer_activations, point_baselines
+from ..inputs import ModelWrapper, as_tuple, layer_activations, point_baselines
 from ..methods import AttributionMethod
 from ..runtime.progress import labelled
 
@@ -118,12 +118,14 @@ def captum_noise(parts: tuple, stdevs, copies: int) -> tuple:
     return tuple(out)
 
 
-def for_layers(layer, run):
+def for_layers(layer, run, want_delta: bool = False):
     """``run(one_layer)`` for Captum's ``layer`` argument: a module, or a list of modules
-    (several layers in one call: a list of their results)."""
-    if isinstance(layer, (list, tuple, nn.ModuleList)):
-        return [run(m) for m in layer]
-    return run(layer)
+    (several layers in one call: a list of their results; with ``want_delta``, Captum's
+    ``(attributions, deltas)``, a list each)."""
+    if not isinstance(layer, (list, tuple, nn.ModuleList)):
+        return run(layer)
+    out = [run(m) for m in layer]
+    return ([a for a, _ in out], [d for _, d in out]) if want_delta else out
 
 
 def layer_inputs(model, layer, inputs, additional_forward_args, to_input: bool):
@@ -134,20 +136,12 @@ def layer_inputs(model, layer, inputs, additional_forward_args, to_input: bool):
     return layer_activations(model, layer, tuple(parts) + extra, to_input)
 
 
-class TensorOutput(nn.Module):
+class TensorOutput(ModelWrapper):
     """``forward_func`` with a Python number output made a tensor, as Captum's perturbation
     methods read it (a float: float64, an int: int64)."""
 
-    def __init__(self, forward_func):
-        super().__init__()
-        follow_mode(self, forward_func)
-        if isinstance(forward_func, nn.Module):
-            self.model = forward_func
-        else:
-            self.fn = forward_func
-
     def forward(self, *args):
-        out = (self.model if "model" in self._modules else self.fn)(*args)
+        out = self.model(*args)
         if isinstance(out, (int, float)) and not isinstance(out, bool):
             return torch.tensor(out, dtype=torch.float64 if isinstance(out, float) else
                                 torch.int64)
@@ -212,8 +206,6 @@ class GradientAttribution(Attribution):
             if f_end.dim() > 2:  # read as the native methods read it (tuple targets)
                 target = flat_target(target, f_end)
                 f_end, f_start = f_end.flatten(1), f_start.flatten(1)
-            if isinstance(target, list):  # one class per sample (Captum's form)
-                target = torch.as_tensor(target, dtype=torch.long)
             t = resolve_target(target, f_end)
             change = select_output(f_end, t) - select_output(f_start, t)
             total = sum(a.reshape(a.shape[0], -1).sum(1) for a in attrs)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ..experiments.explain import canonical_method
 
-IMAGENET_MODELS = ("vgg16", "vgg19", "resnet18")  # torchvision models, user-supplied weights
+# models.pretrained.TORCHVISION_MODELS, written here so that --help imports no torch
+IMAGENET_MODELS = ("vgg16", "vgg19", "resnet18")
 EXPLAIN_MODELS = ("efficientnet-lite0", *IMAGENET_MODELS)
 ASSESS_EXPERIMENTS = ("infidelity", "taylor_order", "bbox")
 MAP_FORMATS = ("pt", "npy", "png")  # as taylorattr.experiments.evaluate.MAP_FORMATS

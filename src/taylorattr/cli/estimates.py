@@ -22,18 +22,15 @@ import math
 import sys
 from dataclasses import dataclass, replace
 
-from ..experiments.validation import reformulation_cost
 from .arguments import CliError
 from .jobs import dataset_job, explain_network
 
-__all__ = ["DEFAULT_BUDGET", "TERMINAL_BUDGET", "Stage", "check_estimates", "command_stages",
-           "reformulation_cost"]
+__all__ = ["DEFAULT_BUDGET", "Stage", "check_estimates", "command_stages"]
 
 #: The budget of a run without ``--budget``, on a terminal and in batch mode alike:
 #: generous, so that only runs meant for a GPU are refused (a batch job that means it
 #: gives ``--budget none`` or a larger one).
 DEFAULT_BUDGET = 4 * 3600.0
-TERMINAL_BUDGET = DEFAULT_BUDGET  # the earlier name
 
 #: What makes each command cheaper, named when a run is refused.
 _CHEAPER = {
@@ -71,9 +68,12 @@ def timed(stage) -> Stage:
     from ..runtime.cost import estimate, summed
     from ..taylor.mode import timing_pass
 
-    total = summed(estimate(summed(costs), model, x[:1], probe_seconds=0.1,
-                            taylor_pass=timing_pass(model) if summed(costs).taylor_rows else None)
-                   for costs, model, x in stage.parts if costs)
+    def seconds(costs, model, x):
+        cost = summed(costs)
+        return estimate(cost, model, x[:1], probe_seconds=0.1,
+                        taylor_pass=timing_pass(model) if cost.taylor_rows else None)
+
+    total = summed(seconds(*part) for part in stage.parts if part[0])
     if total is not None:
         total = replace(total, label=stage.label, samples=stage.samples)
     return Stage(stage.label, total, stage.skipped, stage.notes)

@@ -6,11 +6,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .arguments import CliError, _one_line, require_package
+from .arguments import IMAGENET_MODELS, CliError, _one_line, require_package
 
 __all__ = ["build_job", "build_model", "dataset_job", "explain_network"]
 
-_TORCHVISION = ("vgg16", "vgg19", "resnet18")
 
 
 _FLAGS = {"weights": "--weights", "model": "--model", "model_args": "--model-args",
@@ -34,7 +33,7 @@ def build_model(args):
     why = is_model_spec(args.model)
     if why is not None:
         raise CliError("--model", why)
-    if args.model in _TORCHVISION:
+    if args.model in IMAGENET_MODELS:
         require_package("torchvision", "--model", args.model, "vision")
     if args.model == "efficientnet-lite0":
         require_package("efficientnet_lite_pytorch", "--model", "efficientnet-lite0", "paper")

@@ -65,7 +65,7 @@ class InteractionsStage:
     def cost(self) -> StageCost:
         from .. import data
 
-        x = data.mnist_split(*data.load_mnist(self.mnist_dir), seed=0).held_images
+        x = data.held_out_digits(self.mnist_dir)[0]
         x = x[:self.samples].double()
         parts = tuple((unit_costs(x, self.order), architecture(name, self.seed).double(), x)
                       for name in self.models)

@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from ..data.imagenet import IMAGENET_MEAN, IMAGENET_STD
+from ..models.pretrained import TORCHVISION_MODELS
 from ..models.pretrained import _load_user_state_dict as load_state_dict
 from .fingerprints import digest, file_digest
 
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 #: ImageNet classifiers known by name.
-BUILTIN_IMAGENET = ("efficientnet-lite0", "vgg16", "vgg19", "resnet18")
+BUILTIN_IMAGENET = ("efficientnet-lite0", *TORCHVISION_MODELS)
 
 
 def is_model_spec(text: str) -> str | None:

@@ -99,7 +99,7 @@ class ValidationStage:
         """One :class:`~.plans.StageCost` per model (untrained copies, float64, as run)."""
         from .. import data
 
-        held = data.mnist_split(*data.load_mnist(self.mnist_dir), seed=0).held_images
+        held = data.held_out_digits(self.mnist_dir)[0]
         held = held[:self.n_samples].double()
         scope = f" ({self.runs} trainings)" if self.runs > 1 else ""
         out = []

@@ -249,8 +249,6 @@ class AttributionMethod:
         layer = options.pop("layer", self._layer)
         to_input = options.pop("attribute_to_layer_input",
                                self._to_layer_input if layer is self._layer else False)
-        if isinstance(target, list) and target and not isinstance(target[0], tuple):
-            target = torch.as_tensor(target, dtype=torch.long)  # one class per sample
         def plain():
             if layer is None and options.pop("layer_baselines", None) is not None:
                 raise ValueError("layer_baselines applies only with layer=")
@@ -259,6 +257,23 @@ class AttributionMethod:
 
         return self._conventional(inputs, baselines, target, extra, layer, options,
                                   show_progress, return_convergence_delta, plain)
+
+    def _own_layer(self, options: dict, key: str, input_key: str) -> dict:
+        """For a method with a layer of its own (Grad-CAM's ``conv_layer``, conductance's
+        ``conductance_layer``): ``layer=`` (``attribute_to_layer_input``), here or at
+        construction, names that layer (``key``; ``input_key`` its input instead), not the
+        base class's layer attribution. Giving both, different, is refused."""
+        options = dict(options)
+        layer = options.pop("layer", self._layer)
+        to_input = options.pop("attribute_to_layer_input",
+                               self._to_layer_input if layer is self._layer else False)
+        if layer is not None:
+            if options.get(key) is not None and options[key] is not layer:
+                raise ValueError(f"give the layer once: {key}= or layer=")
+            options[key] = layer
+            options[input_key] = options.get(input_key, False) or to_input
+        options["layer"] = None
+        return options
 
     def _conventional(self, inputs, baselines, target, extra, layer, options, show_progress,
                       want_delta, run) -> Explanation:

@@ -40,7 +40,14 @@ from torch import nn
 
 from .._validation import check_inputs, flat_target, tuple_target
 from ..groups import window_shape
-from ..inputs import as_tuple, check_additional_args, check_batch, follow_mode, point_baselines
+from ..inputs import (
+    ModelWrapper,
+    as_tuple,
+    check_additional_args,
+    check_batch,
+    follow_mode,
+    point_baselines,
+)
 
 __all__ = ["adapt", "after_refusal"]
 
@@ -129,26 +136,18 @@ def after_refusal(method, inputs, baselines, target, extra, layer, options, want
     return None
 
 
-class _Recast(nn.Module):
+class _Recast(ModelWrapper):
     """The model seen by the method: its first ``len(dtypes)`` arguments cast back to their
     dtypes (None: unchanged), its output flattened to ``[B, -1]`` when ``flat``."""
 
     def __init__(self, model, dtypes: tuple, flat: bool):
-        super().__init__()
-        follow_mode(self, model)
-        if isinstance(model, nn.Module):
-            self.model = model
-        else:
-            self.fn = model
+        super().__init__(model)
         self.dtypes = dtypes
         self.flat = flat
 
-    def _call(self, *args):
-        return (self.model if "model" in self._modules else self.fn)(*args)
-
     def forward(self, *args):
         cast = tuple(a if d is None else a.to(d) for a, d in zip(args, self.dtypes))
-        out = self._call(*cast, *args[len(cast):])
+        out = self.model(*cast, *args[len(cast):])
         if isinstance(out, torch.Tensor) and not (out.is_floating_point() or out.is_complex()):
             out = out.double()  # integer outputs of integer inputs: exact in float64
         return out.flatten(1) if self.flat else out

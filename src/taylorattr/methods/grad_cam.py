@@ -138,7 +138,7 @@ class GradCAM(ImplicitBaselineMethod):
         forward and backward of the user's model; else the base class's call. ``layer=`` (and
         ``attribute_to_layer_input``, here or at construction) name Grad-CAM's layer, as
         ``conv_layer=`` (``conv_layer_input``) do: Grad-CAM has no other use for a layer."""
-        options = self._conv_layer_options(dict(options))
+        options = self._own_layer(options, "conv_layer", "conv_layer_input")
         for key in ("upsample", "sum_channels"):
             check_bool(options.get(key, True), key)
         if options.get("upsample", True):
@@ -176,18 +176,6 @@ class GradCAM(ImplicitBaselineMethod):
         m = cam(self._model, module, parts + extra, t, relu, opts.get("conv_layer_input", False),
                 opts.get("sum_channels", True))
         return Explanation(m, None, select_output(out, t).detach(), t, None)
-
-    def _conv_layer_options(self, options: dict) -> dict:
-        layer = options.pop("layer", self._layer)
-        to_input = options.pop("attribute_to_layer_input",
-                               self._to_layer_input if layer is self._layer else False)
-        if layer is not None:
-            if options.get("conv_layer") is not None and options["conv_layer"] is not layer:
-                raise ValueError("give Grad-CAM's layer once: conv_layer= or layer=")
-            options["conv_layer"] = layer
-            options["conv_layer_input"] = options.get("conv_layer_input", False) or to_input
-        options["layer"] = None  # not the base class's layer attribution
-        return options
 
     def _settings(self, opts):
         relu = check_bool(opts.get("relu_attributions", False), "relu_attributions")

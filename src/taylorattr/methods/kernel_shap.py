@@ -178,6 +178,8 @@ class KernelShap(SampledShapley):
         check_bool(return_input_shape, "return_input_shape")
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {list(SAMPLERS)}, got {sampler!r}")
+        if num_features is not None:  # checked before any model row runs
+            check_positive_int(num_features, "num_features")
         layout = self._layout
         if not return_input_shape and layout is not None and layout.flat:
             raise ValueError("return_input_shape=False gives one [B, G] tensor of player values; "
@@ -237,7 +239,7 @@ class KernelShap(SampledShapley):
         keep = torch.zeros(batch, G, dtype=torch.bool).scatter_(
             1, ids.cpu().expand(batch, -1), True)
         if num_features is not None:
-            k = check_positive_int(num_features, "num_features")
+            k = num_features  # checked in _attribute
             if k < G:
                 full, _ = _kkt_solve(A, b, df, keep)
                 top = full.abs().topk(k, 1).indices

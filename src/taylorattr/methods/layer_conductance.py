@@ -28,10 +28,10 @@ from torch import nn
 from .._validation import check_bool, check_positive_int, select_output
 from ..inputs import (
     Layout,
+    ModelWrapper,
     as_tuple,
     check_additional_args,
     check_batch,
-    follow_mode,
     point_baselines,
 )
 from ._base import AttributionMethod, Explanation
@@ -70,22 +70,21 @@ def _layer_and_gradient(model, layer, rows, target, layer_input):
             tuple(tuple(p.shape[1:]) for p in parts), isinstance(seen[0], tuple))
 
 
-class _Joined(nn.Module):
+class _Joined(ModelWrapper):
     """The model on the joined rows of tuple inputs (:class:`~taylorattr.inputs.Layout`),
     the per-sample tensors of ``additional_forward_args`` tiled over the path points (the
     rows are point-major: point ``k`` of sample ``b`` is row ``k * B + b``)."""
 
     def __init__(self, model, layout: Layout, extra: tuple, batch: int):
-        super().__init__()
-        follow_mode(self, model)
-        self.inner, self.layout, self.extra, self.batch = model, layout, extra, batch
+        super().__init__(model)
+        self.layout, self.extra, self.batch = layout, extra, batch
 
     def forward(self, rows):
         sample = torch.arange(rows.shape[0], device=rows.device) % self.batch
         extra = tuple(a[sample.to(a.device)]
                       if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == self.batch
                       else a for a in self.extra)
-        return self.inner(*self.layout.split(rows), *extra)
+        return self.model(*self.layout.split(rows), *extra)
 
 
 class LayerConductance(AttributionMethod):
@@ -98,14 +97,7 @@ class LayerConductance(AttributionMethod):
     def _run(self, inputs, baselines, target, options, show_progress, want_delta):
         """``layer=`` (``attribute_to_layer_input``), here or at construction, name the
         conductance layer, as ``conductance_layer=`` (``layer_input``) do."""
-        options = dict(options)
-        layer = options.pop("layer", self._layer)
-        to_input = options.pop("attribute_to_layer_input",
-                               self._to_layer_input if layer is self._layer else False)
-        if layer is not None:
-            options["conductance_layer"] = layer
-            options["layer_input"] = options.get("layer_input", False) or to_input
-        options["layer"] = None
+        options = self._own_layer(options, "conductance_layer", "layer_input")
         extra = options.pop("additional_forward_args", None)
         self._parts = None
         if isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and extra is None:

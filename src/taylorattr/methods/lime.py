@@ -83,6 +83,10 @@ class Lime(AttributionMethod):
                 raise ValueError(f"coalitions must be a [{batch}, n, {G}] boolean tensor (one "
                                  f"row of players per draw), got {tuple(coal.shape)}")
         check_real(kernel_width, "kernel_width", 0.0, strict=True)
+        if interpretable_model is not None and not callable(interpretable_model):
+            raise TypeError("interpretable_model must be None (weighted least squares) or a "
+                            "callable fit(z, y, weights) -> coefficients, got "
+                            f"{type(interpretable_model).__name__}")
         coal = coal.to(x.device)
         v = coalition_values(self.model, x, base, t, ids, coal, chunk, show_progress, "lime")
         index = ids[:, None, :].expand(batch, coal.shape[1], -1)
@@ -91,14 +95,10 @@ class Lime(AttributionMethod):
         if interpretable_model is None:
             phi = torch.stack([_captum_fit(coal[b:b + 1], v[b:b + 1], sims[b])[0]
                                for b in range(batch)])
-        elif callable(interpretable_model):
+        else:
             phi = torch.stack([torch.as_tensor(interpretable_model(
                 coal[b].double(), v[b].double(), sims[b].double())).reshape(G)
                 for b in range(batch)])
-        else:
-            raise TypeError("interpretable_model must be None (weighted least squares) or a "
-                            "callable fit(z, y, weights) -> coefficients, got "
-                            f"{type(interpretable_model).__name__}")
         phi = phi.to(x.device, x.dtype)
         return phi.gather(1, ids.expand(batch, -1)).view_as(x), base.unsqueeze(1)
 

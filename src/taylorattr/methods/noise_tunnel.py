@@ -54,7 +54,7 @@ import torch
 from .. import _validation as V
 from .._validation import check_bool, check_positive_int
 from .._validation import check_seed as _check_seed
-from ..inputs import as_tuple, check_additional_args, check_batch, point_baselines
+from ..inputs import as_tuple, check_additional_args, check_batch, point_baselines, repeat_option
 from ..runtime.cost import Cost
 from ._base import AttributionMethod, Explanation
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
@@ -291,7 +291,7 @@ class NoiseTunnel(AttributionMethod):
             noisy = tuple((p.unsqueeze(1) + z[:, k0:k1].reshape((batch, k1 - k0) + p.shape[1:]))
                           .reshape((-1,) + tuple(p.shape[1:])) for p, z in zip(parts, noise))
             b = tuple(rows(v) for v in base) if kind == "point" else base
-            kw = {k: _copies_of(v, 0, batch, k1 - k0, batch)
+            kw = {k: repeat_option(v, k1 - k0, batch)
                   if k in self.inner_method.batch_options else v for k, v in opts.items()}
             kw.update({"additional_forward_args": tuple(rows(a) for a in extra) or None,
                        "layer": layer, "attribute_to_layer_input": to_input})
@@ -364,7 +364,7 @@ class NoiseTunnel(AttributionMethod):
             tr = None if t is None else t[s0:s1].repeat_interleave(k1 - k0)
             b = base[s0:s1].repeat_interleave(k1 - k0, 0) if self.baseline_kind == "point" \
                 else base
-            kw = {k: _copies_of(v, s0, s1, k1 - k0, batch)
+            kw = {k: repeat_option(v, k1 - k0, batch, slice(s0, s1))
                   if k in self.inner_method.batch_options else v for k, v in opts.items()}
             if seeds is not None:
                 kw["seed"] = seeds[i]
@@ -385,19 +385,6 @@ class NoiseTunnel(AttributionMethod):
         inner = self.inner_method
         own, refs = inner._cost(rows, {k: v for k, v in opts.items() if k in inner.options()})
         return Cost(forward_rows=rows.shape[0]) + own, refs * n
-
-
-def _copies_of(value, s0: int, s1: int, copies: int, batch: int):
-    """A per-sample option of the inner method (``batch`` leading rows, e.g. a feature mask
-    per sample; also inside tuples) for the noisy copies of samples ``s0:s1``, each sample's
-    row repeated ``copies`` times; anything else is shared and passes unchanged."""
-    if isinstance(value, torch.Tensor):
-        if value.dim() >= 1 and value.shape[0] == batch and batch > 1:
-            return value[s0:s1].repeat_interleave(copies, 0)
-        return value
-    if isinstance(value, (tuple, list)):
-        return type(value)(_copies_of(v, s0, s1, copies, batch) for v in value)
-    return value
 
 
 def _gather_refs(refs, block_refs, block, batch, n, kind):

@@ -41,7 +41,7 @@ import math
 import torch
 
 from .._validation import select_output
-from ..groups import count_windows, mask_ids, window_geometry, window_masks
+from ..groups import count_windows, player_ids, window_geometry, window_masks
 from ..inputs import Layout
 from ..runtime.cost import Cost
 from ._base import AttributionMethod
@@ -80,7 +80,7 @@ class Occlusion(AttributionMethod):
             if not (isinstance(patch, int) and patch == 1) or stride is not None:
                 raise ValueError("give either feature_mask (groups) or patch/stride (windows), "
                                  "not both")
-            ids = mask_ids(feature_mask, layout, x.shape[0], x.device)
+            ids, _ = player_ids(feature_mask, x, None, layout)  # Captum's mask reader
             return self._ablate(x, base, t, fx, ids, chunk, show_progress), base.unsqueeze(1)
         if not layout.flat:
             return self._windows(x, base, t, fx, patch, stride, chunk, show_progress), \
@@ -103,7 +103,7 @@ class Occlusion(AttributionMethod):
         patch, stride = options.get("patch", 1), options.get("stride")
         mask = options.get("feature_mask")
         if mask is not None:
-            ids = mask_ids(mask, Layout.of((x,), False), x.shape[0], x.device)
+            ids, _ = player_ids(mask, x)
             return Cost(forward_rows=x.shape[0] * torch.unique(ids).numel()), 1
         return Cost(forward_rows=x.shape[0] * count_windows(tuple(x.shape[1:]), patch,
                                                              stride)), 1

@@ -59,13 +59,14 @@ def _exact(model, x, base, t, ids, G, chunk, show_progress) -> torch.Tensor:
                          "shapley interactions").double()
     size = bits.sum(1)
     fact = [math.factorial(k) for k in range(G + 1)]
+    # |S|! (G - |S| - 2)! / (G - 1)! for every coalition size |S| <= G - 2, once
+    by_size = torch.tensor([fact[k] * fact[G - k - 2] / fact[G - 1] for k in range(G - 1)],
+                           dtype=torch.float64, device=x.device)
     out = torch.zeros(x.shape[0], G, G, dtype=torch.float64, device=x.device)
     for i in range(G):
         for j in range(i + 1, G):
             S = codes[(bits[:, i] == 0) & (bits[:, j] == 0)]
-            s = size[S].cpu()
-            w = torch.tensor([fact[k] * fact[G - k - 2] / fact[G - 1] for k in s.tolist()],
-                             dtype=torch.float64, device=x.device)
+            w = by_size[size[S]]
             d = v[:, S | (1 << i) | (1 << j)] - v[:, S | (1 << i)] - v[:, S | (1 << j)] + v[:, S]
             out[:, i, j] = out[:, j, i] = (d * w).sum(1)
     return out

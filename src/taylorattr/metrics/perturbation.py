@@ -370,10 +370,16 @@ def infidelity(
     b = inputs.shape[0]
     acc = _acc_dtype(inputs.device)
     with torch.no_grad():
+        raw = []  # the model's own output, kept for a second reading
+
+        def forward(rows):
+            raw.append(model(rows, *extra))
+            return raw[-1]
+
         try:
-            out = model_output(lambda r: model(r, *extra), inputs)  # checks model and inputs
+            out = model_output(forward, inputs)  # checks model and inputs
         except ValueError:  # one row per sample beyond [B, C]: read flattened
-            flat = _flat_output(model, inputs, target, extra)
+            flat = _flat_output(model, raw[0] if raw else None, inputs, target)
             if flat is None:
                 raise
             model, target, out = flat
@@ -410,22 +416,18 @@ def infidelity(
     return optimal_beta_score(pred, true, normalize).to(inputs.dtype)
 
 
-def _flat_output(model, inputs, target, extra):
-    """For an output refused by ``model_output``: if it is one row per sample beyond
+def _flat_output(model, raw, inputs, target):
+    """For an output ``raw`` refused by ``model_output``: if it is one row per sample beyond
     ``[B, C]``, ``(model with its output flattened to [B, -1], the target as that column
     (:func:`flat_target`), the flattened output)``, else None."""
-    try:
-        out = model(inputs, *extra)
-    except Exception:  # noqa: BLE001 - the model cannot run: model_output's refusal stands
-        return None
-    if not isinstance(out, torch.Tensor) or out.dim() <= 2 or out.shape[0] != inputs.shape[0]:
+    if not isinstance(raw, torch.Tensor) or raw.dim() <= 2 or raw.shape[0] != inputs.shape[0]:
         return None
     inner = model
 
     def flat(rows, *ex):
         return inner(rows, *ex).flatten(1)
 
-    return flat, flat_target(target, out), model_output(lambda _: out.flatten(1), inputs)
+    return flat, flat_target(target, raw), model_output(lambda _: raw.flatten(1), inputs)
 
 
 def _one_tensor(model, inputs, attributions, perturbation, additional_forward_args):

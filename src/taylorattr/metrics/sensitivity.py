@@ -13,21 +13,9 @@ from __future__ import annotations
 import torch
 
 from .._validation import check_positive_int, check_real, check_seed
-from ..inputs import as_tuple, check_batch
+from ..inputs import as_tuple, check_batch, repeat_option
 
 __all__ = ["max_sensitivity"]
-
-
-def _per_row(value, n: int, batch: int):
-    """A per-sample option (a tensor or list with ``batch`` rows, also inside tuples) for
-    the ``n`` perturbed copies of every sample (sample-major); anything else is shared."""
-    if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == batch:
-        return value.repeat_interleave(n, 0)
-    if isinstance(value, list) and len(value) == batch:
-        return [v for v in value for _ in range(n)]
-    if isinstance(value, tuple):
-        return tuple(_per_row(v, n, batch) for v in value)
-    return value
 
 
 def _flat(explanation, rows: int) -> torch.Tensor:
@@ -93,7 +81,7 @@ def max_sensitivity(explain, inputs, *, radius: float = 0.02, n_perturb_samples:
             k = torch.arange(k0, k0 + m).repeat(batch)
             moved = perturbation(rows if is_tuple else rows[0], generator, k)
             moved = tuple(moved) if isinstance(moved, (tuple, list)) else moved
-            expl = _flat(explain(moved, **{key: _per_row(v, m, batch)
+            expl = _flat(explain(moved, **{key: repeat_option(v, m, batch)
                                            for key, v in options.items()}), batch * m)
             change = torch.linalg.vector_norm(expl - base.repeat_interleave(m, 0), ord=order,
                                               dim=1)

@@ -64,7 +64,8 @@ class ImageClassifier(nn.Module):
         return f"name={self.name!r}, size={self.size}, mean={self.mean}, std={self.std}"
 
 
-_TORCHVISION = ("vgg16", "vgg19", "resnet18")
+#: The torchvision ImageNet models taken by name (their weights are the user's files).
+TORCHVISION_MODELS = ("vgg16", "vgg19", "resnet18")
 
 
 def _imagenet_categories() -> list[str] | None:
@@ -99,8 +100,8 @@ def torchvision_model(name: str, weights_path: str | os.PathLike | None = None,
     eval mode, wrapped in :class:`ImageClassifier` with the ImageNet mean/std and
     torchvision's class names. Needs torchvision.
     """
-    if name not in _TORCHVISION:
-        raise ValueError(f"name must be one of {_TORCHVISION}, got {name!r}")
+    if name not in TORCHVISION_MODELS:
+        raise ValueError(f"name must be one of {TORCHVISION_MODELS}, got {name!r}")
     try:
         import torchvision.models as tvm
     except ImportError:

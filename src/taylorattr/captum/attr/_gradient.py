@@ -95,7 +95,8 @@ class LayerIntegratedGradients(LayerAttribution, GradientAttribution):
         args = (inputs, baselines, target, additional_forward_args, n_steps, method,
                 internal_batch_size, return_convergence_delta, attribute_to_layer_input,
                 grad_kwargs)
-        return for_layers(self.layer, lambda m: self._call(*args, layer=m).run())
+        return for_layers(self.layer, lambda m: self._call(*args, layer=m).run(),
+                          return_convergence_delta)
 
 
 class Saliency(GradientAttribution):
@@ -311,14 +312,14 @@ class DeepLiftShap(DeepLift):
                                tiled if is_tuple else tiled[0], _rows(target, n),
                                _rows(additional_forward_args, n), True, custom_attribution_func,
                                layer=layer, attribute_to_layer_input=attribute_to_layer_input)
-        if custom_attribution_func is not None or layer is not None:
-            # Captum's mean over the pairs' attributions (a layer's references: each pair's
-            # own, which may depend on the sample's additional arguments)
+        if custom_attribution_func is not None or layer is not None or return_convergence_delta:
+            # Captum's mean over the pairs' attributions, whose delta is the pairs' own (a
+            # layer's references: each pair's own, which may depend on the sample's
+            # additional arguments)
             return _PairMean(pairs, parts[0].shape[0], n, return_convergence_delta)
         dist = refs if is_tuple else refs[0]
-        call = Call(self._native, inputs, ReferenceSet(dist) if isinstance(dist, torch.Tensor)
+        return Call(self._native, inputs, ReferenceSet(dist) if isinstance(dist, torch.Tensor)
                     else dist, target, additional_forward_args, False, options)
-        return _Both(call, pairs) if return_convergence_delta else call
 
     def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
                   return_convergence_delta: bool = False, custom_attribution_func=None):

@@ -137,7 +137,4 @@ class LayerLRP(LayerAttribution, LRP):
                         target, additional_forward_args, return_convergence_delta, {},
                         finish=lambda delta: -delta).run()
 
-        out = for_layers(self.layer, one)
-        if return_convergence_delta and isinstance(out, list):
-            return [r for r, _ in out], [d for _, d in out]
-        return out
+        return for_layers(self.layer, one, return_convergence_delta)

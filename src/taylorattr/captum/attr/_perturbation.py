@@ -73,9 +73,6 @@ class FeatureAblation(PerturbationAttribution):
         if feature_mask is None:
             feature_mask = default_mask(parts)
             feature_mask = feature_mask if is_tuple else feature_mask[0]
-        elif is_tuple:  # a 0-d mask: the whole input is one group (Captum's form)
-            feature_mask = tuple(m.reshape((1,) * p.dim()) if isinstance(m, torch.Tensor)
-                                 and m.dim() == 0 else m for m, p in zip(feature_mask, parts))
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
                     {"feature_mask": feature_mask, "show_progress": show_progress,
                      "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)})

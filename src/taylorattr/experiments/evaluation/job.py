@@ -63,11 +63,7 @@ class JobReport:
     stale_lock: dict | None = None
     changes: dict = field(default_factory=dict)
     changed_items: tuple = ()  # the items whose input digest changed, named
-
-    @property
-    def recomputed(self) -> int:
-        """Units recomputed because what they were computed from changed."""
-        return max(self.changes.values(), default=0)
+    recomputed: int = 0  # units recomputed because what they were computed from changed
 
 
 def _unit_key(u: int) -> str:
@@ -96,9 +92,10 @@ class _Changes:
     and the changed items, named."""
 
     def __init__(self, name_item: Callable[[int], str]):
-        self.fields, self.items, self.name_item = {}, [], name_item
+        self.fields, self.items, self.name_item, self.units = {}, [], name_item, 0
 
     def add(self, old: dict, new: dict, old_items: list, new_items: list) -> None:
+        self.units += 1
         for k in changed(old, new) or ["fingerprint"]:
             self.fields[k] = self.fields.get(k, 0) + 1
         before = {int(i): d for i, d in old_items}
@@ -193,7 +190,7 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
                 _io.save_json(manifest, out / "manifest.json")
             ctx.barrier()
             return JobReport(ctx.rank, ctx.world_size, len(ranges), computed, reused, merged,
-                             lock.stale, tally.fields, tuple(tally.items))
+                             lock.stale, tally.fields, tuple(tally.items), tally.units)
         finally:
             lock.release()
 

@@ -23,7 +23,7 @@ from ..._validation import model_output, resolve_target, select_output
 from ...capture import where
 from ...runtime.cost import Cost
 from ...runtime.progress import report_rows
-from .graph import lifted_values, op_name
+from .graph import op_name
 from .plan import Plan, get_plan
 from .records import LayerRecord, fold_batchnorm
 from .rules import Gradient, RuleSet, scaled
@@ -72,7 +72,7 @@ class _Pass(fx.Interpreter):
         return getattr(self.plan.core.module, target)  # constants of the capture
 
     def run(self, x):
-        lifted = lifted_values(self.plan.core, self.module)
+        lifted = self.plan.core.lifted_values(self.module)
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         out = super().run(*[lifted.get(p.name, x) for p in placeholders])
         if isinstance(out, (tuple, list)) and len(out) == 1:

@@ -20,7 +20,6 @@ Parameters and buffers are read from the live model at every run.
 """
 from __future__ import annotations
 
-import copy
 import operator
 import weakref
 
@@ -28,11 +27,11 @@ import torch
 from torch import fx, nn
 
 from ..._validation import model_output
-from ...capture import DEFAULT_KEEP, CaptureError, CoreGraph, capture, copy_graph
+from ...capture import DEFAULT_KEEP, CaptureError, CoreGraph, capture
 from ...capture import op_name as _aten_name
 
 __all__ = ["KEPT_WHOLE", "cached_capture", "capture_model", "declared_elementwise",
-           "first_output", "lifted_values", "module_path", "op_name", "structure_key"]
+           "first_output", "module_path", "op_name", "structure_key"]
 
 aten = torch.ops.aten
 
@@ -164,8 +163,7 @@ def capture_model(model: nn.Module, x: torch.Tensor, error: type[Exception]) -> 
             model_output(model, x.detach())
         raise error(f"the layer-wise engine captures the model with torch.export: {failure}") \
             from failure
-    core = copy_graph(core)
-    _normalise(core.module.graph)
+    _normalise(core.module.graph)  # a fresh capture's own graph (a copy of the program's)
     core.module.recompile()
     core.refresh()
     return core
@@ -221,14 +219,6 @@ def structure_key(model: nn.Module):
                         if t is not None)
         parts.append((name, type(m), m.training, own, tensors))
     return tuple(parts)
-
-
-def lifted_values(core: CoreGraph, model: nn.Module) -> dict:
-    """The capture's lifted parameters and buffers read from ``model`` (which may be
-    another model of the same structure than the one captured)."""
-    view = copy.copy(core)
-    view.source = model
-    return view.lifted_values()
 
 
 _CAPTURES: weakref.WeakKeyDictionary[nn.Module, dict] = weakref.WeakKeyDictionary()

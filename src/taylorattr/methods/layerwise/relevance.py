@@ -99,7 +99,7 @@ class OpLayer:
         self.slots = (w, b)
         self.weight = call.args[w].detach()
         self.bias = None if b is None or call.args[b] is None else call.args[b].detach()
-        if fold is not None and b is not None:
+        if fold is not None:  # also a layer without a bias slot (a bias-free Linear: mm)
             gamma, beta, mean, var, eps = fold
             scale = (var + eps).rsqrt() * (1.0 if gamma is None else gamma)
             shape = [1] * self.weight.dim()
@@ -115,9 +115,11 @@ class OpLayer:
         args[self.call.positions[0]] = inp
         w, b = self.slots
         args[w] = params["weight"]
-        if b is not None and params.get("bias") is not None:
-            args[b] = params["bias"]
-        return self.call.op(*args, **self.call.kwargs)
+        bias = params.get("bias")
+        if b is not None and bias is not None:
+            args[b] = bias
+        out = self.call.op(*args, **self.call.kwargs)
+        return out + bias if b is None and bias is not None else out  # the folded bias of mm
 
 
 def _run(layer, inp, params):

@@ -340,7 +340,7 @@ def _mean_value_weights(y, yr, dim, max_steps: int = 64):
     to rounding, and what rounding leaves is moved onto ``w`` along the centred ``dy`` (so
     ``sum w = 1`` stays). ``w`` is a probability vector however far apart the logits of
     ``y`` and ``y~`` are. Masked logits (``-inf`` in both ``y`` and ``y~``) have ``dy = 0``
-    and weight 0."""
+    and weight 0. Returns ``(w, dy)``."""
     dy = torch.where(y == yr, torch.zeros_like(y), y - yr)
     d_l = torch.logsumexp(y, dim, keepdim=True) - torch.logsumexp(yr, dim, keepdim=True)
     tol = 8 * torch.finfo(y.dtype).eps * (dy.abs().amax(dim, keepdim=True) + d_l.abs())
@@ -361,7 +361,7 @@ def _mean_value_weights(y, yr, dim, max_steps: int = 64):
     c = dy - dy.mean(dim, keepdim=True)
     norm = (c * c).sum(dim, keepdim=True)
     left = d_l - (w * dy).sum(dim, keepdim=True)
-    return w + torch.where(norm > 0, left / torch.where(norm > 0, norm, 1.0), 0.0) * c
+    return w + torch.where(norm > 0, left / torch.where(norm > 0, norm, 1.0), 0.0) * c, dy
 
 
 def _softmax(y, yr, dim, log):
@@ -375,10 +375,9 @@ def _softmax(y, yr, dim, log):
     digits of large logits), so that the softmax is complete to the rounding of ``p``."""
     with torch.no_grad():
         yd = y.detach()
-        w = _mean_value_weights(yd, yr, dim)
+        w, dy = _mean_value_weights(yd, yr, dim)
         out = torch.log_softmax(yd, dim) if log else torch.softmax(yd, dim)
         if not log:
-            dy = torch.where(yd == yr, torch.zeros_like(yd), yd - yr)  # masked: -inf in both
             dz = dy - (w * dy).sum(dim, keepdim=True)
             small = dz.abs() < RESCALE_THRESHOLD
             m = torch.where(small, out, (out - torch.softmax(yr, dim)) /

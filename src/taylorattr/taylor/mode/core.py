@@ -780,7 +780,9 @@ def check_samples_separate(graph: CoreGraph, inputs: torch.Tensor) -> None:
     if getattr(graph, "samples_separate", False) or inputs.dim() == 0 or inputs.shape[0] < 2:
         return
     direction = torch.zeros_like(inputs)
-    direction[0] = torch.randn_like(inputs[0])
+    # a local generator: the check must not move the user's global random stream
+    direction[0] = torch.randn(inputs[0].shape, generator=torch.Generator().manual_seed(0),
+                               dtype=inputs.dtype).to(inputs.device)
     suspects = []
 
     def watch(node, args, kwargs):
