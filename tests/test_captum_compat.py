@@ -995,3 +995,18 @@ def test_feature_masks_of_any_broadcastable_shape_equal_captums(mask):
     for cls in ("FeatureAblation",) + (("ShapleyValues",) if mask.dim() else ()):
         _close(getattr(T, cls)(MLP_).attribute(V, target=1, feature_mask=mask),
                getattr(C, cls)(MLP_).attribute(V, target=1, feature_mask=mask), FLOAT32)
+
+
+def test_sensitivity_max_with_a_tuple_target_per_sample_equals_captums():
+    """A list of tuple targets (outputs [B, 2, 3]) is per-sample: repeated for the copies."""
+    from captum.metrics import sensitivity_max as captum_sensitivity_max
+
+    from taylorattr.captum.metrics import sensitivity_max
+
+    targets = [(0, 1), (1, 2), (1, 0)]
+    for M, sens in ((T, sensitivity_max), (C, captum_sensitivity_max)):
+        torch.manual_seed(31)
+        out = sens(M.Saliency(_cube).attribute, V, target=targets, n_perturb_samples=4)
+        if M is T:
+            ours = out
+    torch.testing.assert_close(ours, out.to(DT), rtol=1e-6, atol=1e-9)

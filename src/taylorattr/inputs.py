@@ -354,15 +354,16 @@ def slice_option(value, b: int, batch: int):
 def repeat_option(value, copies: int, batch: int, rows: slice = slice(None)):
     """A per-sample option for ``copies`` copies of each sample of ``rows`` (sample-major):
     tensors with ``batch`` leading rows (also inside tuples and lists) and lists of ``batch``
-    plain values (one class per sample) are cut to ``rows`` and repeated; anything else is
-    shared and passes unchanged (the counterpart of :func:`slice_option`)."""
+    plain values (a class or a tuple target per sample) are cut to ``rows`` and repeated;
+    anything else is shared and passes unchanged (the counterpart of :func:`slice_option`)."""
     if isinstance(value, torch.Tensor):
         if value.dim() >= 1 and value.shape[0] == batch:
             return value[rows].repeat_interleave(copies, 0)
         return value
     if isinstance(value, list) and len(value) == batch and not any(
-            isinstance(v, (torch.Tensor, tuple, list)) for v in value):
-        return [v for v in value[rows] for _ in range(copies)]
+            isinstance(v, torch.Tensor) or (isinstance(v, (tuple, list)) and any(
+                isinstance(e, torch.Tensor) for e in v)) for v in value):
+        return [v for v in value[rows] for _ in range(copies)]  # a class (tuple) per sample
     if isinstance(value, (tuple, list)):
         return type(value)(repeat_option(v, copies, batch, rows) for v in value)
     return value
