@@ -33,6 +33,7 @@ __all__ = [
     "TensorOutput",
     "captum_noise",
     "for_layers",
+    "future_call",
     "native_call",
     "not_offered",
 ]
@@ -138,18 +139,51 @@ def layer_inputs(model, layer, inputs, additional_forward_args, to_input: bool):
 
 class TensorOutput(ModelWrapper):
     """``forward_func`` with a Python number output made a tensor, as Captum's perturbation
-    methods read it (a float: float64, an int: int64)."""
+    methods read it (a float: float64, an int: int64). While ``awaiting`` (inside
+    :func:`future_call`) the forward returns ``torch.futures.Future`` and its value is
+    waited for."""
+
+    awaiting = False
 
     def forward(self, *args):
         out = self.model(*args)
+        if isinstance(out, torch.futures.Future):
+            if not self.awaiting:
+                raise TypeError("forward_func returned a torch.futures.Future: call "
+                                "attribute_future(...) for such a forward (attribute needs "
+                                "the output itself)")
+            out = out.wait()
+        elif self.awaiting:
+            raise AssertionError("when using attribute_future, forward_func must return a "
+                                 f"torch.futures.Future, got {type(out).__name__}")
         if isinstance(out, (int, float)) and not isinstance(out, bool):
             return torch.tensor(out, dtype=torch.float64 if isinstance(out, float) else
                                 torch.int64)
         return out
 
 
+def future_call(wrapper: TensorOutput, run):
+    """Captum's ``attribute_future``: ``run()`` with every forward's future waited for, in
+    turn (``wrapper`` is the ``forward_func`` of the native method ``run`` calls), and the
+    result returned as a completed ``torch.futures.Future``."""
+    wrapper.awaiting = True
+    try:
+        result = run()
+    finally:
+        wrapper.awaiting = False
+    future = torch.futures.Future()
+    future.set_result(result)
+    return future
+
+
 class Attribution:
     """Captum's ``Attribution``: holds ``forward_func``."""
+
+    def attribute_future(self, *args, **kwargs):
+        """Captum's asynchronous ``attribute``, offered (as by Captum) by FeatureAblation,
+        FeaturePermutation, ShapleyValueSampling and ShapleyValues only."""
+        raise NotImplementedError(f"attribute_future is not implemented for "
+                                  f"{type(self).__name__}")
 
     def __init__(self, forward_func) -> None:
         self.forward_func = forward_func

@@ -15,7 +15,15 @@ from .._mapping import (
     NeuronAttribution,
     PerturbationAttribution,
 )
+from . import visualization
 from ._cam import Deconvolution, GuidedGradCam, LayerGradCam
+from ._embedding import (
+    InterpretableEmbeddingBase,
+    ProductBaselines,
+    TokenReferenceBase,
+    configure_interpretable_embedding_layer,
+    remove_interpretable_embedding_layer,
+)
 from ._gradient import (
     DeepLift,
     DeepLiftShap,
@@ -31,6 +39,7 @@ from ._gradient import (
     LayerIntegratedGradients,
     Saliency,
 )
+from ._layer import InternalInfluence, LayerActivation, NeuronConductance
 from ._lrp import (
     LRP,
     Alpha1_Beta0_Rule,
@@ -53,23 +62,63 @@ from ._neuron import (
 from ._noise_tunnel import NoiseTunnel
 from ._perturbation import (
     FeatureAblation,
+    FeaturePermutation,
     KernelShap,
     LayerFeatureAblation,
+    LayerFeaturePermutation,
     Lime,
     Occlusion,
     ShapleyValues,
     ShapleyValueSampling,
 )
+from ._refused import (
+    DataLoaderAttribution,
+    ImageMaskInput,
+    InterpretableInput,
+    LimeBase,
+    LLMAttribution,
+    LLMAttributionResult,
+    LLMGradientAttribution,
+    RemoteLLMAttribution,
+    RemoteLLMProvider,
+    TextTemplateInput,
+    TextTokenInput,
+    VLLMProvider,
+)
+from ._summarizer import (
+    MSE,
+    ClassSummarizer,
+    CommonStats,
+    Count,
+    Max,
+    Mean,
+    Min,
+    StatValue,
+    StdDev,
+    Sum,
+    Summarizer,
+    SummarizerSingleTensor,
+    Var,
+)
 
 __all__ = [
-    "LRP", "Alpha1_Beta0_Rule", "Attribution", "Deconvolution", "DeepLift", "DeepLiftShap",
-    "EpsilonRule", "FeatureAblation", "GammaRule", "GradientAttribution", "GradientShap",
-    "GuidedBackprop", "GuidedGradCam", "IdentityRule", "InputXGradient",
-    "IntegratedGradients", "KernelShap", "LayerAttribution", "LayerConductance", "LayerDeepLift",
-    "LayerDeepLiftShap", "LayerFeatureAblation", "LayerGradCam", "LayerGradientShap",
-    "LayerGradientXActivation", "LayerIntegratedGradients", "LayerLRP", "Lime", "NeuronAttribution",
-    "NeuronDeconvolution", "NeuronDeepLift", "NeuronDeepLiftShap", "NeuronFeatureAblation", "NeuronGradient", "NeuronGradientShap",
-    "NeuronGuidedBackprop", "NeuronIntegratedGradients", "NoiseTunnel",
-    "Occlusion", "PerturbationAttribution", "PropagationRule", "Saliency", "ShapleyValueSampling",
-    "ShapleyValues",
+    "LRP", "MSE", "Alpha1_Beta0_Rule", "Attribution", "ClassSummarizer", "CommonStats", "Count",
+    "DataLoaderAttribution", "Deconvolution", "DeepLift", "DeepLiftShap", "EpsilonRule",
+    "FeatureAblation", "FeaturePermutation", "GammaRule", "GradientAttribution",
+    "GradientShap", "GuidedBackprop", "GuidedGradCam", "IdentityRule", "ImageMaskInput",
+    "InputXGradient", "IntegratedGradients", "InternalInfluence", "InterpretableEmbeddingBase",
+    "InterpretableInput", "KernelShap", "LLMAttribution", "LLMAttributionResult",
+    "LLMGradientAttribution", "LayerActivation", "LayerAttribution", "LayerConductance",
+    "LayerDeepLift", "LayerDeepLiftShap", "LayerFeatureAblation", "LayerFeaturePermutation",
+    "LayerGradCam", "LayerGradientShap", "LayerGradientXActivation",
+    "LayerIntegratedGradients", "LayerLRP", "Lime", "LimeBase", "Max", "Mean", "Min",
+    "NeuronAttribution", "NeuronConductance", "NeuronDeconvolution", "NeuronDeepLift",
+    "NeuronDeepLiftShap", "NeuronFeatureAblation", "NeuronGradient", "NeuronGradientShap",
+    "NeuronGuidedBackprop", "NeuronIntegratedGradients", "NoiseTunnel", "Occlusion",
+    "PerturbationAttribution", "ProductBaselines", "PropagationRule", "RemoteLLMAttribution",
+    "RemoteLLMProvider", "Saliency", "ShapleyValueSampling", "ShapleyValues", "StatValue",
+    "StdDev", "Sum", "Summarizer", "SummarizerSingleTensor", "TextTemplateInput",
+    "TextTokenInput", "TokenReferenceBase", "VLLMProvider", "Var",
+    "configure_interpretable_embedding_layer", "remove_interpretable_embedding_layer",
+    "visualization",
 ]

@@ -21,12 +21,14 @@ from .._mapping import (
     PerturbationAttribution,
     TensorOutput,
     for_layers,
+    future_call,
     layer_inputs,
     not_offered,
 )
 
-__all__ = ["FeatureAblation", "KernelShap", "LayerFeatureAblation", "Lime", "Occlusion",
-           "ShapleyValueSampling", "ShapleyValues"]
+__all__ = ["FeatureAblation", "FeaturePermutation", "KernelShap", "LayerFeatureAblation",
+           "LayerFeaturePermutation", "Lime", "Occlusion", "ShapleyValueSampling",
+           "ShapleyValues"]
 
 
 def _rows_per_call(perturbations_per_eval: int, inputs) -> int | None:
@@ -83,6 +85,16 @@ class FeatureAblation(PerturbationAttribution):
         return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
                           perturbations_per_eval, show_progress, **kwargs).run()
 
+    def attribute_future(self, inputs, baselines=None, target=None,
+                         additional_forward_args=None, feature_mask=None,
+                         perturbations_per_eval: int = 1, show_progress: bool = False,
+                         **kwargs):
+        """``attribute`` for a ``forward_func`` that returns ``torch.futures.Future``: a
+        Future of the attributions (the forwards are waited for in turn)."""
+        return future_call(self._native.model, lambda: self.attribute(
+            inputs, baselines, target, additional_forward_args, feature_mask,
+            perturbations_per_eval, show_progress, **kwargs))
+
 
 class Occlusion(FeatureAblation):
     """Captum's ``Occlusion``: :class:`taylorattr.methods.Occlusion` with
@@ -118,6 +130,9 @@ class Occlusion(FeatureAblation):
                   show_progress: bool = False):
         return self._call(inputs, sliding_window_shapes, strides, baselines, target,
                           additional_forward_args, perturbations_per_eval, show_progress).run()
+
+    def attribute_future(self, *args, **kwargs):
+        raise NotImplementedError("attribute_future is not implemented for Occlusion")
 
 
 class LayerFeatureAblation(LayerAttribution, PerturbationAttribution):
@@ -184,6 +199,15 @@ class ShapleyValueSampling(PerturbationAttribution):
                   show_progress: bool = False):
         return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
                           n_samples, perturbations_per_eval, show_progress).run()
+
+    def attribute_future(self, inputs, baselines=None, target=None,
+                         additional_forward_args=None, feature_mask=None, n_samples: int = 25,
+                         perturbations_per_eval: int = 1, show_progress: bool = False):
+        """``attribute`` for a ``forward_func`` that returns ``torch.futures.Future``: a
+        Future of the attributions (the forwards are waited for in turn)."""
+        return future_call(self._native.model, lambda: self._call(
+            inputs, baselines, target, additional_forward_args, feature_mask, n_samples,
+            perturbations_per_eval, show_progress).run())
 
 
 class ShapleyValues(ShapleyValueSampling):
@@ -284,3 +308,108 @@ class KernelShap(Lime):
                    "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
                     options)
+
+
+def _permute_feature(x: torch.Tensor, feature_mask: torch.Tensor) -> torch.Tensor:
+    """Captum's default ``perm_func``: the masked features of ``x`` taken from the samples of
+    a ``torch.randperm`` of the batch that is not the identity."""
+    n = x.shape[0]
+    if n < 2:
+        raise ValueError("FeaturePermutation needs at least 2 samples to permute features "
+                         "across the batch")
+    perm = torch.randperm(n)
+    while (perm == torch.arange(n)).all():
+        perm = torch.randperm(n)
+    mask = feature_mask.to(dtype=x.dtype)
+    return x[perm] * mask + x * feature_mask.bitwise_not().to(dtype=x.dtype)
+
+
+def _permutation_importance(run, parts: tuple, masks: tuple, perm_func, is_tuple: bool):
+    """Captum's permutation importance: for every feature id ``g`` (ascending), the drop
+    ``f(x) - f(x with feature g permuted)``, where ``perm_func(x_i, mask)`` permutes input
+    ``i`` (drawn for every input holding ``g``, in input order, as Captum draws). Each drop
+    is one native Occlusion call, ``run(baselines, two_groups)``, with group 0 = ``g`` (its
+    baseline the permuted values) and group 1 = the rest (its baseline ``x``, no change)."""
+    ids = sorted(set().union(*(torch.unique(m).tolist() for m in masks)))
+    totals = [torch.zeros_like(p, dtype=torch.result_type(p, 1.0)) for p in parts]
+    for g in ids:
+        bases, groups = [], []
+        for p, m in zip(parts, masks):
+            hit = m == g
+            if hit.dim() == 0:
+                hit = hit.reshape((1,) * p.dim())
+            bases.append(perm_func(p, hit) if bool(hit.any()) else p)
+            groups.append((~hit).long())
+        out, _ = as_tuple(run(tuple(bases) if is_tuple else bases[0],
+                              tuple(groups) if is_tuple else groups[0]))
+        for total, a, m in zip(totals, out, masks):
+            total += torch.where(m == g, a.to(total.dtype), 0.0)
+    return tuple(totals) if is_tuple else totals[0]
+
+
+class FeaturePermutation(FeatureAblation):
+    """Captum's ``FeaturePermutation``: permutation feature importance (every feature, or
+    group of ``feature_mask``, gets ``f(x) - f(x with it permuted across the batch)``),
+    each drop a native :class:`taylorattr.methods.Occlusion` call with the permuted values as
+    baselines. ``perturbations_per_eval`` changes only the speed (one group per call here)."""
+
+    def __init__(self, forward_func, perm_func=_permute_feature) -> None:
+        super().__init__(forward_func)
+        self.perm_func = perm_func
+
+    def attribute(self, inputs, target=None, additional_forward_args=None, feature_mask=None,
+                  perturbations_per_eval: int = 1, show_progress: bool = False, **kwargs):
+        kwargs.pop("baselines", None)
+        if kwargs:
+            raise TypeError(f"FeaturePermutation.attribute got unexpected keyword argument(s) "
+                            f"{sorted(kwargs)}")
+        _rows_per_call(perturbations_per_eval, inputs)
+        parts, is_tuple = as_tuple(inputs)
+        masks = default_mask(parts) if feature_mask is None else \
+            as_tuple(feature_mask, "feature_mask")[0]
+
+        def run(bases, groups):
+            return Call(self._native, inputs, bases, target, additional_forward_args, False,
+                        {"feature_mask": groups, "show_progress": show_progress}).run()
+        return _permutation_importance(run, parts, masks, self.perm_func, is_tuple)
+
+    def attribute_future(self, inputs, target=None, additional_forward_args=None,
+                         feature_mask=None, perturbations_per_eval: int = 1,
+                         show_progress: bool = False, **kwargs):
+        """``attribute`` for a ``forward_func`` that returns ``torch.futures.Future``."""
+        return future_call(self._native.model, lambda: self.attribute(
+            inputs, target, additional_forward_args, feature_mask, perturbations_per_eval,
+            show_progress, **kwargs))
+
+
+class LayerFeaturePermutation(LayerAttribution, FeaturePermutation):
+    """Captum's ``LayerFeaturePermutation``: :class:`FeaturePermutation` of the layer's
+    output (``layer_mask`` groups its neurons; every neuron alone by default), each drop a
+    native :class:`taylorattr.methods.Occlusion` call with ``layer=`` and the permuted layer
+    values as ``layer_baselines``."""
+
+    def __init__(self, forward_func, layer, device_ids=None) -> None:
+        LayerAttribution.__init__(self, forward_func, layer, device_ids)
+        self.perm_func = _permute_feature
+        self._native = native.Occlusion(forward_func)
+
+    def attribute(self, inputs, target=None, additional_forward_args=None, layer_mask=None,
+                  perturbations_per_eval: int = 1):
+        _rows_per_call(perturbations_per_eval, inputs)
+
+        def one(layer):
+            h, is_tuple = as_tuple(layer_inputs(self.forward_func, layer, inputs,
+                                                additional_forward_args, False))
+            masks = default_mask(h) if layer_mask is None else \
+                as_tuple(layer_mask, "layer_mask")[0]
+
+            def run(bases, groups):
+                return Call(self._native, inputs, 0.0, target, additional_forward_args,
+                            False, {"layer": layer, "layer_baselines": bases,
+                                    "feature_mask": groups}).run()
+            return _permutation_importance(run, h, masks, self.perm_func, is_tuple)
+        return for_layers(self.layer, one)
+
+    def attribute_future(self, *args, **kwargs):
+        raise NotImplementedError("attribute_future is not implemented for "
+                                  "LayerFeaturePermutation")

@@ -14,11 +14,12 @@ import inspect
 
 import torch
 
-from ...inputs import as_tuple
+from ...inputs import as_tuple, point_baselines
 from ...metrics.perturbation import infidelity as _infidelity
 from ...metrics.sensitivity import max_sensitivity
 
-__all__ = ["default_perturb_func", "infidelity", "sensitivity_max"]
+__all__ = ["default_perturb_func", "infidelity", "infidelity_perturb_func_decorator",
+           "sensitivity_max"]
 
 
 def infidelity(forward_func, perturb_func, inputs, attributions, baselines=None,
@@ -56,6 +57,33 @@ def infidelity(forward_func, perturb_func, inputs, attributions, baselines=None,
     return _infidelity(forward_func, inputs, attributions, target, perturbation,
                        normalize=normalize, n_perturb_samples=n,
                        additional_forward_args=additional_forward_args)
+
+
+def infidelity_perturb_func_decorator(multiply_by_inputs: bool = True):
+    """Captum's decorator for a ``perturb_func`` that returns only the perturbed inputs
+    ``x'``: the decorated function returns ``(I, x')`` with the perturbation
+
+        I = (x - x') / (x - x~)   (``multiply_by_inputs``; ``x~`` the baselines, 0 if none;
+                                   a zero denominator reads as 1)
+        I = x - x'                (otherwise)
+    """
+    def decorate(perturb_func):
+        def perturbations(inputs, baselines=None):
+            perturbed = perturb_func(inputs) if baselines is None else \
+                perturb_func(inputs, baselines)
+            parts, _ = as_tuple(inputs)
+            moved, _ = as_tuple(perturbed, "perturbed inputs")
+            base = (0.0,) * len(parts) if baselines is None else point_baselines(baselines, parts)
+            out = []
+            for x, xp, b in zip(parts, moved, base):
+                change = x - xp
+                if multiply_by_inputs:
+                    denominator = x - b
+                    change = change / torch.where(denominator != 0, denominator, 1.0)
+                out.append(change)
+            return tuple(out), moved
+        return perturbations
+    return decorate
 
 
 def default_perturb_func(inputs, perturb_radius: float = 0.02):
