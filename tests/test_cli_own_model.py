@@ -83,7 +83,7 @@ def test_labels_decide_what_a_class_folder_means(user, capsys):
     rows = index_rows(user / "o2")
     assert [(r["source"], int(r["target"]), r["explained"]) for r in rows] == [
         ("cat/a.png", 2, "label"), ("cat/b.png", 2, "label"), ("dog/c.png", 0, "label")]
-    assert rows[0]["map"] == "maps/cat/a.png.pt" and (user / "o2" / rows[0]["map"]).is_file()
+    assert rows[0]["map"] == "cat/a.png.pt" and (user / "o2" / rows[0]["map"]).is_file()
 
     assert cli.main(argv + ["--out", "o3", "--format", "npy"]) == 0
     err = capsys.readouterr().err

@@ -87,10 +87,11 @@ def test_cli_two_ranks_equal_one_rank_bytewise(tmp_path):
     assert not _listening(port)
     for name in ("scores.csv", "summary.csv", "summary.json"):
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
-    # both ranks worked: 5 units dealt 3 + 2, all computed once
-    assert "rank 0/2: 3 units computed, 0 reused" in two.stdout
-    assert "rank 1/2: 2 units computed, 0 reused" in two.stdout
-    assert "rank 0/1: 5 units computed, 0 reused" in one.stdout
+    # both ranks worked: 5 units of 2 items dealt 3 + 2, all computed once; the rank is
+    # named under torchrun only
+    assert "rank 0/2: 6 items computed, 0 reused" in two.stdout
+    assert "rank 1/2: 4 items computed, 0 reused" in two.stdout
+    assert "10 items computed, 0 reused" in one.stdout and "rank" not in one.stdout
     rows = _io.load_csv(tmp_path / "two" / "scores.csv")
     assert len(rows) == 10 * 3 and not (tmp_path / "two" / LOCK_NAME).exists()
 
@@ -108,12 +109,12 @@ def test_sigkill_one_rank_then_rerun_on_one_process(tmp_path):
     assert 4 <= len(finished) < n_units                 # rank 1 finished units 1,3,5,7 first
     assert "unit-000009.pt" not in finished            # the unit it died in is not there
     for p in (out / "units").iterdir():                 # no partial file is visible
-        assert p.name.startswith(".") or _io.load_tensors(p)["indices"].numel() == 2
+        assert p.name.startswith(".") or len(_io.load_tensors(p)["items"]) == 2
     assert not (out / "summary.csv").exists()
 
     rerun = _python(JOB, str(out))                      # world size 1 finishes the rest
     computed, reused = _counts(rerun.stdout)
-    assert (computed, reused) == (n_units - len(finished), len(finished))
+    assert (computed, reused) == (2 * (n_units - len(finished)), 2 * len(finished))  # items
     after = _units(out)
     assert all(after[name] == stamp for name, stamp in finished.items())  # none rewritten
     for name in ("scores.csv", "summary.csv", "summary.json"):

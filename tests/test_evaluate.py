@@ -82,7 +82,7 @@ def test_scores_and_summary_match_slow_routes(tmp_path):
     model, ds = _model(), _data(masks=True)
     rep = ta.evaluate(model, ds, ["gradient_input"], ["infidelity", "bbox"], out=tmp_path,
                       batch_size=3, infidelity_options={"max_side": MAX_SIDE})
-    assert (rep.n_units, rep.computed, rep.reused) == (3, 3, 0)
+    assert (rep.n_units, rep.computed, rep.reused) == (3, 7, 0)  # 7 items, units of 3
     got = _scores(tmp_path)
     infd, bbox = [], []
     for i in range(len(ds)):
@@ -161,17 +161,17 @@ def test_resume_computes_only_missing_units_and_recomputes_or_refuses_changed(tm
     stamps = {p.name: p.stat().st_ino for p in (tmp_path / "units").glob("*.pt")}
     (tmp_path / "units" / "unit-000001.pt").unlink()
     rep = ta.evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, infidelity_options=opts)
-    assert (rep.computed, rep.reused) == (1, 2)
+    assert (rep.computed, rep.reused) == (2, 4)  # the unit's two items
     for name in ("unit-000000.pt", "unit-000002.pt"):
         assert (tmp_path / "units" / name).stat().st_ino == stamps[name]
     assert (tmp_path / "scores.csv").read_bytes() == before
-    with pytest.raises(ValueError, match=r"--resume strict.*changed: seed \(3 units\)"):
+    with pytest.raises(ValueError, match=r"--resume strict.*changed: seed \(6 items\)"):
         ta.evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, seed=1,
                     infidelity_options=opts, resume="strict")
     assert (tmp_path / "units" / "unit-000000.pt").stat().st_ino == stamps["unit-000000.pt"]
     rep = ta.evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, seed=1,
                       infidelity_options=opts)
-    assert (rep.computed, rep.reused, rep.changes) == (3, 0, {"seed": 3})
+    assert (rep.computed, rep.reused, rep.changes) == (6, 0, {"seed": 6})
 
 
 def test_lock_names_holder_and_stale_lock_is_taken_over(tmp_path, capsys):
@@ -210,11 +210,11 @@ def test_attribute_dataset_writes_maps_equal_to_autograd(tmp_path):
     from PIL import Image
 
     for i in range(5):
-        saved = _io.load_tensors(tmp_path / "maps" / f"{i:06d}.pt")
+        saved = _io.load_tensors(tmp_path / f"{i:06d}.pt")
         x, t = ds[i]
         assert saved["index"] == i and saved["target"] == t and saved["method"] == "GI"
         torch.testing.assert_close(saved["attribution"], _gi(model, x, t), rtol=1e-12, atol=1e-15)
-        with Image.open(tmp_path / "previews" / f"{i:06d}.png") as im:
+        with Image.open(tmp_path / f"{i:06d}.preview.png") as im:
             assert im.size == (W, H)
 
 
@@ -277,4 +277,4 @@ def test_scaled_infidelity_squares_match_a_slow_enumeration(tmp_path):
         beta = (p * q).sum() / (p * p).sum()
         assert got[(i, "GI", "infidelity")] == pytest.approx(float(np.mean((beta * p - q) ** 2)),
                                                             rel=1e-9, abs=1e-15)
-    assert rep.computed == 1
+    assert rep.computed == 3  # one unit of three items

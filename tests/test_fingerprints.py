@@ -1,6 +1,6 @@
 """No stale reuse (issue 28): a rerun of ``taylorattr attribute`` into the same ``--out``
 with one ingredient changed (an input image, a weight, a method option, the seed)
-recomputes exactly the units computed from it, says what changed, and leaves maps equal
+recomputes exactly the items computed from it, says what changed, and leaves maps equal
 to a fresh run's; ``--resume strict`` refuses such a rerun naming the change, before any
 work. The reruns are real processes (``python -m taylorattr``); the fresh runs that give
 the expected maps and the strict refusals run in this process through ``cli.main``."""
@@ -22,11 +22,11 @@ BASE = ["attribute", "--data", "data", "--model", "mypkg.nets:small_cnn", "--wei
 
 def maps(out: Path) -> dict[str, torch.Tensor]:
     return {p.relative_to(out).as_posix(): torch.load(p, weights_only=True)["attribution"]
-            for p in sorted((out / "maps").rglob("*.pt"))}
+            for p in sorted(out.rglob("*.pt")) if p.relative_to(out).parts[0] != "units"}
 
 
 def counts(stdout: str) -> tuple[int, int]:
-    m = re.search(r"(\d+) units computed, (\d+) reused", stdout)
+    m = re.search(r"(\d+) items? computed, (\d+) reused", stdout)
     assert m, stdout
     return int(m.group(1)), int(m.group(2))
 
@@ -63,10 +63,10 @@ def test_each_changed_ingredient_recomputes_its_units_or_is_refused(user, capsys
     argv = BASE + ["--method", "EG", "--seed", "0"]  # EG draws per-sample seeded references
     first = run(argv + ["--out", "out"], user)
     assert first.returncode == 0, first.stderr
-    assert counts(first.stdout) == (2, 0)
+    assert counts(first.stdout) == (4, 0)
     assert cli.main(argv + ["--out", "out"]) == 0  # unchanged: all reused
     again = capsys.readouterr().out
-    assert counts(again) == (0, 2) and "recomputed" not in again
+    assert counts(again) == (0, 4) and "recomputed" not in again
 
     def change(what: str, new_argv: list[str], edit, expected: tuple[int, int], names=()):
         before = maps(user / "out")
@@ -77,7 +77,7 @@ def test_each_changed_ingredient_recomputes_its_units_or_is_refused(user, capsys
         rerun = run(new_argv + ["--out", "out"], user)
         assert rerun.returncode == 0, rerun.stderr
         assert counts(rerun.stdout) == expected, rerun.stdout
-        assert f"changed: {what} ({expected[0]} unit" in rerun.stdout, rerun.stdout
+        assert f"changed: {what} ({expected[0]} item" in rerun.stdout, rerun.stdout
         assert all(n in rerun.stdout for n in names), rerun.stdout
         now = maps(user / "out")
         assert now.keys() == before.keys()
@@ -89,14 +89,15 @@ def test_each_changed_ingredient_recomputes_its_units_or_is_refused(user, capsys
 
     photo = user / "data" / "dog" / "b1.png"
     start = maps(user / "out")
-    after = change("inputs", argv, lambda: write_photo(photo, seed=99), (1, 1),
+    after = change("inputs", argv, lambda: write_photo(photo, seed=99), (1, 3),
                    names=("dog/b1.png",))
-    # the other item's unit was reused: its map is the one from before the change
-    assert torch.equal(after["maps/cat/a0.png.pt"], start["maps/cat/a0.png.pt"])
-    change("model", argv, lambda: write_weights(user / "w.pt", seed=2), (2, 0))
+    # the other items were reused, also dog/b0.png of the same unit: their maps are the
+    # ones from before the change
+    assert all(torch.equal(after[k], start[k]) for k in start if k != "dog/b1.png.pt")
+    change("model", argv, lambda: write_weights(user / "w.pt", seed=2), (4, 0))
     other = BASE + ["--method", "EG (around 0)", "--seed", "0"]  # EG's baselines option
-    change("method", other, lambda: None, (2, 0))
-    change("seed", BASE + ["--method", "EG (around 0)", "--seed", "1"], lambda: None, (2, 0))
+    change("method", other, lambda: None, (4, 0))
+    change("seed", BASE + ["--method", "EG (around 0)", "--seed", "1"], lambda: None, (4, 0))
 
 
 def test_fingerprint_fields_follow_their_ingredient():

@@ -236,10 +236,23 @@ def _dataset_job_flags(p) -> None:
 
 
 def _method(text: str) -> str:
+    """An explain method: its grid name (:func:`canonical_method`)."""
     try:
         return canonical_method(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("methods: ")) from None
+
+
+def _any_method(text: str) -> str:
+    """A registry name or label of ``evaluate``/``attribute``, checked (an unknown one
+    with the closest names, :func:`taylorattr.registry.resolve`) and kept as given."""
+    from ..registry import resolve  # here, so that --help does not wait for torch
+
+    try:
+        resolve(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("methods: ")) from None
+    return text
 
 
 def _named_weights(text: str) -> tuple[str, Path]:

@@ -72,27 +72,41 @@ def _explain(args) -> str:
     return "\n".join(lines)
 
 
+def _plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
 def _job_lines(report, what: str) -> str:
+    """``what`` and the items this process computed and reused ("rank r/W: " in front
+    under torchrun only), with what changed for the recomputed ones."""
     from ..experiments.evaluate import describe_changes
 
-    line = (f"rank {report.rank}/{report.world_size}: {report.computed} units computed, "
-            f"{report.reused} reused")
+    line = f"{_plural(report.computed, 'item')} computed, {report.reused:,} reused"
+    if report.world_size > 1:
+        line = f"rank {report.rank}/{report.world_size}: {line}"
     changes = describe_changes(report)
     if changes:
-        line += (f" ({report.recomputed} recomputed because what they were computed from "
-                 f"changed: {changes})")
+        n = report.recomputed
+        line += (f" ({n:,} recomputed because what {'it was' if n == 1 else 'they were'} "
+                 f"computed from changed: {changes})")
     if report.stale_lock:
         line += (f"; took over the stale lock of pid {report.stale_lock['pid']} on "
                  f"{report.stale_lock['host']}")
     return line if report.merged is None else f"{what}\n{line}"
 
 
-def _run_job(run, args):
-    """Run a dataset job; its expected failures named by their flags."""
+def _run_job(run, args, what: str):
+    """Run a dataset job (``run(show_progress)``); its expected failures named by their
+    flags. Progress: a bar on a terminal; in a log, one line as the stage starts."""
     from ..experiments.evaluation.lock import LockHeld
 
+    terminal = sys.stderr.isatty()
+    if not terminal:
+        n = len(args.job[1])
+        print(f"taylorattr {args.command}: {what} on {_plural(n, 'item')} "
+              f"(units of {args.batch_size}) ...", file=sys.stderr, flush=True)
     try:
-        return run()
+        return run(terminal)
     except LockHeld as exc:
         raise CliError("--out", str(exc)) from None
 
@@ -103,10 +117,11 @@ def _evaluate(args) -> str:
 
     model, dataset = dataset_job(args)
     scale = args.infidelity_scale or infidelity_scale(reference_shape(dataset, len(dataset)))
-    report = _run_job(lambda: evaluate(
+    report = _run_job(lambda bar: evaluate(
         model, dataset, args.methods, args.metrics, out=args.out, batch_size=args.batch_size,
         seed=args.seed, on_bad_item=args.bad_items, device=args.device, resume=args.resume,
-        infidelity_options={"max_side": args.max_side, "scale": scale}), args)
+        infidelity_options={"max_side": args.max_side, "scale": scale}, show_progress=bar),
+        args, f"evaluate {', '.join(args.methods)} ({', '.join(args.metrics)})")
     if report.merged is None:
         return _job_lines(report, "")
     rows = [f"{'method':<12} {'metric':<11} {'n':>6} {'mean':>14} {'sem':>12}"] + [
@@ -114,7 +129,7 @@ def _evaluate(args) -> str:
         for s in report.merged["summary"]]
     skipped = report.merged["skipped"]
     if skipped:
-        rows.append(f"skipped {len(skipped)} item(s): " + ", ".join(
+        rows.append(f"skipped {_plural(len(skipped), 'item')}: " + ", ".join(
             f"{i} ({r})" for i, r in skipped[:5]) + (" ..." if len(skipped) > 5 else ""))
     rows.append(f"Tables written to {args.out} (summary.csv, summary.json, scores.csv)")
     return _job_lines(report, "\n".join(rows))
@@ -124,14 +139,15 @@ def _attribute(args) -> str:
     from ..experiments.evaluate import attribute_dataset
 
     model, dataset = dataset_job(args)
-    report = _run_job(lambda: attribute_dataset(
+    report = _run_job(lambda bar: attribute_dataset(
         model, dataset, args.method, out=args.out, batch_size=args.batch_size, seed=args.seed,
         on_bad_item=args.bad_items, previews=args.previews, device=args.device,
-        resume=args.resume, map_format=args.format), args)
+        resume=args.resume, map_format=args.format, show_progress=bar),
+        args, f"attribute {args.method}")
     if report.merged is None:
         return _job_lines(report, "")
     m = report.merged
-    text = (f"{m['n_written']} maps ({m['method']}) written to {args.out / 'maps'}, listed "
+    text = (f"{_plural(m['n_written'], 'map')} ({m['method']}) written to {args.out}, listed "
             f"with their inputs in {args.out / 'index.csv'}"
             + (f"; skipped {len(m['skipped'])}: " + ", ".join(f"{i} ({r})" for i, r in m['skipped'][:5])
                if m["skipped"] else ""))

@@ -13,7 +13,8 @@ __all__ = ["build_job", "build_model", "dataset_job", "explain_network"]
 
 
 _FLAGS = {"weights": "--weights", "model": "--model", "model_args": "--model-args",
-          "labels": "--labels", "data": "--data", "mean and std": "--mean"}
+          "labels": "--labels", "data": "--data", "mean and std": "--mean",
+          "input_size": "--input-size"}
 
 
 def _library_error(exc: Exception) -> CliError:
@@ -110,6 +111,13 @@ def build_job(args):
                                        **preprocessing(model, **_preprocessing(args)))
         except ValueError as exc:
             raise _library_error(exc) from None
+        if dataset.skipped_files:
+            shown = [p.relative_to(args.data).as_posix() for p in dataset.skipped_files[:5]]
+            more = len(dataset.skipped_files) - len(shown)
+            print(f"taylorattr {args.command}: note: skipped {len(dataset.skipped_files)} "
+                  f"file{'s' if len(dataset.skipped_files) != 1 else ''} under --data whose "
+                  f"format Pillow does not read: {', '.join(shown)}"
+                  f"{f' and {more} more' if more else ''}", file=sys.stderr)
         if dataset.labels is None:
             print(f"taylorattr {args.command}: note: no --labels, so class folders are not "
                   "output indices: each image's predicted class is explained",

@@ -14,6 +14,7 @@ from .arguments import (
     ASSESS_EXPERIMENTS,
     IMAGENET_MODELS,
     MAP_FORMATS,
+    _any_method,
     _beta,
     _cost_flags,
     _dataset_job_flags,
@@ -170,7 +171,7 @@ def _dataset_arguments(p) -> None:
 
 def _evaluate(p, _) -> None:
     _dataset_arguments(p)
-    p.add_argument("--methods", nargs="+", required=True, metavar="METHOD",
+    p.add_argument("--methods", nargs="+", required=True, metavar="METHOD", type=_any_method,
                    help="registry names or labels, e.g. gradient_input IG Occ-2x2")
     p.add_argument("--metrics", nargs="+", default=["infidelity"], choices=("infidelity", "bbox"),
                    help="metrics (bbox needs box masks)")
@@ -187,7 +188,8 @@ def _evaluate(p, _) -> None:
 
 def _attribute(p, _) -> None:
     _dataset_arguments(p)
-    p.add_argument("--method", required=True, help="registry name or label, e.g. IG")
+    p.add_argument("--method", required=True, type=_any_method,
+                   help="registry name or label, e.g. IG")
     p.add_argument("--previews", action="store_true", help="also write a PNG per sample")
     p.add_argument("--format", choices=MAP_FORMATS, default="pt",
                    help="file format of each map (png: the channel-summed map as a picture)")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["load_image", "sample_photos"]
+__all__ = ["image_files_pillow_reads", "load_image", "sample_photos"]
 
 
 def _open_image(path: Path):
@@ -21,9 +21,36 @@ def _open_image(path: Path):
         with Image.open(path) as img:
             img.load()
             return img.convert("RGB")
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError,
-            Image.DecompressionBombError) as exc:
-        raise ValueError(f"{path}: unreadable image: {exc}") from None
+    except UnidentifiedImageError:
+        raise ValueError(f"{path}: not an image Pillow can read (an unknown format, or the "
+                         "file is damaged or empty)") from None
+    except Image.DecompressionBombError as exc:
+        raise ValueError(f"{path}: too large to read safely ({exc})") from None
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ValueError(f"{path}: damaged image ({' '.join(str(exc).split())})") from None
+
+
+def image_files_pillow_reads(root: str | os.PathLike) -> tuple[list[Path], list[Path]]:
+    """``(images, skipped)``: the files at any depth under ``root`` (sorted) whose suffix is
+    one Pillow reads (``PIL.Image.registered_extensions()``: PNG, JPEG, WebP, TIFF, BMP,
+    GIF, ...), and the other files, which are not images (Pascal-VOC ``.xml`` boxes and
+    hidden files such as ``.DS_Store`` are neither); ValueError when there is no image."""
+    from PIL import Image
+
+    root = Path(root)
+    readable = {s.lower() for s in Image.registered_extensions()}
+    images, skipped = [], []
+    for p in sorted(root.rglob("*")):
+        if not p.is_file() or p.name.startswith("."):
+            continue
+        if p.suffix.lower() in readable:
+            images.append(p)
+        elif p.suffix.lower() != ".xml":
+            skipped.append(p)
+    if not images:
+        raise ValueError(f"data: no image Pillow reads (PNG, JPEG, WebP, TIFF, BMP, ...) "
+                         f"under {root}")
+    return images, skipped
 
 
 def load_image(path: str | os.PathLike) -> np.ndarray:

@@ -20,9 +20,11 @@ dealt round-robin to the ranks of a ``torchrun`` job (gloo on CPU, NCCL on GPU,
 :mod:`taylorattr.runtime.distributed`); sample ``i``'s random draws (Expected Gradients' baselines,
 Gaussian infidelity) are seeded with ``sample_seed(seed, i)``; so for a given
 ``batch_size`` every number is the same whatever the world size (bitwise, with the same
-device type and thread count). Each finished unit is a file written atomically, with the
-fingerprint of what it was computed from (:mod:`.fingerprints`); a rerun (any world size)
-computes the missing units and those whose fingerprint changed, and says what changed
+device type and thread count). Each finished unit is a file written atomically, with
+each item's result keyed by the fingerprint of what it was computed from
+(:mod:`.fingerprints`: the model, the item's input, the methods, the seed, the version);
+a rerun (any world size) computes, per item, the missing results and those whose
+fingerprint changed (a unit's such items as one batch), and says what changed
 (``resume="strict"`` refuses instead); a lock with host and pid refuses a second job on
 the same ``out`` (:mod:`.evaluation.lock`). Bad dataset items (:mod:`.evaluation.items`)
 are refused (``on_bad_item="refuse"``, the default: a ``ValueError`` naming the index) or
@@ -110,8 +112,9 @@ def _reader(dataset, shape, need_mask, on_bad_item):
                 items.append(read_item(dataset, i, shape, need_mask))
             except BadItem as exc:
                 if on_bad_item == "refuse":
-                    raise ValueError(f"{exc}; fix it or pass on_bad_item='skip' "
-                                     "(--bad-items skip) to leave it out") from None
+                    raise ValueError(f"{exc}; replace or remove it, or pass "
+                                     "on_bad_item='skip' (--bad-items skip) to leave it out"
+                                     ) from None
                 warnings.warn(f"skipped {exc}", RuntimeWarning, stacklevel=2)
                 skipped.append([i, exc.reason])
         digests = sorted([[it.index, item_digest(it.input, it.target, it.mask)] for it in items]
@@ -206,7 +209,7 @@ class DatasetStage:
         for b, units in ((self.batch_size, full), (rest, 1 if rest else 0)):
             if not units:
                 continue
-            x = torch.zeros((b,) + tuple(shape), dtype=dtype)
+            x = torch.zeros((b,) + tuple(shape), dtype=dtype, device=_model_device(model))
             c, skipped = method_costs(methods, model, x)
             if "infidelity" in self.metrics and len(methods) > len(skipped):  # shared
                 c.append(infidelity_cost(x, max_side=self.max_side, scale=scale))
@@ -227,7 +230,7 @@ def _namer(dataset):
 def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_size: int = 16,
              seed: int = 0, baseline: float = 0.0, on_bad_item: str = "refuse",
              infidelity_options: Mapping | None = None, input_shape=None,
-             device=None, resume: str = "auto") -> JobReport:
+             device=None, resume: str = "auto", show_progress: bool = False) -> JobReport:
     """Attribute and score every sample of ``dataset`` (see the module docstring).
 
     Args:
@@ -249,10 +252,11 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
             assessment's scale for an image size).
         input_shape: the expected input shape (default: the first readable item's).
         device: force a device (default ``cuda:LOCAL_RANK`` if CUDA is available).
-        resume: ``"auto"`` recomputes exactly the units whose fingerprint (model,
-            inputs, methods and options, seed, library version) changed, and reports
+        resume: ``"auto"`` recomputes exactly the items whose fingerprint (model,
+            input, methods and options, seed, library version) changed, and reports
             it in :attr:`JobReport.changes`; ``"strict"`` refuses such a rerun naming
             what changed (:mod:`.evaluation.job`).
+        show_progress: a progress bar over this process's items (for a terminal).
 
     Returns:
         This process's :class:`JobReport`; ``merged`` (rank 0) is the summary dict.
@@ -277,12 +281,12 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
     config, fields = _config(model, n, bound, batch_size, seed, on_bad_item, baseline, shape,
                              kind="evaluate", metrics=metrics, infidelity=opts)
 
-    def compute(indices: range, data) -> dict:
-        items, skipped = data
+    def compute(todo: list[int], data) -> dict:
+        items, skipped = _only(data, todo)
         device = dev or _model_device(model)
-        scores = {b.label: {k: torch.zeros(0, dtype=torch.float64) for k in metrics}
+        scores = {b.label: {k: torch.zeros(0, dtype=torch.float64, device="cpu") for k in metrics}
                   for b in bound}
-        t = torch.zeros(0, dtype=torch.long)
+        t = torch.zeros(0, dtype=torch.long, device="cpu")
         if items:
             x, t, masks = _batch(items, model, device)
             idx = [it.index for it in items]
@@ -303,14 +307,32 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
                     scores[b.label]["infidelity"] = s.detach().to("cpu", torch.float64)
                 if "bbox" in metrics:
                     scores[b.label]["bbox"] = bbox_accuracy(a, masks).to("cpu", torch.float64)
-        return {"indices": torch.tensor([it.index for it in items], dtype=torch.long),
-                "targets": t.cpu(), "skipped": skipped, "scores": scores}
+        t = t.cpu()
+        return _per_item(items, skipped, lambda j: {
+            "targets": t[j:j + 1],
+            "scores": {m: {k: v[j:j + 1] for k, v in s.items()} for m, s in scores.items()}},
+            {"targets": t[:0], "scores": {m: {k: torch.zeros(0, dtype=torch.float64)
+                                              for k in metrics} for m in scores}})
 
     model = _prepare(model, dev)
     return run_job(Path(out), config, fields, n, batch_size,
                    _reader(dataset, shape, need_mask, on_bad_item), compute,
                    lambda units: merge_units(units, [b.label for b in bound], metrics, Path(out)),
-                   device=dev, resume=resume, name_item=_namer(dataset))
+                   device=dev, resume=resume, name_item=_namer(dataset),
+                   progress=_bar(show_progress, "evaluate " + ", ".join(b.label for b in bound)))
+
+
+def _bar(show: bool, desc: str):
+    """``progress(total)`` of :func:`~.evaluation.job.run_job`: a tqdm bar over the items
+    (gone once done), or None without ``show``."""
+    if not isinstance(show, bool):
+        raise TypeError(f"show_progress must be a bool, got {type(show).__name__}")
+    if not show:
+        return None
+    import tqdm.auto
+
+    return lambda total: tqdm.auto.tqdm(total=total, desc=desc, unit="item", leave=False,
+                                        dynamic_ncols=True)
 
 
 def _model_device(model):
@@ -328,7 +350,7 @@ def _prepare(model, dev):
 
 
 def map_name(dataset, index: int, fmt: str) -> str:
-    """Where the map of item ``index`` goes under ``maps/``: the item's file path relative
+    """Where the map of item ``index`` goes under ``out``: the item's file path relative
     to the data folder with ``.<fmt>`` added (``cat/a.jpg.npy``), or ``<index:06d>.<fmt>``
     for items without a file."""
     source = item_source(dataset, index)
@@ -338,16 +360,18 @@ def map_name(dataset, index: int, fmt: str) -> str:
 def attribute_dataset(model, dataset, method, *, out, batch_size: int = 16, seed: int = 0,
                       baseline: float = 0.0, on_bad_item: str = "refuse", previews: bool = False,
                       input_shape=None, device=None, resume: str = "auto",
-                      map_format: str = "pt") -> JobReport:
-    """Attributions of every sample, saved under ``out/maps/`` named by :func:`map_name`
-    in ``map_format`` (:data:`MAP_FORMATS`; ``pt``: a dict with ``attribution``,
-    ``index``, ``target``, ``method``, ``source``) and, with ``previews``, a PNG under
-    ``out/previews/`` (channel-summed map, red positive, blue negative, symmetric scale).
+                      map_format: str = "pt", show_progress: bool = False) -> JobReport:
+    """Attributions of every sample, saved under ``out`` named by :func:`map_name` in
+    ``map_format`` (:data:`MAP_FORMATS`; ``pt``: a dict with ``attribution``, ``index``,
+    ``target``, ``method``, ``source``) and, with ``previews``, a PNG beside each map
+    (:func:`preview_name`; channel-summed map, red positive, blue negative, symmetric
+    scale).
     ``out/index.csv`` maps every map to its input (``index``, ``source``), the explained
     ``target`` and whether it is the item's label or the predicted class. Same sharding,
     seeds, lock, fingerprinted resume (``resume``) and bad-item handling as
-    :func:`evaluate`; ``summary.json`` lists what was written and skipped. Maps of items
-    no longer in the dataset are removed."""
+    :func:`evaluate` (a changed item is recomputed alone, the others' maps are kept);
+    ``summary.json`` lists what was written and skipped. Maps a previous run listed that
+    no current item writes are removed."""
     n, dev = _common(model, dataset, batch_size, seed, on_bad_item, baseline, device)
     (bound,) = resolve_methods([method] if not isinstance(method, list) else method)
     if not isinstance(previews, bool):
@@ -359,8 +383,8 @@ def attribute_dataset(model, dataset, method, *, out, batch_size: int = 16, seed
                              kind="attribute", previews=previews, map_format=map_format)
     out = Path(out)
 
-    def compute(indices: range, data) -> dict:
-        items, skipped = data
+    def compute(todo: list[int], data) -> dict:
+        items, skipped = _only(data, todo)
         device = dev or _model_device(model)
         rows = []
         if items:
@@ -368,44 +392,77 @@ def attribute_dataset(model, dataset, method, *, out, batch_size: int = 16, seed
             a = _attribute(bound, model, x, t, baseline, [it.index for it in items], seed).cpu()
             for j, it in enumerate(items):
                 name = map_name(dataset, it.index, map_format)
-                save_map(a[j], out / "maps" / name, map_format, {
+                save_map(a[j], out / name, map_format, {
                     "index": it.index, "target": int(t[j]), "method": bound.label,
                     "source": item_source(dataset, it.index) or ""})
                 if previews:
-                    save_picture(a[j], out / "previews" / map_name(dataset, it.index, "png"))
-                rows.append([it.index, item_source(dataset, it.index) or "", f"maps/{name}",
+                    save_picture(a[j], out / preview_name(name))
+                rows.append([it.index, item_source(dataset, it.index) or "", name,
                              int(t[j]), "predicted" if it.target == PREDICTED else "label"])
-        return {"indices": torch.tensor([it.index for it in items], dtype=torch.long),
-                "skipped": skipped, "rows": rows}
+        return _per_item(items, skipped, lambda j: {"rows": [rows[j]]}, {"rows": []})
 
     def merge(units):
         rows = [r for u in units for r in u["rows"]]
+        old = _listed(out / "index.csv")
         _io.save_csv([dict(zip(_INDEX_FIELDS, r)) for r in rows], out / "index.csv",
                      _INDEX_FIELDS)
-        _remove_stale(out, {r[2] for r in rows}, previews)
+        _remove_stale(out, old, {r[2] for r in rows})
         targets = sorted({r[4] for r in rows})
         result = {"method": bound.label, "n_written": len(rows),
                   "skipped": [[int(i), str(r)] for u in units for i, r in u["skipped"]],
-                  "maps": "maps/ (see index.csv)", "targets": targets}
+                  "maps": "beside index.csv, which lists them", "targets": targets}
         _io.save_json(result, out / "summary.json")
         return result
 
     model = _prepare(model, dev)
     return run_job(out, config, fields, n, batch_size,
                    _reader(dataset, shape, False, on_bad_item), compute, merge, device=dev,
-                   resume=resume, name_item=_namer(dataset))
+                   resume=resume, name_item=_namer(dataset),
+                   progress=_bar(show_progress, f"attribute {bound.label}"))
 
 
 _INDEX_FIELDS = ["index", "source", "map", "target", "explained"]
 
 
-def _remove_stale(out: Path, kept: set[str], previews: bool) -> None:
-    """Remove maps (and previews) under ``out`` that no current item wrote: a rerun on a
-    smaller or renamed dataset leaves no map of another input behind."""
-    keep = {out / k for k in kept}
-    if previews:
-        keep |= {out / "previews" / Path(k).relative_to("maps").with_suffix(".png") for k in kept}
-    for folder in ("maps", "previews"):
-        for p in (out / folder).rglob("*"):
-            if p.is_file() and p.suffix.lstrip(".") in MAP_FORMATS and p not in keep:
+def preview_name(name: str) -> str:
+    """The PNG preview beside the map ``name`` (``cat/a.jpg.pt`` -> ``cat/a.jpg.preview.png``)."""
+    return f"{name.rsplit('.', 1)[0]}.preview.png"
+
+
+def _listed(index: Path) -> set[str]:
+    """The maps a previous run listed in ``index.csv`` (none when there is no file)."""
+    try:
+        return {r["map"] for r in _io.load_csv(index)}
+    except (FileNotFoundError, KeyError, ValueError):
+        return set()
+
+
+def _remove_stale(out: Path, old: set[str], kept: set[str]) -> None:
+    """Remove the maps (and their previews) a previous run listed in ``index.csv`` that no
+    current item wrote: a rerun on a smaller or renamed dataset leaves no map of another
+    input behind; files the job did not write are never touched."""
+    root = out.resolve()
+    for name in old - kept:
+        for p in (out / name, out / preview_name(name)):
+            if p.resolve().is_relative_to(root) and p.is_file() \
+                    and p.suffix.lstrip(".") in MAP_FORMATS:
                 p.unlink()
+
+
+def _only(data, todo) -> tuple[list, list]:
+    """The items and skipped items of a unit's ``data`` whose index is in ``todo``."""
+    keep = set(todo)
+    items, skipped = data
+    return [it for it in items if it.index in keep], [s for s in skipped if s[0] in keep]
+
+
+def _per_item(items, skipped, result, empty: dict) -> dict:
+    """``{index: result}`` of a computed batch: ``result(j)`` for row ``j`` of ``items``
+    (with its ``indices``) and, for a skipped item, its reason with the ``empty`` fields
+    (no row)."""
+    out = {it.index: {"indices": torch.tensor([it.index], dtype=torch.long), "skipped": [],
+                      **result(j)} for j, it in enumerate(items)}
+    for i, reason in skipped:
+        out[int(i)] = {"indices": torch.zeros(0, dtype=torch.long),
+                       "skipped": [[int(i), reason]], **empty}
+    return out

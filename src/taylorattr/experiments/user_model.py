@@ -19,9 +19,11 @@ The returned module is in eval mode and carries ``source_digest`` (the callable'
 file and arguments, the program file's bytes) for :func:`.fingerprints.model_digest`.
 
 :func:`preprocessing` ``(model, size, resize, mean, std)``: input size and normalisation,
-each given value winning over the model's own (timm's ``pretrained_cfg``: ``input_size``,
-``crop_pct``, ``mean``, ``std``), then ImageNet's (224, 256, :data:`IMAGENET_MEAN`,
-:data:`IMAGENET_STD`). :func:`image_classifier` wraps a module with it and class names.
+each given value winning over the model's own (a ``.pt2`` program's exported height and
+width, read from its input placeholder and range constraints; timm's ``pretrained_cfg``:
+``input_size``, ``crop_pct``, ``mean``, ``std``), then ImageNet's (224, 256,
+:data:`IMAGENET_MEAN`, :data:`IMAGENET_STD`); a ``size`` the program cannot take is a
+ValueError naming ``input_size``. :func:`image_classifier` wraps a module with it and class names.
 """
 from __future__ import annotations
 
@@ -70,11 +72,39 @@ def _load_weights(model: torch.nn.Module, path, spec: str) -> None:
         state = load_state_dict(path)
     except ValueError as exc:  # not a state dict, pickled objects, a corrupt file
         raise ValueError(f"weights: {exc}") from None
+    mismatch = _mismatch(model.state_dict(), state)
+    if mismatch:
+        raise ValueError(f"weights: {path} does not fit --model {spec}: {mismatch}; give the "
+                         "state_dict() saved from this network, or the --model-args it was "
+                         "built with")
     try:
         model.load_state_dict(state)
-    except RuntimeError as exc:
+    except RuntimeError as exc:  # a check of the module's own (e.g. a custom hook)
         text = " ".join(str(exc).split())
-        raise ValueError(f"weights: {path} does not fit --model {spec}: {text[:300]}") from None
+        raise ValueError(f"weights: {path} does not fit --model {spec}: {text[:300]} ...; "
+                         "give the state_dict() saved from this network") from None
+
+
+def _mismatch(own: dict, state: dict, shown: int = 3) -> str:
+    """What differs between a module's state dict ``own`` and a file's ``state``: missing
+    and unexpected keys and shape mismatches, each with its count and the first
+    ``shown`` names ("" when they fit)."""
+    def few(names) -> str:
+        return ", ".join(names[:shown]) + (f" and {len(names) - shown} more"
+                                           if len(names) > shown else "")
+    missing = [k for k in own if k not in state]
+    unexpected = [k for k in state if k not in own]
+    shapes = [f"{k}: file {list(state[k].shape)}, model {list(own[k].shape)}"
+              for k in own if k in state and tuple(state[k].shape) != tuple(own[k].shape)]
+    parts = []
+    if shapes:
+        parts.append(f"{len(shapes)} tensor{'s' if len(shapes) != 1 else ''} of another shape "
+                     f"({few(shapes)})")
+    if missing:
+        parts.append(f"{len(missing)} missing ({few(missing)})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected ({few(unexpected)})")
+    return "; ".join(parts)
 
 
 def _call(spec: str, model_args):
@@ -114,11 +144,14 @@ def _call(spec: str, model_args):
 class ExportedProgram(torch.nn.Module):
     """A ``torch.export`` program's module (``program``) as a module whose ``eval()`` and
     ``train()`` work: the program's own raise (its graph fixes the mode it was exported
-    in), so they set only this wrapper's flag."""
+    in), so they set only this wrapper's flag. ``input_shape``: the first input's shape
+    as the program fixes it, one ``(low, high)`` range per axis (equal for a fixed axis;
+    ``high`` None: unbounded), from the program's placeholder and range constraints."""
 
-    def __init__(self, program: torch.nn.Module):
+    def __init__(self, program: torch.nn.Module, input_shape: tuple = ()):
         super().__init__()
         self.program = program
+        self.input_shape = tuple(input_shape)
 
     def forward(self, *args, **kwargs):
         return self.program(*args, **kwargs)
@@ -128,13 +161,37 @@ class ExportedProgram(torch.nn.Module):
         return self
 
 
+def _input_ranges(program) -> tuple:
+    """The first user input's axes as ``(low, high)`` ranges: a fixed axis ``(n, n)``, a
+    dynamic one its range constraint (``high`` None when unbounded); ``()`` when the
+    program has no tensor input."""
+    names = list(program.graph_signature.user_inputs)
+    node = next((n for n in program.graph.nodes if n.op == "placeholder" and names
+                 and n.name == names[0]), None)
+    val = None if node is None else node.meta.get("val")
+    if not isinstance(val, torch.Tensor):
+        return ()
+    ranges = []
+    for d in val.shape:
+        if isinstance(d, int):
+            ranges.append((d, d))
+            continue
+        vr = program.range_constraints.get(d.node.expr)
+        low = int(vr.lower) if vr is not None and vr.lower.is_finite else 0
+        high = int(vr.upper) if vr is not None and vr.upper.is_finite else None
+        ranges.append((low, high))
+    return tuple(ranges)
+
+
 def _program(path: Path) -> torch.nn.Module:
     try:
-        model = torch.export.load(str(path)).module()
+        program = torch.export.load(str(path))
+        model = program.module()
+        shape = _input_ranges(program)
     except Exception as exc:  # noqa: BLE001 - any failure to read the program is the file's
         raise ValueError(f"model: cannot load the torch.export program {path} "
                          f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
-    model = ExportedProgram(model)
+    model = ExportedProgram(model, shape)
     model.source_digest = file_digest(path)
     return model
 
@@ -186,8 +243,9 @@ def preprocessing(model, size=None, resize=None, mean=None, std=None) -> dict:
         return {k: own[k] if v is None else (tuple(v) if k in ("mean", "std") else int(v))
                 for k, v in given.items()}
     cfg = _timm_cfg(model)
+    program = _program_size(model, size)
     if size is None:
-        size = int(cfg["input_size"][-1]) if "input_size" in cfg else 224
+        size = program or (int(cfg["input_size"][-1]) if "input_size" in cfg else 224)
     if resize is None:
         crop = float(cfg.get("crop_pct") or 0.875)
         resize = round(size / crop)
@@ -196,6 +254,41 @@ def preprocessing(model, size=None, resize=None, mean=None, std=None) -> dict:
     if len(mean) != 3 or len(std) != 3:
         raise ValueError(f"mean and std: expected 3 values each (RGB), got {mean} and {std}")
     return {"size": int(size), "resize": int(resize), "mean": mean, "std": std}
+
+
+def _program_size(model, size) -> int | None:
+    """The image side a ``.pt2`` program was exported for (None: not a program, or its
+    height and width are dynamic); a ValueError naming ``input_size`` when the program
+    takes no ``[B, 3, H, W]`` images, its fixed sides are not square, or ``size``
+    lies outside what it accepts."""
+    shape = getattr(model, "input_shape", None) if isinstance(model, ExportedProgram) else None
+    if not shape:
+        return None
+    if len(shape) != 4 or shape[1] != (3, 3):
+        raise ValueError(f"input_size: the program takes inputs of shape {_shape_text(shape)}, "
+                         "not RGB images [batch, 3, H, W]; export it for images")
+    if shape[0][0] == shape[0][1]:
+        raise ValueError(f"model: the program was exported for a fixed batch of "
+                         f"{shape[0][0]}; the methods run batches of rows, so export it with "
+                         "a dynamic batch dimension (dynamic_shapes={0: torch.export.Dim("
+                         "'batch')})")
+    (hl, hh), (wl, wh) = shape[2], shape[3]
+    fixed = hl == hh and wl == wh
+    if fixed and hl != wl:
+        raise ValueError(f"input_size: the program was exported for {hl}x{wl} inputs; the "
+                         "images are center-cropped squares, so export it for a square size "
+                         "(or with dynamic height and width)")
+    if size is not None and not (max(hl, wl) <= size <= min(hh or size, wh or size)):
+        wanted = f"{hl}" if fixed else f"between {max(hl, wl)} and {min(hh or 10**9, wh or 10**9)}"
+        raise ValueError(f"input_size: the program was exported for {_shape_text(shape)} "
+                         f"inputs, so --input-size {size} cannot run it; give --input-size "
+                         f"{wanted} or leave it out")
+    return hl if fixed else None
+
+
+def _shape_text(shape) -> str:
+    return "x".join(str(lo) if lo == hi else "B" if i == 0 else f"{lo}..{hi or 'inf'}"
+                    for i, (lo, hi) in enumerate(shape))
 
 
 def image_classifier(model, class_names=None, name: str = "", **options):

@@ -385,10 +385,24 @@ def resolve(name, among=None, argument: str = "methods") -> BoundMethod:
             next((b for b in pool if _spelling(b.name) == wanted), None)
         if found is not None:
             return found
-    choices = list(dict.fromkeys(slug(b.label) for b in pool))
-    names = sorted({b.name for b in pool})
-    raise ValueError(f"{argument}: unknown method {name!r}; choose from {', '.join(choices)} "
-                     f"(labels in any spelling) or registry names {names}")
+    raise ValueError(f"{argument}: unknown method {name!r}; {_closest(name, pool)}")
+
+
+def _closest(name, pool) -> str:
+    """The few labels and registry names of ``pool`` closest to ``name`` (difflib's ratio
+    of the spellings), as a suggestion."""
+    import difflib
+
+    spellings = {}
+    for b in pool:
+        spellings.setdefault(_spelling(b.label), slug(b.label))
+        spellings.setdefault(_spelling(b.name), b.name)
+    near = difflib.get_close_matches(_spelling(name), list(spellings), n=3, cutoff=0.5)
+    shown = [repr(spellings[k]) for k in near]
+    shown = " or ".join([", ".join(shown[:-1]), shown[-1]] if len(shown) > 1 else shown)
+    hint = f"did you mean {shown}? " if near else ""
+    return (f"{hint}(labels in any spelling, e.g. 'IG' or 'Occ-4x4', or registry names "
+            "such as integrated_gradients)")
 
 
 # =======================================================================================

@@ -193,11 +193,32 @@ def _show_image(ax, image, grey: bool = False):
                   vmax=1)
 
 
+#: Panels per row of a one-image figure (``taylorattr explain``): the maps wrap onto more
+#: rows, so that each panel keeps a readable width and its title does not reach the next.
+GRID_COLUMNS = 6
+
+
+def _grid_axes(fig, panels: Sequence, n_maps: int) -> list[list]:
+    """Per image, its axes: the image's, then one per map. Several images: one row each
+    (paper Figure 5); one image: a grid of :data:`GRID_COLUMNS` columns, row by row (the
+    unused cells of the last row removed)."""
+    if len(panels) > 1:
+        return [list(r) for r in fig.subplots(len(panels), n_maps + 1, squeeze=False)]
+    cols = min(n_maps + 1, GRID_COLUMNS)
+    rows = -(-(n_maps + 1) // cols)
+    grid = fig.subplots(rows, cols, squeeze=False).ravel().tolist()
+    for ax in grid[n_maps + 1:]:
+        fig.delaxes(ax)
+    return [grid[:n_maps + 1]]
+
+
 def draw_saliency_grid(panels: Sequence, *, sign: str = "all", overlay: bool = False,
                        footer: str | None = None):
     """The figure of :func:`saliency_grid`, not saved (a matplotlib ``Figure``).
 
-    In each map's axes the last image is the plotted array, ``signed_map(map, sign)``.
+    In each map's axes the last image is the plotted array, ``signed_map(map, sign)``;
+    ``fig.axes`` lists, per image, its axes (image, then maps in order) and then its
+    colour bar.
     """
     import textwrap
 
@@ -208,9 +229,13 @@ def draw_saliency_grid(panels: Sequence, *, sign: str = "all", overlay: bool = F
         raise ValueError(f"sign must be one of {', '.join(SIGN_COLORMAPS)}, got {sign!r}")
     cmap, bar_label = SIGN_COLORMAPS[sign]
     labels = list(dict.fromkeys(label for p in panels for label in p.maps))
-    fig = _new_figure((1.9 * (len(labels) + 1) + 1.0, 2.3 * len(panels) + (0.4 if footer else 0)))
-    axes = fig.subplots(len(panels), len(labels) + 1, squeeze=False)
-    for row, panel in zip(axes, panels):
+    if len(panels) > 1:
+        size = (1.9 * (len(labels) + 1) + 1.0, 2.3 * len(panels))
+    else:
+        cols = min(len(labels) + 1, GRID_COLUMNS)
+        size = (2.3 * cols + 1.0, 2.7 * -(-(len(labels) + 1) // cols))
+    fig = _new_figure((size[0], size[1] + (0.4 if footer else 0)))
+    for row, panel in zip(_grid_axes(fig, panels, len(labels)), panels):
         _show_image(row[0], panel.image)
         row[0].set_title(panel.predicted, fontsize=8)
         shown = {k: signed_map(v, sign) for k, v in panel.maps.items() if not isinstance(v, str)}
@@ -237,7 +262,8 @@ def draw_saliency_grid(panels: Sequence, *, sign: str = "all", overlay: bool = F
             ax.set_xticks([])
             ax.set_yticks([])
         bar = fig.colorbar(ScalarMappable(norm=_norm(sign, 1.0), cmap=cmap), ax=list(row),
-                           shrink=0.8, pad=0.01, aspect=15, extend=_EXTEND[sign])
+                           shrink=0.8, pad=0.01, aspect=15 if len(panels) > 1 else 25,
+                           extend=_EXTEND[sign])
         bar.set_label(f"{bar_label}\n/ the panel's scale (title)", fontsize=8)
         bar.ax.tick_params(labelsize=7)
     if footer:
@@ -247,7 +273,8 @@ def draw_saliency_grid(panels: Sequence, *, sign: str = "all", overlay: bool = F
 
 def saliency_grid(panels: Sequence, path: str | Path, dpi: int = 150, *, sign: str = "all",
                   overlay: bool = False, footer: str | None = None) -> Path:
-    """One row per image: the image, then one map per method (paper Figure 5).
+    """One row per image: the image, then one map per method (paper Figure 5); a single
+    image's panels wrap onto rows of :data:`GRID_COLUMNS`.
 
     ``panels`` are :class:`taylorattr.experiments.saliency.SaliencyPanel` objects (``image``
     ``[H, W]`` or ``[3, H, W]`` in [0, 1], ``predicted`` (the image's title), ``maps[label]``

@@ -51,6 +51,8 @@ class Item:
 def _fetch(dataset, index: int):
     try:
         return dataset[index]
+    except (ValueError, OSError) as exc:  # the readers' own: they name the file and why
+        raise BadItem(index, f"cannot be read: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - any failure of a user's dataset is reported
         raise BadItem(index, f"cannot be read: {type(exc).__name__}: {exc}") from None
 
@@ -175,8 +177,8 @@ def match_labels(folders, labels: list[str]) -> dict[str, int]:
 
 
 class ImageFolderItems(torch.utils.data.Dataset):
-    """A folder of images, read lazily: every image (``.JPEG``/``.jpg``/``.png``, any
-    depth) is an item ``(image [3, size, size] normalised, target[, box mask])``.
+    """A folder of images, read lazily: every image (any format Pillow reads, any depth;
+    ``skipped_files``: the other files) is an item ``(image [3, size, size] normalised, target[, box mask])``.
 
     Class names: the synset of a Pascal-VOC ``<stem>.xml`` beside the image when there is
     one (its boxes give the mask), else the image's parent folder name. ``labels`` (the
@@ -193,12 +195,12 @@ class ImageFolderItems(torch.utils.data.Dataset):
     def __init__(self, root: str | os.PathLike, size: int = 224, resize: int = 256,
                  labels=None, mean=None, std=None):
         from ...data import IMAGENET_MEAN, IMAGENET_STD
-        from ...data.imagenet import image_files
+        from ...data.photos import image_files_pillow_reads
 
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(f"data folder not found: {self.root}")
-        self.files = image_files(self.root)
+        self.files, self.skipped_files = image_files_pillow_reads(self.root)
         if isinstance(labels, (str, os.PathLike)):
             labels = read_labels(labels)
         self.labels = None if labels is None else [str(s) for s in labels]

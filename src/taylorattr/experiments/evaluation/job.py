@@ -1,4 +1,4 @@
-"""The shared frame of a dataset job: lock, manifest, fingerprinted units, barrier, merge.
+"""The shared frame of a dataset job: lock, manifest, fingerprinted items, barrier, merge.
 
 :func:`run_job` runs on every process of a job (one, or each rank under ``torchrun``):
 
@@ -7,16 +7,26 @@
    method, seed, version, job settings) and, after the merge, every unit's fingerprint.
    A failure (lock held, a refused strict resume) is broadcast and every rank stops with
    the same error;
-2. every rank reads the items of its units (:func:`~.sharding.rank_units`) and
-   fingerprints them: unit ``u``'s fingerprint is the job's plus ``inputs``, the digests
-   of its items. A unit whose file holds the same fingerprint is reused; any other is
-   computed and written atomically by :class:`~taylorattr.experiments._units.UnitStore`
-   (a killed rank loses only the unit in progress). A unit computed from something else
-   is recomputed and counted, with what changed, in :attr:`JobReport.changes`; with
-   ``resume="strict"`` rank 0 first fingerprints every unit and refuses the run naming
-   what changed, before any work;
-3. after a barrier, rank 0 reads every unit and calls ``merge``; a last barrier lets the
-   other ranks return once the merged files exist; rank 0 releases the lock.
+2. every rank reads the items of its units (:func:`~.sharding.rank_units`; a unit is
+   ``batch_size`` consecutive items, computed as one batch for speed) and fingerprints
+   each item: item ``i``'s fingerprint is the job's plus ``d_i``, the digest of its
+   input as the method reads it. The result of item ``i`` is keyed by that fingerprint:
+   it is reused when the unit's file holds it under the same fingerprint, and computed
+   otherwise; a unit's missing or changed items are computed together, as one batch, and
+   the unit's file is rewritten atomically with them
+   (:class:`~taylorattr.experiments._units.UnitStore`'s folder; a killed rank loses only
+   the unit in progress). An item computed from something else is recomputed and
+   counted, with what changed, in :attr:`JobReport.changes`; with ``resume="strict"``
+   rank 0 first fingerprints every item and refuses the run naming what changed, before
+   any work;
+3. after a barrier, rank 0 reads every unit and calls ``merge`` with the items' results
+   in index order; a last barrier lets the other ranks return once the merged files
+   exist; rank 0 releases the lock.
+
+A fresh run computes every unit as one whole batch, so its numbers do not depend on the
+world size (bitwise); an item recomputed alone (its input changed) runs in a smaller
+batch, which may move its last float bits (a batched matrix product may sum in another
+order), never its inputs, weights or settings.
 """
 from __future__ import annotations
 
@@ -49,10 +59,12 @@ class UnitInput:
 
 @dataclass(frozen=True)
 class JobReport:
-    """What one process did: ``computed`` / ``reused`` units of its share, the
+    """What one process did with the items of its share: ``computed`` and ``reused``
+    items (``n_units``: the job's units, batches of ``batch_size`` items), the
     ``world_size``, rank 0's merge result (None on other ranks) and ``changes``: what
-    changed since the units were computed, ``{"model": 3, "inputs": 1, ...}`` (units per
-    field) for the units recomputed because their fingerprint differed."""
+    changed since the recomputed items were computed, ``{"model": 3, "inputs": 1, ...}``
+    (items per field); ``changed_items`` names the items whose input changed and
+    ``recomputed`` counts the items recomputed because their fingerprint differed."""
 
     rank: int
     world_size: int
@@ -63,7 +75,7 @@ class JobReport:
     stale_lock: dict | None = None
     changes: dict = field(default_factory=dict)
     changed_items: tuple = ()  # the items whose input digest changed, named
-    recomputed: int = 0  # units recomputed because what they were computed from changed
+    recomputed: int = 0  # items recomputed because what they were computed from changed
 
 
 def _unit_key(u: int) -> str:
@@ -74,67 +86,98 @@ def _unit_fingerprint(fields: Mapping, digests: list) -> dict:
     return {**fields, "inputs": digest([[int(i), str(d)] for i, d in digests])}
 
 
-def _stored(store: UnitStore, key: str):
-    """``(fingerprint, item digests)`` stored in a unit file, ``(None, [])`` when there is
-    none (or it is unreadable: it is then recomputed)."""
+@dataclass
+class _Stored:
+    """A unit file's content: the job fields it was computed under, and per item its
+    input digest and result (empty when there is no readable file)."""
+
+    fields: dict | None = None
+    digests: dict = field(default_factory=dict)
+    results: dict = field(default_factory=dict)
+
+
+def _stored(store: UnitStore, key: str) -> _Stored:
+    """What the unit file ``key`` holds; an unreadable file holds nothing reusable (its
+    items are then recomputed and counted as changed)."""
     path = store.path(key)
     if not path.is_file():
-        return None, []
+        return _Stored()
     try:
         unit = _io.load_tensors(path)
-    except ValueError:
-        return {}, []
-    return dict(unit.get("fingerprint", {})), list(unit.get("item_digests", []))
+        fields = {k: v for k, v in dict(unit["fingerprint"]).items() if k != "inputs"}
+        return _Stored(fields, {int(i): str(d) for i, d in unit["item_digests"]},
+                       {int(i): r for i, r in unit["items"]})
+    except (ValueError, KeyError, TypeError):
+        return _Stored({}, {}, {})
+
+
+def _plan(old: _Stored, fields: Mapping, digests: list) -> tuple[list[int], dict]:
+    """``(todo, why)``: the items of a unit that must be computed, and for those computed
+    before from something else, the fields that changed (``inputs``: the item's digest)."""
+    todo, why = [], {}
+    for i, d in digests:
+        i = int(i)
+        if old.fields == fields and old.digests.get(i) == str(d) and i in old.results:
+            continue
+        todo.append(i)
+        if old.fields is not None:
+            diff = changed(old.fields, fields) if old.fields else ["fingerprint"]
+            if old.digests.get(i) != str(d):
+                diff = [*diff, "inputs"]
+            why[i] = diff
+    return todo, why
 
 
 class _Changes:
-    """Tally of the units found computed from something else: units per changed field,
-    and the changed items, named."""
+    """Tally of the items found computed from something else: items per changed field,
+    and the items whose input changed, named."""
 
     def __init__(self, name_item: Callable[[int], str]):
-        self.fields, self.items, self.name_item, self.units = {}, [], name_item, 0
+        self.fields, self.items, self.name_item, self.count = {}, [], name_item, 0
 
-    def add(self, old: dict, new: dict, old_items: list, new_items: list) -> None:
-        self.units += 1
-        for k in changed(old, new) or ["fingerprint"]:
-            self.fields[k] = self.fields.get(k, 0) + 1
-        before = {int(i): d for i, d in old_items}
-        self.items += [self.name_item(int(i)) for i, d in new_items if before.get(int(i)) != d]
+    def add(self, why: Mapping[int, list]) -> None:
+        for i, diff in why.items():
+            self.count += 1
+            for k in diff:
+                self.fields[k] = self.fields.get(k, 0) + 1
+            if "inputs" in diff:
+                self.items.append(self.name_item(int(i)))
 
 
 def _describe(changes: Mapping, items: list) -> str:
-    text = ", ".join(f"{k} ({n} unit{'s' if n != 1 else ''})" for k, n in sorted(changes.items()))
+    text = ", ".join(f"{k} ({n} item{'s' if n != 1 else ''})" for k, n in sorted(changes.items()))
     if items:
         shown = ", ".join(items[:5])
-        text += f"; changed items: {shown}{' ...' if len(items) > 5 else ''}"
+        text += (f"; changed item{'s' if len(items) != 1 else ''}: {shown}"
+                 f"{' ...' if len(items) > 5 else ''}")
     return text
 
 
 def _strict_check(store: UnitStore, ranges, fields, read, name_item) -> None:
     tally = _Changes(name_item)
     for u, r in enumerate(ranges):
-        old, old_items = _stored(store, _unit_key(u))
-        if old is None:
-            continue
-        new_items = read(r).digests
-        new = _unit_fingerprint(fields, new_items)
-        if old != new:
-            tally.add(old, new, old_items, new_items)
+        old = _stored(store, _unit_key(u))
+        if old.fields is not None:
+            tally.add(_plan(old, fields, read(r).digests)[1])
     if tally.fields:
-        raise ValueError(f"out: resume='strict' (--resume strict) refuses to recompute units "
+        raise ValueError(f"out: resume='strict' (--resume strict) refuses to recompute items "
                          f"computed from something else; changed: "
                          f"{_describe(tally.fields, tally.items)}; rerun without it to "
                          "recompute them, or choose another --out")
 
 
 def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
-            read: Callable[[range], UnitInput], compute: Callable[[range, object], dict],
+            read: Callable[[range], UnitInput],
+            compute: Callable[[list[int], object], Mapping[int, dict]],
             merge: Callable[[list[dict]], object], device=None, resume: str = "auto",
-            name_item: Callable[[int], str] = str) -> JobReport:
+            name_item: Callable[[int], str] = str, progress=None) -> JobReport:
     """Run a job of ``n`` samples in units of ``batch_size`` (see the module docstring).
-    ``read(range_of_indices) -> UnitInput``; ``compute(range, unit_input.data) -> unit
-    dict``; ``merge(all units in order)``; ``fields``: the job's fingerprint;
-    ``name_item(index)``: how a changed item is named in messages."""
+    ``read(range_of_indices) -> UnitInput``; ``compute(indices, unit_input.data) ->
+    {index: result}`` for the listed indices of the unit (computed as one batch);
+    ``merge(every item's result, in index order)``; ``fields``: the job's fingerprint;
+    ``name_item(index)``: how a changed item is named in messages; ``progress(total)``:
+    a bar (``update(items)``, ``close()``) over this rank's ``total`` items, moved after
+    each unit."""
     if resume not in RESUME:
         raise ValueError(f"resume must be one of {RESUME}, got {resume!r}")
     out = Path(out)
@@ -164,33 +207,38 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
             store = store or _OpenStore(out / "units")
             computed = reused = 0
             tally = _Changes(name_item)
-            for u in rank_units(len(ranges), ctx.rank, ctx.world_size):
+            mine = rank_units(len(ranges), ctx.rank, ctx.world_size)
+            bar = None if progress is None else progress(sum(len(ranges[u]) for u in mine))
+            for u in mine:
                 key = _unit_key(u)
                 unit_input = read(ranges[u])
-                new = _unit_fingerprint(fields, unit_input.digests)
-                old, old_items = _stored(store, key)
-                if old == new:
-                    reused += 1
-                    continue
-                if old is not None:
-                    tally.add(old, new, old_items, unit_input.digests)
-                result = compute(ranges[u], unit_input.data)
-                _io.save_tensors({**result, "fingerprint": new,
-                                  "item_digests": [[int(i), str(d)]
-                                                   for i, d in unit_input.digests]},
-                                 store.path(key))
-                computed += 1
+                old = _stored(store, key)
+                todo, why = _plan(old, fields, unit_input.digests)
+                reused += len(unit_input.digests) - len(todo)
+                if todo:
+                    tally.add(why)
+                    results = {**old.results, **compute(todo, unit_input.data)}
+                    _io.save_tensors({
+                        "items": [[int(i), results[int(i)]] for i, _ in unit_input.digests],
+                        "fingerprint": _unit_fingerprint(fields, unit_input.digests),
+                        "item_digests": [[int(i), str(d)] for i, d in unit_input.digests]},
+                        store.path(key))
+                    computed += len(todo)
+                if bar is not None:
+                    bar.update(len(ranges[u]))
+            if bar is not None:
+                bar.close()
             ctx.barrier()
             merged = None
             if ctx.is_main:
                 units = [_io.load_tensors(store.path(_unit_key(u))) for u in range(len(ranges))]
-                merged = merge(units)
+                merged = merge([r for unit in units for _, r in unit["items"]])
                 manifest = _io.load_json(out / "manifest.json")
-                manifest["unit_fingerprints"] = [u["fingerprint"] for u in units]
+                manifest["unit_fingerprints"] = [unit["fingerprint"] for unit in units]
                 _io.save_json(manifest, out / "manifest.json")
             ctx.barrier()
             return JobReport(ctx.rank, ctx.world_size, len(ranges), computed, reused, merged,
-                             lock.stale, tally.fields, tuple(tally.items), tally.units)
+                             lock.stale, tally.fields, tuple(tally.items), tally.count)
         finally:
             lock.release()
 
