@@ -20,6 +20,8 @@ __all__ = [
     "check_model",
     "check_positive_int",
     "check_seed",
+    "cpu_generator",
+    "draw",
     "flat_target",
     "model_output",
     "resolve_target",
@@ -175,7 +177,7 @@ def resolve_target(target, output: torch.Tensor, name: str = "target") -> torch.
         if len(target) != batch:
             raise ValueError(f"{name} must give one class per sample ({batch}), got "
                              f"{len(target)}")
-        target = torch.tensor(target, dtype=torch.long)
+        target = torch.tensor(target, dtype=torch.long, device=output.device)
     if output.dim() == 1:
         if target is not None:
             raise ValueError(f"{name} must be None for a model with output shape [B], got {target!r}")
@@ -267,3 +269,34 @@ def check_seed(seed, name: str = "seed") -> int:
 def check_nonnegative_real(value, name: str) -> float:
     """A finite real number >= 0 (not a bool), as a float."""
     return check_real(value, name, 0.0)
+
+
+def cpu_generator(seed: int) -> torch.Generator:
+    """The library's one way to make a seeded generator: a CPU ``torch.Generator`` seeded
+    with ``seed`` (checked by the caller).
+
+    Every random draw of the library comes from such a generator through :func:`draw`:
+    the numbers are drawn on the CPU and then moved to the device of the inputs, so a
+    seed gives the same numbers on every device (a CUDA generator draws a different
+    stream from the same seed), and a CPU generator never meets the CUDA default device
+    that ``torch.set_default_device('cuda')`` installs. The price is one host-to-device
+    copy of the draws, small beside the model evaluations they feed.
+    """
+    return torch.Generator(device="cpu").manual_seed(int(seed))
+
+
+def draw(factory, *args, generator: torch.Generator, device, **kwargs) -> torch.Tensor:
+    """``factory(*args, generator=generator, **kwargs)`` drawn on the CPU, then moved to
+    ``device`` (the device of the inputs the draws are for; ``"cpu"`` for draws that stay
+    on the host, such as indices into a CPU dataset).
+
+    ``factory`` is one of ``torch.randn``, ``torch.rand``, ``torch.randint`` and
+    ``torch.randperm`` (any factory taking ``generator=``, ``device=`` and ``dtype=``);
+    ``dtype`` passes through (draw in float64 and cast afterwards to keep the numbers
+    of every dtype the same draws). The draw is made with an explicit ``device="cpu"``,
+    so neither the default device nor the device of ``generator`` decides where it lands.
+    """
+    if generator.device.type != "cpu":
+        raise ValueError(f"generator must be a CPU torch.Generator (draws are made on the CPU "
+                         f"and moved), got one on {generator.device}")
+    return factory(*args, generator=generator, device="cpu", **kwargs).to(device)

@@ -64,8 +64,8 @@ def window_masks(sizes, patch, stride) -> list[torch.Tensor]:
     masks = []
     for size, p, s in zip(sizes, patch, stride):
         n = math.ceil((size - p) / s) + 1
-        starts = torch.arange(n) * s
-        pos = torch.arange(size)
+        starts = torch.arange(n, device="cpu") * s
+        pos = torch.arange(size, device="cpu")
         masks.append((pos >= starts[:, None]) & (pos < (starts[:, None] + p)))
     return masks
 
@@ -82,7 +82,7 @@ def window_ids(sample_shape: tuple[int, ...], patch) -> torch.Tensor:
     shaped like one sample: the layout of :class:`Occlusion` (an int patch groups all
     channels of a pixel of ``[C, H, W]`` samples; windows past the edge are cut there)."""
     patch_t, _, sizes = window_geometry(tuple(sample_shape), patch, None)
-    ids = torch.zeros((), dtype=torch.long)
+    ids = torch.zeros((), dtype=torch.long, device="cpu")
     for mask in window_masks(sizes, patch_t, patch_t):
         ids = ids.unsqueeze(-1) * mask.shape[0] + mask.long().argmax(0)
     return ids.expand(tuple(sample_shape)).contiguous()
@@ -147,7 +147,7 @@ def default_groups(sample_shape: tuple[int, ...], max_groups: int) -> torch.Tens
                     if math.ceil(h / p) * math.ceil(w / p) <= max_groups)
         return window_ids(tuple(sample_shape), side)
     if n <= max_groups:
-        return torch.arange(n).view(sample_shape)
+        return torch.arange(n, device="cpu").view(sample_shape)
     raise ValueError(f"groups is required for samples of shape {tuple(sample_shape)} with {n} "
                      f"features (> max_groups={max_groups}): pass groups=<integer id tensor shaped "
                      "like one sample>, or raise max_groups to pair every feature")

@@ -16,7 +16,7 @@ __all__ = ["boxes_to_mask"]
 
 
 def _as_box_tensor(boxes, name: str) -> torch.Tensor:
-    b = torch.as_tensor(boxes)
+    b = torch.as_tensor(boxes, device=boxes.device if isinstance(boxes, torch.Tensor) else "cpu")
     if b.dtype == torch.bool or b.is_complex():
         raise TypeError(f"{name} must hold real numbers, got dtype {b.dtype}")
     b = b.to(torch.float64)
@@ -55,8 +55,8 @@ def boxes_to_mask(boxes, height: int, width: int) -> torch.Tensor:
         raise ValueError(
             f"boxes must be [K, 4], [B, K, 4] or a list of [K, 4], got {tuple(b.shape)}"
         )
-    cols = torch.arange(width, dtype=torch.float64) + 0.5
-    rows = torch.arange(height, dtype=torch.float64) + 0.5
+    cols = torch.arange(width, dtype=torch.float64, device=b.device) + 0.5
+    rows = torch.arange(height, dtype=torch.float64, device=b.device) + 0.5
     in_x = (cols >= b[..., 0:1]) & (cols < b[..., 2:3])  # [..., K, W]
     in_y = (rows >= b[..., 1:2]) & (rows < b[..., 3:4])  # [..., K, H]
     return (in_y.to(torch.float32).transpose(-1, -2) @ in_x.to(torch.float32)) > 0

@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .._validation import check_int
+from .._validation import check_int, cpu_generator
 from .boxes import boxes_to_mask
 
 __all__ = ["ClutteredMnist", "cluttered_mnist"]
@@ -59,18 +59,18 @@ def cluttered_mnist(images: torch.Tensor, labels: torch.Tensor, n: int, canvas: 
     if nonblank.size == 0:
         raise ValueError("images holds no nonblank digit")
 
-    g_digit = torch.Generator().manual_seed(int(seed))
-    g_clutter = torch.Generator().manual_seed((int(seed) * 1_000_003 + 7919) % (2**63))
-    pick = torch.from_numpy(nonblank)[torch.randint(len(nonblank), (n,), generator=g_digit)]
-    ys = torch.randint(canvas - s_h + 1, (n,), generator=g_digit)
-    xs = torch.randint(canvas - s_w + 1, (n,), generator=g_digit)
+    g_digit = cpu_generator(int(seed))
+    g_clutter = cpu_generator((int(seed) * 1_000_003 + 7919) % (2**63))
+    pick = torch.from_numpy(nonblank)[torch.randint(len(nonblank), (n,), generator=g_digit, device="cpu")]
+    ys = torch.randint(canvas - s_h + 1, (n,), generator=g_digit, device="cpu")
+    xs = torch.randint(canvas - s_w + 1, (n,), generator=g_digit, device="cpu")
     m_h = min(4, (s_h - fragment) // 2)
     m_w = min(4, (s_w - fragment) // 2)
     c_src = torch.from_numpy(nonblank)[
-        torch.randint(len(nonblank), (n, n_clutter), generator=g_clutter)]
-    c_y = torch.randint(m_h, s_h - fragment - m_h + 1, (n, n_clutter), generator=g_clutter)
-    c_x = torch.randint(m_w, s_w - fragment - m_w + 1, (n, n_clutter), generator=g_clutter)
-    c_u = torch.rand((n, n_clutter), generator=g_clutter, dtype=torch.float64)
+        torch.randint(len(nonblank), (n, n_clutter), generator=g_clutter, device="cpu")]
+    c_y = torch.randint(m_h, s_h - fragment - m_h + 1, (n, n_clutter), generator=g_clutter, device="cpu")
+    c_x = torch.randint(m_w, s_w - fragment - m_w + 1, (n, n_clutter), generator=g_clutter, device="cpu")
+    c_u = torch.rand((n, n_clutter), generator=g_clutter, dtype=torch.float64, device="cpu")
 
     pick_np, ys_np, xs_np = pick.numpy(), ys.numpy(), xs.numpy()
     c_src_np, c_y_np, c_x_np, c_u_np = c_src.numpy(), c_y.numpy(), c_x.numpy(), c_u.numpy()

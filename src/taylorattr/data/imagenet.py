@@ -72,8 +72,8 @@ def imagenet_transform(image, resize: int = 256, size: int = 224,
     new_w, new_h, left, top = resize_crop_geometry(img.width, img.height, resize, size)
     img = img.resize((new_w, new_h), Image.BILINEAR).crop((left, top, left + size, top + size))
     x = torch.from_numpy(np.array(img, dtype=np.float32) / 255.0).permute(2, 0, 1)
-    m = torch.tensor(mean, dtype=torch.float32).view(3, 1, 1)
-    s = torch.tensor(std, dtype=torch.float32).view(3, 1, 1)
+    m = torch.tensor(mean, dtype=torch.float32, device="cpu").view(3, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32, device="cpu").view(3, 1, 1)
     return ((x - m) / s).contiguous()
 
 
@@ -90,7 +90,7 @@ def transform_mask(mask: torch.Tensor, resize: int = 256, size: int = 224) -> to
         raise ValueError("mask must be a 2-D tensor [H, W]")
     h, w = mask.shape
     new_w, new_h, left, top = resize_crop_geometry(w, h, resize, size)
-    out_idx = torch.arange(size, dtype=torch.int64)
+    out_idx = torch.arange(size, dtype=torch.int64, device=mask.device)
     rows = ((2 * (out_idx + top) + 1) * h) // (2 * new_h)
     cols = ((2 * (out_idx + left) + 1) * w) // (2 * new_w)
     return mask.to(torch.bool)[rows][:, cols]

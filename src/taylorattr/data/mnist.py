@@ -15,7 +15,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from .._validation import check_int, check_optional_positive_int
+from .._validation import check_int, check_optional_positive_int, cpu_generator, draw
 from .idx import read_idx
 
 __all__ = ["MnistSplit", "held_out_digits", "load_mnist", "mnist_split"]
@@ -136,7 +136,7 @@ def mnist_split(images: torch.Tensor, labels: torch.Tensor, seed: int = 0,
     check_int(held_out, "held_out", 0)
     n = images.shape[0]
     n_held = min(held_out, n // 2)
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    perm = draw(torch.randperm, n, generator=cpu_generator(int(seed)), device="cpu")
     held, train = perm[:n_held], perm[n_held:]
     return MnistSplit(images[train], labels[train], images[held], labels[held])
 

@@ -87,4 +87,4 @@ def parse_voc_xml(path: str | os.PathLike, one_based: bool = True) -> VocAnnotat
         names.append(name_el.text.strip())
     if not boxes:
         raise ValueError(f"{p}: no <object> with a bounding box")
-    return VocAnnotation(names, torch.tensor(boxes, dtype=torch.float64), size)
+    return VocAnnotation(names, torch.tensor(boxes, dtype=torch.float64, device="cpu"), size)

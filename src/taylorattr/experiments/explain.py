@@ -204,7 +204,7 @@ def _interaction_figure(net, x, target: int, taylor_model, out: Path, stem: str,
     from ..taylor.pair_interactions import interactions
 
     expanded, note = (net, "") if taylor_model is None else taylor_model(net)
-    result = interactions(expanded, x, 0.0, torch.tensor([target]), order=2,
+    result = interactions(expanded, x, 0.0, torch.tensor([target], device=x.device), order=2,
                           show_progress=show_progress)
     path = out / f"{stem}-interactions.png"
     title = f"pair interactions J_2 of {result.pairs.shape[-1]} patches" + (

@@ -89,7 +89,7 @@ def model_digest(model: torch.nn.Module) -> str:
 
 def item_digest(x: torch.Tensor, target, mask=None) -> str:
     """A short hash of one dataset item as a method reads it."""
-    parts = [("x", x), ("target", torch.tensor(int(target)))]
+    parts = [("x", x), ("target", torch.tensor(int(target), device=x.device))]
     if mask is not None:
         parts.append(("mask", mask))
     return tensors_digest(parts)

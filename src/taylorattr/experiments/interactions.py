@@ -37,7 +37,7 @@ __all__ = ["InteractionResult", "InteractionsStage", "format_interactions", "run
 def unit_costs(x: torch.Tensor, order: int) -> list:
     """The rows of one interactions unit (:func:`_split`): ``f(x) - f(0)``, the
     whole-input expansion and the exact pair interactions."""
-    whole = torch.zeros(x.shape[1:], dtype=torch.long)
+    whole = torch.zeros(x.shape[1:], dtype=torch.long, device=x.device)
     return [forwards(2 * x.shape[0]), group_expansions_cost(x, 0.0, order, whole),
             interactions_cost(x, None, order)]
 
@@ -93,7 +93,7 @@ class InteractionResult:
 def _split(model, x: torch.Tensor, order: int, progress: bool = False) -> dict:
     """Per sample and order: P_k, own, pairs (``[B, K]``), the result and ``df``."""
     target, df = predicted_drop(model, x)
-    whole = torch.zeros(x.shape[1:], dtype=torch.long)
+    whole = torch.zeros(x.shape[1:], dtype=torch.long, device=x.device)
     total = group_expansions(model, x, 0.0, target, order, whole,
                              show_progress=progress)[:, 0]  # [B, K]
     result = interactions(model, x, 0.0, target, order=order, show_progress=progress)

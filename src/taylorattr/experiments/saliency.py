@@ -48,7 +48,7 @@ def saliency_maps(model, x: torch.Tensor, target: int, methods, show_progress: b
     (against the black image); a method that cannot run gets the reason instead.
     ``show_progress``: each method's per-chunk bar."""
     maps, notes = {}, []
-    t = torch.tensor([target])
+    t = torch.tensor([target], device=x.device)
     for method in methods:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -148,7 +148,7 @@ class SaliencyStage:
         target forward and every method."""
         from .. import data, models
 
-        digits = torch.zeros(1, 1, 28, 28)
+        digits = torch.zeros(1, 1, 28, 28, device=torch.get_default_device())
         c_sp = architecture("c_sp", self.seed)
         costs, skipped = method_costs(self.digit_methods(), c_sp, digits)
         parts = [([forwards(1), *costs] * self.n_digits, c_sp, digits)]

@@ -319,7 +319,7 @@ class ValidationStudy:
 
 
 def _mean_spread(values) -> tuple[float, float | None]:
-    v = torch.tensor([float(x) for x in values], dtype=torch.float64)
+    v = torch.tensor([float(x) for x in values], dtype=torch.float64, device="cpu")
     return float(v.mean()), (float(v.std()) if v.numel() > 1 else None)
 
 

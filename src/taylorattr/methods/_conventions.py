@@ -291,7 +291,7 @@ class _Aggregate:
             ids, offset = [], 0
             for s in shapes:
                 n = int(np.prod(s)) if s else 1
-                ids.append(torch.arange(offset, offset + n).reshape((1, 1) + (s or (1,))))
+                ids.append(torch.arange(offset, offset + n, device="cpu").reshape((1, 1) + (s or (1,))))
                 offset += n
             options["feature_mask"] = tuple(ids) if self.is_tuple else ids[0]
         return options

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import _validation as V
 from .._validation import (
     broadcast_baselines,
     check_bool,
@@ -66,24 +67,27 @@ def draw(inputs: torch.Tensor, baselines=None, n_samples: int = 50, noise_std=No
     :class:`~taylorattr.baselines.Noise` (``c + s * eps``, ``eps ~ N(0, I)``, ``c`` the
     input or a fixed point), or ``noise_std = s`` as a shorthand for ``Noise(s)`` around
     the input; exactly one must be given. Draws are made on the CPU from
-    ``torch.Generator().manual_seed(seed)``: first the baselines, then ``alphas ~ U(0,1)``
-    (in float64, then cast to the dtype of ``inputs``).
+    ``_validation.cpu_generator(seed)``: first the baselines, then ``alphas ~ U(0,1)``
+    (in float64, then cast to the dtype and device of ``inputs``: the same draws on every
+    device).
     """
     x = check_inputs(inputs).detach()
     n = check_positive_int(n_samples, "n_samples")
     seed = _check_seed(seed)
     dist = _distribution(baselines, noise_std)
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    gen = V.cpu_generator(seed)
     batch, feat = x.shape[0], tuple(x.shape[1:])
     if isinstance(dist, Noise):
-        eps = torch.randn((batch, n) + feat, generator=gen, dtype=torch.float64)
+        eps = V.draw(torch.randn, (batch, n) + feat, generator=gen, device=x.device,
+                   dtype=torch.float64)
         center = x if isinstance(dist.around, str) else broadcast_baselines(dist.around, x)
         xb = center.unsqueeze(1) + float(dist.std) * eps.to(x.device, x.dtype)
     else:
         ref = _reference_rows(dist.samples, x)
-        idx = torch.randint(ref.shape[0], (batch, n), generator=gen)
+        idx = V.draw(torch.randint, ref.shape[0], (batch, n), generator=gen, device=ref.device)
         xb = ref[idx.to(ref.device)].to(x.device)
-    alphas = torch.rand((batch, n), generator=gen, dtype=torch.float64).to(x.device, x.dtype)
+    alphas = V.draw(torch.rand, (batch, n), generator=gen, device=x.device,
+                  dtype=torch.float64).to(x.dtype)
     return EGDraws(xb, alphas)
 
 

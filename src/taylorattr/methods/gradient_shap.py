@@ -67,13 +67,14 @@ def draw(inputs: torch.Tensor, baselines=None, n_samples: int = 50, stdevs: floa
     """``n_samples`` draws per sample: references and path positions as
     :func:`taylorattr.methods.expected_gradients.draw` with ``seed``, and input noise
     ``stdevs * eps`` (``eps ~ N(0, I)`` in float64 from a generator seeded with
-    ``noise_seed(seed)``, then cast to the inputs' dtype)."""
+    ``noise_seed(seed)`` on the CPU, then cast to the inputs' dtype and device)."""
     x = check_inputs(inputs).detach()
     n = check_positive_int(n_samples, "n_samples")
     s = V.check_nonnegative_real(stdevs, "stdevs")
     eg = eg_draw(x, baselines, n, noise_std, seed)
-    gen = torch.Generator(device="cpu").manual_seed(noise_seed(seed))
-    eps = torch.randn((x.shape[0], n) + tuple(x.shape[1:]), generator=gen, dtype=torch.float64)
+    gen = V.cpu_generator(noise_seed(seed))
+    eps = V.draw(torch.randn, (x.shape[0], n) + tuple(x.shape[1:]), generator=gen,
+                 device=x.device, dtype=torch.float64)
     return GSDraws((s * eps).to(x.device, x.dtype), eg.baselines, eg.alphas)
 
 

@@ -50,8 +50,8 @@ def quadrature(method: str, n_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
         return (torch.from_numpy(0.5 * (nodes + 1.0)), torch.from_numpy(0.5 * weights))
     if method == "riemann_trapezoid" and n < 2:
         raise ValueError(f"n_steps must be >= 2 for method='riemann_trapezoid', got {n}")
-    k = torch.arange(n, dtype=torch.float64)
-    w = torch.full((n,), 1.0 / n, dtype=torch.float64)
+    k = torch.arange(n, dtype=torch.float64, device="cpu")
+    w = torch.full((n,), 1.0 / n, dtype=torch.float64, device="cpu")
     if method == "riemann_left":
         a = k / n
     elif method == "riemann_right":
@@ -60,7 +60,7 @@ def quadrature(method: str, n_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
         a = (k + 0.5) / n
     else:  # the trapezoid rule on n equally spaced nodes 0, 1/(n-1), ..., 1
         a = k / (n - 1)
-        w = torch.full((n,), 1.0 / (n - 1), dtype=torch.float64)
+        w = torch.full((n,), 1.0 / (n - 1), dtype=torch.float64, device="cpu")
         w[0] = w[-1] = 0.5 / (n - 1)
     return a, w
 

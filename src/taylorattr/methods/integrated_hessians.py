@@ -44,7 +44,7 @@ def path_points(n_steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]
     Gauss-Legendre rule with their weights for the Hessian term (``w_k w_l a_k b_l``, summed
     over the nodes meeting at ``g``) and for the gradient term (``w_k w_l``), float64."""
     a, w = quadrature("gausslegendre", n_steps)
-    k, l = torch.triu_indices(n_steps, n_steps)
+    k, l = torch.triu_indices(n_steps, n_steps, device="cpu")
     twice = torch.where(k == l, 1.0, 2.0).to(torch.float64)
     g = a[k] * a[l]
     w_grad = twice * w[k] * w[l]
@@ -120,7 +120,7 @@ def network_integrated_hessians(model, inputs: torch.Tensor, baselines=0.0, targ
         t = V.resolve_target(target, V.model_output(model, x))
     shape = tuple(x.shape[1:])
     n = math.prod(shape)
-    ids = torch.arange(n) if groups is None else resolve_groups(groups, shape).reshape(-1)
+    ids = torch.arange(n, device=x.device) if groups is None else resolve_groups(groups, shape).reshape(-1)
     ids = ids.to(x.device)
     G = int(ids.max()) + 1
     member = (ids[None, :] == torch.arange(G, device=x.device)[:, None]).to(x.dtype)

@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from .._validation import check_seed
+from .._validation import check_seed, cpu_generator
 
 __all__ = ["draw_coalitions", "paired_design", "plan"]
 
@@ -39,7 +39,7 @@ _DISTINCT_SHARE = 100
 
 def _kernel_sizes(G: int) -> torch.Tensor:
     """``K_s = (G - 1) / (s (G - s))`` for ``s = 0..G`` (0 at the end points), float64."""
-    s = torch.arange(G + 1, dtype=torch.float64)
+    s = torch.arange(G + 1, dtype=torch.float64, device="cpu")
     k = (G - 1) / (s * (G - s))
     k[0] = k[G] = 0.0
     return k
@@ -49,8 +49,8 @@ def _enumerate_size(G: int, s: int) -> torch.Tensor:
     """All ``C(G, s)`` coalitions of size ``s``, ``[C(G, s), G]`` bool."""
     if 2 * s > G:
         return ~_enumerate_size(G, G - s)
-    idx = torch.tensor(list(itertools.combinations(range(G), s)), dtype=torch.long)
-    out = torch.zeros(math.comb(G, s), G, dtype=torch.bool)
+    idx = torch.tensor(list(itertools.combinations(range(G), s)), dtype=torch.long, device="cpu")
+    out = torch.zeros(math.comb(G, s), G, dtype=torch.bool, device="cpu")
     if s:
         out.scatter_(1, idx.view(-1, s), True)
     return out
@@ -87,29 +87,29 @@ def paired_design(G: int, rows: int, batch: int, seed: int):
     k = _kernel_sizes(G)
     enumerated, sampled, U = plan(G, rows)
     fixed = [_enumerate_size(G, s) for s in enumerated]
-    fixed_w = [torch.full((c.shape[0],), float(k[s]) / c.shape[0], dtype=torch.float64)
+    fixed_w = [torch.full((c.shape[0],), float(k[s]) / c.shape[0], dtype=torch.float64, device="cpu")
                for c, s in zip(fixed, enumerated)]
-    fixed = torch.cat(fixed) if fixed else torch.zeros(0, G, dtype=torch.bool)
-    fixed_w = torch.cat(fixed_w) if fixed_w else torch.zeros(0, dtype=torch.float64)
+    fixed = torch.cat(fixed) if fixed else torch.zeros(0, G, dtype=torch.bool, device="cpu")
+    fixed_w = torch.cat(fixed_w) if fixed_w else torch.zeros(0, dtype=torch.float64, device="cpu")
     n_fixed = fixed.shape[0]
     coal = fixed[None].expand(batch, -1, -1)
     weights = fixed_w[None].expand(batch, -1)
-    unit = torch.full((batch, n_fixed), -1, dtype=torch.long)
-    stratum = torch.full((batch, n_fixed), -1, dtype=torch.long)
+    unit = torch.full((batch, n_fixed), -1, dtype=torch.long, device="cpu")
+    stratum = torch.full((batch, n_fixed), -1, dtype=torch.long, device="cpu")
     if U == 0:
         return coal.contiguous(), weights.contiguous(), unit, stratum
-    gen = torch.Generator().manual_seed(check_seed(seed))
-    sizes = torch.tensor(sampled)
-    w_h = k[sizes] + torch.where(G - sizes != sizes, k[G - sizes], torch.zeros(()))
+    gen = cpu_generator(check_seed(seed))
+    sizes = torch.tensor(sampled, device="cpu")
+    w_h = k[sizes] + torch.where(G - sizes != sizes, k[G - sizes], torch.zeros((), device="cpu"))
     share = w_h / w_h.sum()
     # systematic sampling: pair j of sample b falls in the stratum whose cumulative share
     # holds (j + u_b) / U, so stratum h gets U p_h pairs up to less than one
-    offset = torch.rand(batch, 1, generator=gen, dtype=torch.float64)
-    points = (torch.arange(U, dtype=torch.float64)[None] + offset) / U
+    offset = torch.rand(batch, 1, generator=gen, dtype=torch.float64, device="cpu")
+    points = (torch.arange(U, dtype=torch.float64, device="cpu")[None] + offset) / U
     edges = torch.cumsum(share, 0)
     h = torch.searchsorted(edges, points.contiguous(), right=True).clamp(max=len(sampled) - 1)
     size = sizes[h]  # [B, U]
-    ranks = torch.rand(batch, U, G, generator=gen).argsort(-1).argsort(-1)
+    ranks = torch.rand(batch, U, G, generator=gen, device="cpu").argsort(-1).argsort(-1)
     first = ranks < size[..., None]  # uniform among the coalitions of size s
     for b in range(batch):  # small strata: distinct coalitions (sampling without replacement)
         for value in torch.unique(size[b]).tolist():
@@ -117,10 +117,10 @@ def paired_design(G: int, rows: int, batch: int, seed: int):
             total = math.comb(G, value)
             if 2 * value == G or len(where) * _DISTINCT_SHARE < total or len(where) > total:
                 continue  # (drawn with replacement, duplicates are rare: under 1 in 200)
-            pick = torch.randperm(total, generator=gen)[:len(where)]
+            pick = torch.randperm(total, generator=gen, device="cpu")[:len(where)]
             first[b, where] = _unrank(G, value, pick)
     pair_w = (w_h[h] / (2 * U * share[h])).to(torch.float64)  # each coalition of the pair
-    units = torch.arange(U)[None].expand(batch, U)
+    units = torch.arange(U, device="cpu")[None].expand(batch, U)
     coal = torch.cat([coal, first, ~first], 1)
     weights = torch.cat([weights, pair_w, pair_w], 1)
     unit = torch.cat([unit, units, units], 1)
@@ -132,12 +132,12 @@ def _unrank(G: int, s: int, ranks: torch.Tensor) -> torch.Tensor:
     """The coalitions of size ``s`` with lexicographic ranks ``ranks`` (``[m]`` long, each
     below ``C(G, s)``), ``[m, G]`` bool (the combinatorial number system)."""
     m = ranks.shape[0]
-    out = torch.zeros(m, G, dtype=torch.bool)
-    left = torch.full((m,), s, dtype=torch.long)
+    out = torch.zeros(m, G, dtype=torch.bool, device="cpu")
+    left = torch.full((m,), s, dtype=torch.long, device="cpu")
     r = ranks.clone()
     cap = math.comb(G, s) + 1  # counts above every rank compare alike
     table = torch.tensor([[min(math.comb(n, k), cap) if k >= 0 else 0 for k in range(-1, s)]
-                          for n in range(G)], dtype=torch.long)  # table[n, k + 1] = C(n, k)
+                          for n in range(G)], dtype=torch.long, device="cpu")  # table[n, k + 1] = C(n, k)
     for i in range(G):
         # coalitions (lexicographic) holding player i next: C(G - i - 1, left - 1)
         count = table[G - i - 1, left.clamp(min=0)]  # C(G - i - 1, left - 1)
@@ -155,23 +155,23 @@ def draw_coalitions(n_players: int, n_samples: int, batch: int, seed) -> torch.T
     the global generator, and the global generator left as Captum leaves it)."""
     G = n_players
     gen = seed if isinstance(seed, torch.Generator) else \
-        torch.Generator().manual_seed(check_seed(seed))
-    sizes = torch.arange(G, dtype=torch.float)
-    probs = torch.tensor(G - 1) / (sizes * (G - sizes))  # Captum's float32 arithmetic
+        cpu_generator(check_seed(seed))
+    sizes = torch.arange(G, dtype=torch.float, device="cpu")
+    probs = torch.tensor(G - 1, device="cpu") / (sizes * (G - sizes))  # Captum's float32 arithmetic
     probs[0] = 0.0
     probs = (probs / probs.sum(-1, keepdim=True)).reshape(1, -1)
-    out = torch.zeros(batch, n_samples, G, dtype=torch.bool)
+    out = torch.zeros(batch, n_samples, G, dtype=torch.bool, device="cpu")
     for b in range(batch):
         out[b, 0] = True
         for s in range(2, n_samples):
             k = int(torch.multinomial(probs, 1, True, generator=gen))
-            vals = torch.randn(1, G, generator=gen)
+            vals = torch.randn(1, G, generator=gen, device="cpu")
             threshold = torch.kthvalue(vals, G - k).values.item()
             out[b, s] = (vals > threshold)[0]
         # Captum's fit of each sample takes draws from the same (global) generator: its
         # DataLoader's base seed and the default initialisation of an nn.Linear(G, 1)
         # surrogate. Take them too, so that batches stay in step with Captum.
-        torch.empty((), dtype=torch.int64).random_(generator=gen)
-        torch.empty(1, G).uniform_(generator=gen)
-        torch.empty(1).uniform_(generator=gen)
+        torch.empty((), dtype=torch.int64, device="cpu").random_(generator=gen)
+        torch.empty(1, G, device="cpu").uniform_(generator=gen)
+        torch.empty(1, device="cpu").uniform_(generator=gen)
     return out

@@ -79,15 +79,15 @@ def _kkt_solve(A: torch.Tensor, b: torch.Tensor, df: torch.Tensor, keep: torch.T
     ``M`` of the inverse KKT matrix; ``keep [B, G]`` bool: players allowed a non-zero value.
     The least-squares solution of the KKT system (minimum norm when under-determined)."""
     B, G = b.shape
-    ones = torch.ones(B, G, 1, dtype=A.dtype)
+    ones = torch.ones(B, G, 1, dtype=A.dtype, device=A.device)
     if keep is not None:  # players outside keep: phi_i = 0 (row i of the system is e_i)
         drop = ~keep
-        A = torch.where(drop[:, :, None] | drop[:, None, :], torch.zeros((), dtype=A.dtype), A)
+        A = torch.where(drop[:, :, None] | drop[:, None, :], torch.zeros((), dtype=A.dtype, device=A.device), A)
         A = A + torch.diag_embed(drop.to(A.dtype))
-        b = torch.where(drop, torch.zeros((), dtype=b.dtype), b)
+        b = torch.where(drop, torch.zeros((), dtype=b.dtype, device=b.device), b)
         ones = ones * keep[..., None].to(A.dtype)
     top = torch.cat([A, ones], 2)
-    bottom = torch.cat([ones.transpose(1, 2), torch.zeros(B, 1, 1, dtype=A.dtype)], 2)
+    bottom = torch.cat([ones.transpose(1, 2), torch.zeros(B, 1, 1, dtype=A.dtype, device=A.device)], 2)
     kkt = torch.cat([top, bottom], 1)
     rhs = torch.cat([b, df[:, None]], 1)
     inverse = torch.linalg.pinv(kkt, hermitian=True)
@@ -118,20 +118,20 @@ def _pooled_strata(stratum: torch.Tensor, n_units: int) -> torch.Tensor:
 def _standard_errors(z, w, resid, unit, stratum, inverse) -> torch.Tensor:
     """Sandwich standard errors ``sqrt(diag(M V M^T))`` per sample (module docstring)."""
     B, _, G = z.shape
-    out = torch.zeros(B, G, dtype=torch.float64)
+    out = torch.zeros(B, G, dtype=torch.float64, device=z.device)
     for b in range(B):
         sampled = unit[b] >= 0
         if not bool(sampled.any()):
             continue
         terms = (w[b, sampled] * resid[b, sampled])[:, None] * z[b, sampled].double()
         U = int(unit[b, sampled].max()) + 1
-        t = torch.zeros(U, G, dtype=torch.float64).index_add_(0, unit[b, sampled], terms)
-        pair_stratum = torch.zeros(U, dtype=torch.long)
+        t = torch.zeros(U, G, dtype=torch.float64, device=z.device).index_add_(0, unit[b, sampled], terms)
+        pair_stratum = torch.zeros(U, dtype=torch.long, device=z.device)
         pair_stratum[unit[b, sampled]] = stratum[b, sampled]
         group = _pooled_strata(pair_stratum, U)
         n_groups = int(group.max()) + 1
         count = torch.bincount(group, minlength=n_groups).to(torch.float64)
-        mean = torch.zeros(n_groups, G, dtype=torch.float64).index_add_(0, group, t)
+        mean = torch.zeros(n_groups, G, dtype=torch.float64, device=z.device).index_add_(0, group, t)
         mean = mean / count[:, None]
         centred = t - mean[group]
         factor = (count / (count - 1).clamp(min=1))[group]
@@ -192,7 +192,7 @@ class KernelShap(SampledShapley):
             coal = draw_coalitions(G, n, x.shape[0], seed).to(x.device)
             v = coalition_values(self.model, x, base, t, ids, coal, chunk, show_progress,
                                  "kernel shap")
-            w = torch.ones(n, dtype=torch.float64)
+            w = torch.ones(n, dtype=torch.float64, device=x.device)
             w[:2] = END_POINT_WEIGHT
             phi = _captum_fit(coal, v, w).to(x.device, x.dtype)
             se = None
@@ -226,7 +226,7 @@ class KernelShap(SampledShapley):
     def _paired(self, x, base, t, fx, ids, G, n, seed, num_features, chunk, show_progress):
         batch = x.shape[0]
         z, w, unit, stratum = paired_design(G, max(n - 1, 0), batch, seed)
-        z = torch.cat([torch.zeros(batch, 1, G, dtype=torch.bool), z], 1).to(x.device)
+        z = torch.cat([torch.zeros(batch, 1, G, dtype=torch.bool, device="cpu"), z], 1).to(x.device)
         v = coalition_values(self.model, x, base, t, ids, z, chunk, show_progress,
                              "kernel shap").double().cpu()
         z, v0 = z[:, 1:].cpu(), v[:, 0]
@@ -236,14 +236,14 @@ class KernelShap(SampledShapley):
         A = torch.einsum("bs,bsi,bsj->bij", w, zd, zd)
         b = torch.einsum("bs,bsi,bs->bi", w, zd, y)
         # a player without features (of a sample) has value 0: fixed, not estimated
-        keep = torch.zeros(batch, G, dtype=torch.bool).scatter_(
+        keep = torch.zeros(batch, G, dtype=torch.bool, device="cpu").scatter_(
             1, ids.cpu().expand(batch, -1), True)
         if num_features is not None:
             k = num_features  # checked in _attribute
             if k < G:
                 full, _ = _kkt_solve(A, b, df, keep)
                 top = full.abs().topk(k, 1).indices
-                keep &= torch.zeros(batch, G, dtype=torch.bool).scatter_(1, top, True)
+                keep &= torch.zeros(batch, G, dtype=torch.bool, device="cpu").scatter_(1, top, True)
         phi, inverse = _kkt_solve(A, b, df, None if bool(keep.all()) else keep)
         resid = y - (zd @ phi[..., None])[..., 0]
         se = _standard_errors(z, w, resid, unit, stratum, inverse)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_positive_int, check_real, check_seed
+from .._validation import check_positive_int, check_real, check_seed, cpu_generator, draw
 from ..runtime.cost import Cost
 from ._base import AttributionMethod
 from ._passes import check_optional_positive_int
@@ -41,9 +41,10 @@ __all__ = ["Lime", "cosine_kernel", "draw_coalitions"]
 
 
 def draw_coalitions(n_players: int, n_samples: int, batch: int, seed: int) -> torch.Tensor:
-    """``[batch, n_samples, G]`` boolean coalitions, each player kept with probability 1/2."""
-    gen = torch.Generator().manual_seed(check_seed(seed))
-    return torch.rand(batch, n_samples, n_players, generator=gen) < 0.5
+    """``[batch, n_samples, G]`` boolean coalitions (on the CPU), each player kept with
+    probability 1/2."""
+    gen = cpu_generator(check_seed(seed))
+    return draw(torch.rand, batch, n_samples, n_players, generator=gen, device="cpu") < 0.5
 
 
 def cosine_kernel(x: torch.Tensor, perturbed: torch.Tensor, kernel_width: float) -> torch.Tensor:
@@ -78,7 +79,7 @@ class Lime(AttributionMethod):
         if coalitions is None:
             coal = draw_coalitions(G, check_positive_int(n_samples, "n_samples"), batch, seed)
         else:
-            coal = torch.as_tensor(coalitions).to(torch.bool)
+            coal = torch.as_tensor(coalitions, device=x.device).to(torch.bool)
             if coal.dim() != 3 or coal.shape[0] != batch or coal.shape[2] != G:
                 raise ValueError(f"coalitions must be a [{batch}, n, {G}] boolean tensor (one "
                                  f"row of players per draw), got {tuple(coal.shape)}")
@@ -97,7 +98,7 @@ class Lime(AttributionMethod):
                                for b in range(batch)])
         else:
             phi = torch.stack([torch.as_tensor(interpretable_model(
-                coal[b].double(), v[b].double(), sims[b].double())).reshape(G)
+                coal[b].double(), v[b].double(), sims[b].double()), device=x.device).reshape(G)
                 for b in range(batch)])
         phi = phi.to(x.device, x.dtype)
         return phi.gather(1, ids.expand(batch, -1)).view_as(x), base.unsqueeze(1)

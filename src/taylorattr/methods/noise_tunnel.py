@@ -74,16 +74,17 @@ TUNNEL_OPTIONS = ("nt_type", "nt_samples", "stdevs", "seed", "nt_samples_batch_s
 def draw_noise(inputs: torch.Tensor, nt_samples: int = 5, stdevs: float = 1.0,
                seed: int = 0) -> torch.Tensor:
     """The noise ``stdevs * eps`` ``[B, n, ...]`` added to the inputs: ``eps ~ N(0, I)``
-    drawn in float64 from ``torch.Generator().manual_seed(seed)`` (CPU), cast to the
-    inputs' dtype and device."""
-    gen = torch.Generator(device="cpu").manual_seed(_check_seed(seed))
+    drawn in float64 on the CPU from ``_validation.cpu_generator(seed)``, cast to the
+    inputs' dtype and device (the same numbers on every device)."""
+    gen = V.cpu_generator(_check_seed(seed))
     return _noise(V.check_inputs(inputs), nt_samples, stdevs, gen)
 
 
 def _noise(x, nt_samples, stdevs, gen) -> torch.Tensor:
     n = check_positive_int(nt_samples, "nt_samples")
     s = V.check_nonnegative_real(stdevs, "stdevs")
-    eps = torch.randn((x.shape[0], n) + tuple(x.shape[1:]), generator=gen, dtype=torch.float64)
+    eps = V.draw(torch.randn, (x.shape[0], n) + tuple(x.shape[1:]), generator=gen,
+                 device=x.device, dtype=torch.float64)
     return (s * eps).to(x.device, x.dtype)
 
 
@@ -251,7 +252,7 @@ class NoiseTunnel(AttributionMethod):
         nt_type = check_nt_type(options.pop("nt_type", "smoothgrad"))
         n = check_positive_int(options.pop("nt_samples", 5), "nt_samples")
         stdevs = options.pop("stdevs", 1.0)
-        gen = torch.Generator(device="cpu").manual_seed(_check_seed(options.pop("seed", 0)))
+        gen = V.cpu_generator(_check_seed(options.pop("seed", 0)))
         per_call = check_optional_positive_int(options.pop("nt_samples_batch_size", None),
                                                "nt_samples_batch_size") or n
         noise = options.pop("noise", None)
@@ -296,7 +297,7 @@ class NoiseTunnel(AttributionMethod):
             kw.update({"additional_forward_args": tuple(rows(a) for a in extra) or None,
                        "layer": layer, "attribute_to_layer_input": to_input})
             if "seed" in self._inner_cls.options():
-                kw["seed"] = int(torch.randint(2**62, (1,), generator=gen))
+                kw["seed"] = int(V.draw(torch.randint, 2**62, (1,), generator=gen, device="cpu"))
             ex = self._inner_run(noisy if is_tuple else noisy[0],
                                  (b if is_tuple else b[0]) if kind == "point" else b,
                                  None if t is None else rows(t), kw, False, want_delta)
@@ -347,7 +348,7 @@ class NoiseTunnel(AttributionMethod):
         through :meth:`_run_copies`."""
         check_nt_type(nt_type)
         per_call = check_optional_positive_int(nt_samples_batch_size, "nt_samples_batch_size")
-        gen = torch.Generator(device="cpu").manual_seed(_check_seed(seed))
+        gen = V.cpu_generator(_check_seed(seed))
         noise = _noise(x, nt_samples, stdevs, gen)
         batch, n, feat = x.shape[0], nt_samples, tuple(x.shape[1:])
         size = batch * (per_call or max(1, default_chunk_rows(x, backward=True) // batch))
@@ -355,7 +356,8 @@ class NoiseTunnel(AttributionMethod):
         opts = {**self._defaults, **inner_options, **self._fixed}
         seeds = None  # for an inner method that draws: one seed per call, after the noise
         if "seed" in self._inner_cls.options():
-            seeds = torch.randint(2**62, (len(blocks),), generator=gen).tolist()
+            seeds = V.draw(torch.randint, 2**62, (len(blocks),), generator=gen,
+                           device="cpu").tolist()
         total = torch.zeros_like(x)
         total_sq = torch.zeros_like(x)
         refs = None

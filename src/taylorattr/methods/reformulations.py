@@ -210,7 +210,7 @@ def _expansion_slope(activation: Callable | None, pre: torch.Tensor, change: tor
         return torch.ones_like(change)
     jet = propagate(trace(_Apply(activation)), pre, -torch.ones_like(pre).unsqueeze(1), order)
     c = jet.series[:, :, 0]  # [K, B, ...]
-    powers = change.unsqueeze(0) ** torch.arange(order, dtype=change.dtype).view(-1, *[1] * change.dim())
+    powers = change.unsqueeze(0) ** torch.arange(order, dtype=change.dtype, device=change.device).view(-1, *[1] * change.dim())
     return -(c * powers).sum(0)
 
 

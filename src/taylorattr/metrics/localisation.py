@@ -148,16 +148,16 @@ def boxes_to_mask(boxes, height: int, width: int) -> torch.Tensor:
         if any(len(r) != 4 or not all(isinstance(v, Real) and not isinstance(v, bool)
                                       for v in r) for r in rows):
             raise ValueError("boxes must be a sequence of (x_min, y_min, x_max, y_max) numbers")
-        t = torch.tensor(rows, dtype=torch.float64).reshape(-1, 4)
+        t = torch.tensor(rows, dtype=torch.float64, device="cpu").reshape(-1, 4)
     if t.dim() != 2 or t.shape[1] != 4:
         raise ValueError(f"boxes must have shape [K, 4], got {tuple(t.shape)}")
     if not torch.isfinite(t).all():
         raise ValueError("boxes must be finite")
     if ((t[:, 2] <= t[:, 0]) | (t[:, 3] <= t[:, 1])).any():
         raise ValueError("boxes must have x_max > x_min and y_max > y_min")
-    cx = torch.arange(width, dtype=torch.float64) + 0.5
-    cy = torch.arange(height, dtype=torch.float64) + 0.5
+    cx = torch.arange(width, dtype=torch.float64, device="cpu") + 0.5
+    cy = torch.arange(height, dtype=torch.float64, device="cpu") + 0.5
     in_x = (cx[None] >= t[:, 0:1]) & (cx[None] < t[:, 2:3])     # [K, W]
     in_y = (cy[None] >= t[:, 1:2]) & (cy[None] < t[:, 3:4])     # [K, H]
     return (in_y[:, :, None] & in_x[:, None, :]).any(0) if len(t) else torch.zeros(
-        height, width, dtype=torch.bool)
+        height, width, dtype=torch.bool, device="cpu")

@@ -24,6 +24,8 @@ from .._validation import (
     check_positive_int,
     check_real,
     check_seed,
+    cpu_generator,
+    draw,
     flat_target,
     model_output,
     resolve_target,
@@ -70,11 +72,11 @@ def square_removal(height: int, width: int, max_side: int = 10, scale: int = 1) 
         nh, nw = (height - s) // scale + 1, (width - s) // scale + 1
         if height < s or width < s:
             break
-        top = torch.arange(nh).repeat_interleave(nw) * scale
-        left = torch.arange(nw).repeat(nh) * scale
+        top = torch.arange(nh, device="cpu").repeat_interleave(nw) * scale
+        left = torch.arange(nw, device="cpu").repeat(nh) * scale
         parts.append(torch.stack([torch.full_like(top, s), top, left], dim=1))
     if not parts:
-        return torch.zeros(0, 3, dtype=torch.long)
+        return torch.zeros(0, 3, dtype=torch.long, device="cpu")
     return torch.cat(parts, dim=0)
 
 
@@ -92,7 +94,8 @@ def gaussian_perturbation(noise_std: float = 0.2) -> Perturbation:
     std = float(noise_std)
 
     def perturb(inputs: torch.Tensor, generator: torch.Generator):
-        noise = torch.randn(inputs.shape[1:], generator=generator, dtype=torch.float64) * std
+        noise = draw(torch.randn, inputs.shape[1:], generator=generator, device=inputs.device,
+                     dtype=torch.float64) * std
         i = noise.to(device=inputs.device, dtype=inputs.dtype).expand_as(inputs)
         return i, inputs - i
 
@@ -183,7 +186,7 @@ def _square_source(inputs, attributions, baselines, max_side, per_forward, acc, 
 
 def _draw_source(perturb, inputs, attributions, n, per_forward, seed, acc, preds):
     """Calls ``perturb`` once per draw; appends predicted changes to ``preds`` as it goes."""
-    generator = torch.Generator().manual_seed(seed)
+    generator = cpu_generator(seed)
     attr = attributions.to(acc).flatten(1)
 
     def one_draw():
@@ -461,7 +464,7 @@ def _one_tensor(model, inputs, attributions, perturbation, additional_forward_ar
             if not (isinstance(res, tuple) and len(res) == 2):
                 raise TypeError("perturbation must return a pair (I, perturbed)")
             pert, moved = (res if is_tuple else ((res[0],), (res[1],)))
-            pert = tuple(torch.broadcast_to(torch.as_tensor(q, dtype=flat.dtype),
+            pert = tuple(torch.broadcast_to(torch.as_tensor(q, dtype=flat.dtype, device=flat.device),
                                             (flat.shape[0],) + s)
                          for q, s in zip(pert, layout.shapes))
             return layout.join(pert), layout.join(tuple(moved))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_positive_int, check_real, check_seed
+from .._validation import check_positive_int, check_real, check_seed, cpu_generator, draw
 from ..inputs import as_tuple, check_batch, repeat_option
 
 __all__ = ["max_sensitivity"]
@@ -58,11 +58,11 @@ def max_sensitivity(explain, inputs, *, radius: float = 0.02, n_perturb_samples:
     order = 2 if norm == "fro" else norm
     if not isinstance(order, (int, float)) or isinstance(order, bool):
         raise TypeError(f"norm must be 'fro' or a number (a vector norm order), got {norm!r}")
-    generator = torch.Generator().manual_seed(check_seed(seed))
+    generator = cpu_generator(check_seed(seed))
     if perturbation is None:
         check_real(radius, "radius")
-        draws = tuple((torch.rand((n,) + tuple(p.shape[1:]), generator=generator,
-                                  dtype=torch.float64) * (2 * radius) - radius).to(p)
+        draws = tuple((draw(torch.rand, (n,) + tuple(p.shape[1:]), generator=generator,
+                             device=p.device, dtype=torch.float64) * (2 * radius) - radius).to(p)
                       for p in parts)
 
         def perturbation(rows, _generator, k):
@@ -78,7 +78,7 @@ def max_sensitivity(explain, inputs, *, radius: float = 0.02, n_perturb_samples:
         for k0 in range(0, n, per_call):
             m = min(per_call, n - k0)
             rows = tuple(p.repeat_interleave(m, 0) for p in parts)
-            k = torch.arange(k0, k0 + m).repeat(batch)
+            k = torch.arange(k0, k0 + m, device=parts[0].device).repeat(batch)
             moved = perturbation(rows if is_tuple else rows[0], generator, k)
             moved = tuple(moved) if isinstance(moved, (tuple, list)) else moved
             expl = _flat(explain(moved, **{key: repeat_option(v, m, batch)

@@ -168,7 +168,7 @@ def compare_paired(a, b, alpha: float = 0.05, test: str = "wilcoxon") -> str:
 def _vector(v) -> np.ndarray:
     """A sequence or a tensor (flattened) as a float64 vector."""
     t = v.detach().cpu().reshape(-1) if isinstance(v, torch.Tensor) else list(v)
-    return np.asarray(torch.as_tensor(t, dtype=torch.float64))
+    return np.asarray(torch.as_tensor(t, dtype=torch.float64, device="cpu"))
 
 
 def ranks(v) -> np.ndarray:
@@ -213,8 +213,8 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     NaN when fewer than two pairs remain or either side is constant (undefined), as
     ``scipy.stats.spearmanr`` gives.
     """
-    xs = torch.as_tensor(list(x), dtype=torch.float64)
-    ys = torch.as_tensor(list(y), dtype=torch.float64)
+    xs = torch.as_tensor(list(x), dtype=torch.float64, device="cpu")
+    ys = torch.as_tensor(list(y), dtype=torch.float64, device="cpu")
     if xs.shape != ys.shape or xs.dim() != 1:
         raise ValueError(f"x and y must be 1-D of the same length, got {tuple(xs.shape)} and "
                          f"{tuple(ys.shape)}")
@@ -252,8 +252,8 @@ def bootstrap_correlation_ci(xs, ys, method: str = "pearson", level: float = 0.9
     check_positive_int(n_resamples, "n_resamples")
     if isinstance(xs, (np.ndarray, torch.Tensor)) and np.ndim(xs) == 1:
         xs, ys = [xs], [ys]
-    gx = [np.asarray(torch.as_tensor(v, dtype=torch.float64).reshape(-1)) for v in xs]
-    gy = [np.asarray(torch.as_tensor(v, dtype=torch.float64).reshape(-1)) for v in ys]
+    gx = [np.asarray(torch.as_tensor(v, dtype=torch.float64, device="cpu").reshape(-1)) for v in xs]
+    gy = [np.asarray(torch.as_tensor(v, dtype=torch.float64, device="cpu").reshape(-1)) for v in ys]
     if not gx or len(gx) != len(gy) or len({v.size for v in gx + gy}) != 1:
         raise ValueError("xs and ys must hold the same number (>= 1) of vectors, all of one length")
     n = gx[0].size

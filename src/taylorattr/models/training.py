@@ -183,8 +183,8 @@ def train(model: nn.Module, data, epochs: int, lr: float = 1e-3, batch_size: int
 
     ``data`` is ``(inputs, labels)`` tensors, a two-tensor ``TensorDataset`` or any
     map-style dataset of ``(input, label)`` pairs. Shuffling uses
-    ``torch.Generator().manual_seed(seed)``, so for a given seed, initial weights and thread
-    count the run is bitwise reproducible on the CPU. (Initial weights are the caller's:
+    ``_validation.cpu_generator(seed)`` (drawn on the CPU whatever the device), so for a
+    given seed, initial weights and thread count the run is bitwise reproducible on the CPU. (Initial weights are the caller's:
     build the model after ``torch.manual_seed``, as :func:`get_trained` does.) After the
     last epoch, batch-norm running statistics (if any) are re-estimated in one ordered pass
     over the training data (averages of the per-batch statistics). The model is left in
@@ -198,7 +198,7 @@ def train(model: nn.Module, data, epochs: int, lr: float = 1e-3, batch_size: int
     V.check_real(weight_decay, "weight_decay", 0.0)
     from tqdm.auto import tqdm
 
-    gen = torch.Generator().manual_seed(int(seed))
+    gen = V.cpu_generator(int(seed))
     tensors = _as_tensors(data)
     if tensors is not None:
         x, y = tensors
@@ -207,7 +207,7 @@ def train(model: nn.Module, data, epochs: int, lr: float = 1e-3, batch_size: int
         n = x.shape[0]
 
         def batches():
-            perm = torch.randperm(n, generator=gen)
+            perm = V.draw(torch.randperm, n, generator=gen, device=x.device)
             for i in range(0, n, batch_size):
                 idx = perm[i:i + batch_size]
                 yield x[idx], y[idx]
@@ -217,7 +217,16 @@ def train(model: nn.Module, data, epochs: int, lr: float = 1e-3, batch_size: int
                                              generator=gen, num_workers=0)
 
         def batches():
-            yield from loader
+            # the loader draws its seed and order from the CPU generator: on the CPU, not on
+            # the default device (a CUDA default device refuses a CPU generator)
+            with torch.device("cpu"):
+                it = iter(loader)
+            while True:
+                with torch.device("cpu"):
+                    batch = next(it, None)
+                if batch is None:
+                    return
+                yield batch
     if n == 0:
         raise ValueError("data holds no samples")
 

@@ -45,7 +45,7 @@ def _replaced(model, x, used, features, target) -> torch.Tensor:
     """``f(x) - f(x with x_F := x~_kF)`` for the flat feature indices ``F``: ``[B, n]``."""
     B, n = used.shape[:2]
     xf = x.reshape(B, 1, -1).expand(B, n, -1).clone()
-    idx = torch.as_tensor(features)
+    idx = torch.as_tensor(features, device=x.device)
     xf[:, :, idx] = used.reshape(B, n, -1)[:, :, idx]
     t = None if target is None else target.repeat_interleave(n)
     f_rep = _explained(model, xf.reshape(B * n, *x.shape[1:]), t).view(B, n)
@@ -76,7 +76,7 @@ def _assignment(model, x, a, used, target, groups) -> dict:
     t_k = torch.stack([_replaced(model, x, used, [i], target) for i in range(d)], 2)
     gd_k = t_k - first_k  # independent terms T^gd, all orders
     t, first, gd = t_k.mean(1), first_k.mean(1), gd_k.mean(1)
-    in_group = torch.zeros(d, dtype=torch.bool)
+    in_group = torch.zeros(d, dtype=torch.bool, device=x.device)
     for g in groups:
         in_group[list(g)] = True
     single = ~in_group
@@ -84,7 +84,7 @@ def _assignment(model, x, a, used, target, groups) -> dict:
     mass = gd_k.abs().mean(1).sum()
     single_err = (af[:, single] - t[:, single]).abs().sum()
     mis = single_err
-    inter_mass = torch.zeros((), dtype=x.dtype)
+    inter_mass = torch.zeros((), dtype=x.dtype, device=x.device)
     in_set, gt = [], []
     for g in groups:
         idx = list(g)

@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .._validation import check_seed as _check_seed
+from .._validation import cpu_generator
 from ..models import PolyActivation
 
 __all__ = ["Probe", "probe_suite"]
@@ -66,7 +67,7 @@ def _fit_readout(hidden: Callable[[torch.Tensor], torch.Tensor], target, points:
     y = target(points)
     if y.dim() == 1:
         y = y[:, None]
-    design = torch.cat([h, torch.ones(h.shape[0], 1, dtype=_DT)], 1)
+    design = torch.cat([h, torch.ones(h.shape[0], 1, dtype=_DT, device="cpu")], 1)
     sol = torch.linalg.lstsq(design, y, driver="gelsd").solution
     err = (design @ sol - y).abs().max() / y.abs().max().clamp_min(1.0)
     if not err < _FIT_TOL:
@@ -76,20 +77,20 @@ def _fit_readout(hidden: Callable[[torch.Tensor], torch.Tensor], target, points:
 
 
 def _signed_inputs(gen: torch.Generator, n: int = _N_SAMPLES, d: int = _N_FEATURES):
-    mag = 0.5 + torch.rand(n, d, generator=gen, dtype=_DT)
-    sign = torch.where(torch.rand(n, d, generator=gen, dtype=_DT) < 0.5, -1.0, 1.0)
+    mag = 0.5 + torch.rand(n, d, generator=gen, dtype=_DT, device="cpu")
+    sign = torch.where(torch.rand(n, d, generator=gen, dtype=_DT, device="cpu") < 0.5, -1.0, 1.0)
     return (mag * sign).to(_DT)
 
 
 def _fit_points(gen: torch.Generator, n: int, d: int) -> torch.Tensor:
-    return 3.0 * (2 * torch.rand(n, d, generator=gen, dtype=_DT) - 1)
+    return 3.0 * (2 * torch.rand(n, d, generator=gen, dtype=_DT, device="cpu") - 1)
 
 
 def _cube_network(gen, target, width: int) -> nn.Sequential:
     """``Linear(6, width) -> y^3 -> Linear(width, 1)`` computing the polynomial ``target``
     (degree <= 3) exactly; hidden units see every feature, with random weights and biases."""
-    w = torch.randn(width, _N_FEATURES, generator=gen, dtype=_DT) / math.sqrt(_N_FEATURES)
-    b = torch.randn(width, generator=gen, dtype=_DT)
+    w = torch.randn(width, _N_FEATURES, generator=gen, dtype=_DT, device="cpu") / math.sqrt(_N_FEATURES)
+    b = torch.randn(width, generator=gen, dtype=_DT, device="cpu")
     act = PolyActivation(_CUBIC)
     pts = _fit_points(gen, 4 * width, _N_FEATURES)
     u, c = _fit_readout(lambda p: act(p @ w.T + b), target, pts)
@@ -97,8 +98,8 @@ def _cube_network(gen, target, width: int) -> nn.Sequential:
 
 
 def _independent_probe(gen) -> Probe:
-    a, bq, e = (torch.randn(3, _N_FEATURES, generator=gen, dtype=_DT).sign()
-                * (0.5 + torch.rand(3, _N_FEATURES, generator=gen, dtype=_DT)))
+    a, bq, e = (torch.randn(3, _N_FEATURES, generator=gen, dtype=_DT, device="cpu").sign()
+                * (0.5 + torch.rand(3, _N_FEATURES, generator=gen, dtype=_DT, device="cpu")))
 
     def target(x):
         return (a * x + bq * x**2 + e * x**3).sum(1)
@@ -109,7 +110,7 @@ def _independent_probe(gen) -> Probe:
 
 
 def _pairwise_probe(gen) -> Probe:
-    c = (torch.rand(2, generator=gen, dtype=_DT) + 0.5) * torch.tensor([1.0, -1.0], dtype=_DT)
+    c = (torch.rand(2, generator=gen, dtype=_DT, device="cpu") + 0.5) * torch.tensor([1.0, -1.0], dtype=_DT, device="cpu")
 
     def target(x):
         return c[0] * x[:, 0] * x[:, 1] + c[1] * x[:, 3] * x[:, 4]
@@ -120,7 +121,7 @@ def _pairwise_probe(gen) -> Probe:
 
 
 def _triple_probe(gen) -> Probe:
-    d = torch.rand((), generator=gen, dtype=_DT) + 0.5
+    d = torch.rand((), generator=gen, dtype=_DT, device="cpu") + 0.5
 
     def target(x):
         return d * x[:, 1] * x[:, 2] * x[:, 3]
@@ -134,8 +135,8 @@ def _deep_probe(gen) -> Probe:
     """``x_0^3`` through ``z = (x_0, x_1, x_1^2)`` and cube units of ``z``: the function
     ``F(z) = z_1^3 + 3 z_1 (z_3 - z_2^2)`` equals ``x_0^3`` on the hidden manifold only."""
     n1, n2 = 40, 40
-    w1 = torch.randn(n1, _N_FEATURES, generator=gen, dtype=_DT) / math.sqrt(_N_FEATURES)
-    b1 = torch.randn(n1, generator=gen, dtype=_DT)
+    w1 = torch.randn(n1, _N_FEATURES, generator=gen, dtype=_DT, device="cpu") / math.sqrt(_N_FEATURES)
+    b1 = torch.randn(n1, generator=gen, dtype=_DT, device="cpu")
     square = PolyActivation(_QUADRATIC)
     pts = _fit_points(gen, 200, _N_FEATURES)
 
@@ -143,8 +144,8 @@ def _deep_probe(gen) -> Probe:
         return torch.stack([x[:, 0], x[:, 1], x[:, 1] ** 2], 1)
 
     a1, c1 = _fit_readout(lambda p: square(p @ w1.T + b1), z_of, pts)  # z = h a1 + c1
-    v = torch.randn(n2, 3, generator=gen, dtype=_DT) / math.sqrt(3)
-    dv = torch.randn(n2, generator=gen, dtype=_DT)
+    v = torch.randn(n2, 3, generator=gen, dtype=_DT, device="cpu") / math.sqrt(3)
+    dv = torch.randn(n2, generator=gen, dtype=_DT, device="cpu")
     cube = PolyActivation(_CUBIC)
     zpts = _fit_points(gen, 200, 3)
     u, c2 = _fit_readout(lambda z: cube(z @ v.T + dv),
@@ -161,8 +162,8 @@ def _deep_probe(gen) -> Probe:
 
 def _sigmoid_mlp_probe(gen) -> Probe:
     def layer(i, o, gain):
-        return _linear(gain * torch.randn(o, i, generator=gen, dtype=_DT) / math.sqrt(i),
-                       torch.randn(o, generator=gen, dtype=_DT))
+        return _linear(gain * torch.randn(o, i, generator=gen, dtype=_DT, device="cpu") / math.sqrt(i),
+                       torch.randn(o, generator=gen, dtype=_DT, device="cpu"))
 
     model = nn.Sequential(layer(_N_FEATURES, 16, 3.0), nn.Sigmoid(), layer(16, 16, 6.0),
                           nn.Sigmoid(), layer(16, 1, 6.0))
@@ -174,12 +175,12 @@ def _sigmoid_cnn_probe(gen) -> Probe:
     conv = nn.Conv2d(1, 4, 3).to(_DT)
     lin = nn.Linear(4 * 3 * 3, 1).to(_DT)
     with torch.no_grad():
-        conv.weight.copy_(torch.randn(conv.weight.shape, generator=gen, dtype=_DT))
-        conv.bias.copy_(torch.randn(4, generator=gen, dtype=_DT))
-        lin.weight.copy_(torch.randn(lin.weight.shape, generator=gen, dtype=_DT))
-        lin.bias.copy_(torch.randn(1, generator=gen, dtype=_DT))
+        conv.weight.copy_(torch.randn(conv.weight.shape, generator=gen, dtype=_DT, device="cpu"))
+        conv.bias.copy_(torch.randn(4, generator=gen, dtype=_DT, device="cpu"))
+        lin.weight.copy_(torch.randn(lin.weight.shape, generator=gen, dtype=_DT, device="cpu"))
+        lin.bias.copy_(torch.randn(1, generator=gen, dtype=_DT, device="cpu"))
     model = nn.Sequential(conv, nn.Sigmoid(), nn.AvgPool2d(2), nn.Flatten(), lin)
-    x = torch.rand(8, 1, 8, 8, generator=gen, dtype=_DT)
+    x = torch.rand(8, 1, 8, 8, generator=gen, dtype=_DT, device="cpu")
     return Probe("sigmoid_cnn", model, x, (1,),
                  description="random Conv(1,4,3)-sigmoid-AvgPool2-Linear on 1x8x8")
 
@@ -189,11 +190,11 @@ def _single_index(weights: torch.Tensor, low: float, high: float) -> nn.Sequenti
     w = weights.reshape(1, -1).to(_DT)
     scale = 4.0 / (high - low)
     return nn.Sequential(nn.Flatten(), _linear(scale * w, torch.tensor([-scale * low - 2.0],
-                                                                     dtype=_DT)), nn.Sigmoid())
+                                                                     dtype=_DT, device="cpu")), nn.Sigmoid())
 
 
 def _disc(size: int, radius: float) -> torch.Tensor:
-    r = torch.arange(size, dtype=_DT) - (size - 1) / 2
+    r = torch.arange(size, dtype=_DT, device="cpu") - (size - 1) / 2
     return (r[:, None] ** 2 + r[None, :] ** 2) <= radius**2
 
 
@@ -210,8 +211,8 @@ def _polarity_probe(gen) -> Probe:
 
 
 def _equal_weights_probe(gen) -> Probe:
-    x = torch.rand(2, 1, 32, 32, generator=gen, dtype=_DT)
-    w = torch.ones(1, 32, 32, dtype=_DT)
+    x = torch.rand(2, 1, 32, 32, generator=gen, dtype=_DT, device="cpu")
+    w = torch.ones(1, 32, 32, dtype=_DT, device="cpu")
     model = _single_index(w, 0.0, float(w.sum()))
     return Probe("equal_weights", model, x, (3,),
                  description="sigmoid(4 mean(x) - 2) on random textures: all pixels weigh the same")
@@ -230,8 +231,9 @@ def _audit_suite(seed: int) -> MappingProxyType:
 
 
 def _build_suite(seed: int) -> dict[str, Probe]:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
+    gen = cpu_generator(seed)
+    # the probes (models and inputs) live on the CPU whatever the default device
+    with torch.no_grad(), torch.device("cpu"):
         probes = [_independent_probe(gen), _pairwise_probe(gen), _triple_probe(gen),
                   _deep_probe(gen),
                   _sigmoid_mlp_probe(gen), _sigmoid_cnn_probe(gen), _polarity_probe(gen),

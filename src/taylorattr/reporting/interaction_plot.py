@@ -21,7 +21,7 @@ def strongest_pairs(result: Interactions, sample: int = 0, order: int | None = N
                     top: int = 5) -> list[tuple[int, int, float]]:
     """The ``top`` pairs ``(A, B, J_K(A, B))`` with ``A < B``, largest ``|J_K|`` first."""
     matrix = result.total(order)[sample]
-    a, b = torch.triu_indices(matrix.shape[0], matrix.shape[1], offset=1)
+    a, b = torch.triu_indices(matrix.shape[0], matrix.shape[1], offset=1, device="cpu")
     values = matrix[a, b]
     keep = values.abs().argsort(descending=True, stable=True)[:top]
     return [(int(a[i]), int(b[i]), float(values[i])) for i in keep]
@@ -30,11 +30,11 @@ def strongest_pairs(result: Interactions, sample: int = 0, order: int | None = N
 def _centres(groups: torch.Tensor) -> torch.Tensor:
     """``[G, 2]`` (row, column) centre of every group of a ``[.., H, W]`` id map."""
     ids = groups.reshape(-1, *groups.shape[-2:])[0]
-    rows, cols = torch.meshgrid(torch.arange(ids.shape[0]), torch.arange(ids.shape[1]),
+    rows, cols = torch.meshgrid(torch.arange(ids.shape[0], device="cpu"), torch.arange(ids.shape[1], device="cpu"),
                                 indexing="ij")
     G = int(groups.max()) + 1
-    count = torch.zeros(G).index_add_(0, ids.flatten(), torch.ones(ids.numel()))
-    centre = torch.stack([torch.zeros(G).index_add_(0, ids.flatten(), r.flatten().float())
+    count = torch.zeros(G, device="cpu").index_add_(0, ids.flatten(), torch.ones(ids.numel(), device="cpu"))
+    centre = torch.stack([torch.zeros(G, device="cpu").index_add_(0, ids.flatten(), r.flatten().float())
                           for r in (rows, cols)], dim=1)
     return centre / count.clamp(min=1)[:, None]
 

@@ -90,7 +90,7 @@ def polynomial_integrated_hessians(model, inputs: torch.Tensor, baselines=0.0, t
     B = inputs.shape[0]
     flat_delta = delta.reshape(B, -1)
     n = flat_delta.shape[1]
-    ids = torch.arange(n) if groups is None else resolve_groups(groups, shape).reshape(-1)
+    ids = torch.arange(n, device=inputs.device) if groups is None else resolve_groups(groups, shape).reshape(-1)
     ids = ids.to(inputs.device)
     G = int(ids.max()) + 1
     member = (ids[None, :] == torch.arange(G, device=ids.device)[:, None]).to(inputs.dtype)

@@ -333,7 +333,7 @@ def group_expansions(model, inputs, baselines=0.0, target=None, order: int = 2,
         _structure(additional_forward_args, layer, attribute_to_layer_input))
     groups = _resolve_groups(groups, feature_mask, delta, layout)
     if groups is None:
-        groups = torch.arange(delta[0].numel()).view(delta.shape[1:])
+        groups = torch.arange(delta[0].numel(), device=delta.device).view(delta.shape[1:])
     with torch.no_grad():
         return _group_orders(gm, inputs, delta, target, groups, order, chunk_size,
                              show_progress, sizer=model if layout is None else gm)
@@ -400,7 +400,7 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
             attribution, sizer)
         layout = None
     elif order >= 2:
-        singletons = torch.arange(delta[0].numel()).view(delta.shape[1:])
+        singletons = torch.arange(delta[0].numel(), device=delta.device).view(delta.shape[1:])
         with torch.no_grad():
             per_feature = _group_orders(gm, inputs, delta, target, singletons, order,
                                         chunk_size, show_progress, "feature", sizer)
@@ -475,7 +475,7 @@ def group_expansions_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, g
     inputs = V.check_inputs(inputs)
     delta = inputs - V.broadcast_baselines(baselines, inputs)
     if groups is None:
-        groups = torch.arange(delta[0].numel()).view(delta.shape[1:])
+        groups = torch.arange(delta[0].numel(), device=delta.device).view(delta.shape[1:])
     if not isinstance(groups, torch.Tensor) or groups.shape != delta.shape[1:]:
         raise ValueError(f"groups must be an integer tensor of the shape of one sample "
                          f"{tuple(delta.shape[1:])}")
@@ -512,7 +512,7 @@ def taylor_terms_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2,
     B = inputs.shape[0]
     if order >= 2:
         if groups is None:
-            groups = torch.arange(delta[0].numel()).view(delta.shape[1:])
+            groups = torch.arange(delta[0].numel(), device=delta.device).view(delta.shape[1:])
         else:
             groups = _resolve_groups(groups, None, delta, None)
         cs = _expansion_chunk(model, inputs, order, groups, chunk_size)

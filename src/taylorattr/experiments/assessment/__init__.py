@@ -188,7 +188,7 @@ class AssessmentStage:
 
         out, samples = [], self.samples
         for exp in self.experiments:
-            x = torch.zeros((samples[exp],) + INPUT_SHAPES[exp])
+            x = torch.zeros((samples[exp],) + INPUT_SHAPES[exp], device=torch.get_default_device())
             methods = self.methods(exp)
             for name in DEFAULT_MODELS[exp]:
                 model = architecture(name, self.seed)
@@ -199,7 +199,7 @@ class AssessmentStage:
                                      ((costs, model, x),), int(x.shape[0]), tuple(skipped)))
         route = self.imagenet
         for name, path in ({} if route is None else route.weights).items():
-            x = torch.zeros((samples["bbox"], 3, route.size[1], route.size[1]))
+            x = torch.zeros((samples["bbox"], 3, route.size[1], route.size[1]), device=torch.get_default_device())
             model = M.torchvision_model(name, path).eval()
             scale = route.resolved_patch_scale(next(model.parameters()).device)
             methods = scale_patches(self.methods("bbox"), scale)

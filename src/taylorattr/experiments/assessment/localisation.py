@@ -227,9 +227,10 @@ def run_imagenet(stage: Stage, route: ImagenetRoute, n: int, counts, result,
     if not xs:
         raise ValueError(f"no image under {route.root} has a box mask covering at most "
                          f"{MAX_MASK_COVERAGE:.0%} of the cropped image")
-    x, masks, labels = torch.stack(xs), torch.stack(ms), torch.tensor(ys)
-    mean = torch.tensor(data.IMAGENET_MEAN, dtype=stage.dtype).view(1, 3, 1, 1)
-    std = torch.tensor(data.IMAGENET_STD, dtype=stage.dtype).view(1, 3, 1, 1)
+    x, masks = torch.stack(xs), torch.stack(ms)
+    labels = torch.tensor(ys, device=x.device)
+    mean = torch.tensor(data.IMAGENET_MEAN, dtype=stage.dtype, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(data.IMAGENET_STD, dtype=stage.dtype, device=x.device).view(1, 3, 1, 1)
     black = Point(-mean / std)
     starts = [i0 for i0, _ in stage.spans(x)]
     for name in IMAGENET_MODELS:

@@ -35,13 +35,13 @@ def merge_units(units: list[dict], methods: list[str], metrics: list[str], out: 
     """Write ``scores.csv``, ``summary.csv``, ``summary.json`` under ``out``; returns the
     summary dict."""
     indices = torch.cat([u["indices"].to(torch.long) for u in units]) if units \
-        else torch.zeros(0, dtype=torch.long)
+        else torch.zeros(0, dtype=torch.long, device="cpu")
     skipped = [[int(i), str(r)] for u in units for i, r in u["skipped"]]
     rows, summary = [], []
     for m in methods:
         for k in metrics:
             v = torch.cat([u["scores"][m][k].to(torch.float64) for u in units]) if units \
-                else torch.zeros(0, dtype=torch.float64)
+                else torch.zeros(0, dtype=torch.float64, device="cpu")
             rows += [{"index": int(i), "method": m, "metric": k, "value": _text(s)}
                      for i, s in zip(indices.tolist(), v.tolist())]
             finite = v[~torch.isnan(v)]

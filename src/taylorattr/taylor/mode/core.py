@@ -43,6 +43,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ... import series as S
+from ..._validation import cpu_generator, draw
 from ...capture import CoreGraph, op_name, refuse, where
 from . import registry as R
 from .jet import Jet, SeriesArithmetic, UnsupportedOperation
@@ -161,7 +162,7 @@ def binary(a, b, op: str) -> CoreJet:
         return CoreJet(primal, series.expand(series.shape[:2] + primal.shape), jet.order, jet.affine)
     if op == "div":
         if is_jet(b):
-            coeffs = a.coeffs() if is_jet(a) else [torch.as_tensor(a, dtype=b.primal.dtype)] + \
+            coeffs = a.coeffs() if is_jet(a) else [torch.as_tensor(a, dtype=b.primal.dtype, device=b.primal.device)] + \
                 [b.primal.new_zeros(())] * b.order
             return CoreJet.from_coeffs(S.div(coeffs, b.coeffs()), jet)
         primal = a.primal / b
@@ -781,8 +782,8 @@ def check_samples_separate(graph: CoreGraph, inputs: torch.Tensor) -> None:
         return
     direction = torch.zeros_like(inputs)
     # a local generator: the check must not move the user's global random stream
-    direction[0] = torch.randn(inputs[0].shape, generator=torch.Generator().manual_seed(0),
-                               dtype=inputs.dtype).to(inputs.device)
+    direction[0] = draw(torch.randn, inputs[0].shape, generator=cpu_generator(0),
+                        device=inputs.device, dtype=torch.float64).to(inputs.dtype)
     suspects = []
 
     def watch(node, args, kwargs):
