@@ -49,11 +49,13 @@ from ..inputs import (
     check_layer,
     layer_activations,
     point_baselines,
+    repeat_option,
     slice_option,
     swap_layer,
 )
 from ..runtime.cost import Cost
 from . import _conventions as conventions
+from . import _selfcheck as selfcheck
 from ._passes import (
     chunk_ranges,
     default_chunk_rows,
@@ -115,9 +117,20 @@ class AttributionMethod:
     #: The input-side arguments every ``attribute`` takes (not the method's own options).
     INPUT_ARGS = ("additional_forward_args", "layer", "attribute_to_layer_input",
                   "layer_baselines")
+    #: Whether the attributions are complete by construction, ``sum_i a_i = f(x) -
+    #: mean_k f(x~_k)``: every call then checks it (:mod:`taylorattr.methods._selfcheck`)
+    #: from the explained outputs at the references that ``_attribute`` hands to
+    #: :meth:`_reference_outputs` from its own passes (no extra model call), recomputes a
+    #: failing sample at batch 2 (point baselines) and warns, or raises with ``strict=True``.
+    complete: bool = False
+    #: The likely cause a failed completeness check names.
+    incomplete_cause: str = ("a rule that is not exact on one of the model's operations, "
+                             "or a wrong gradient from torch's autograd; please report it")
 
     _active = None   # the wrapped model during a structured call
     _layout = None   # the attributed tensors' layout during a call
+    _strict = False  # strict=True of the call: a failed completeness check raises
+    _ref_out = None  # the explained outputs at the references _attribute reported, [B]
 
     def __init__(self, model, *, layer=None, attribute_to_layer_input: bool = False) -> None:
         """``layer`` / ``attribute_to_layer_input``: the default of every ``attribute`` call
@@ -227,6 +240,19 @@ class AttributionMethod:
         """Everything ``attribute`` does, with the references kept (the audit needs them)."""
         check_bool(return_convergence_delta, "return_convergence_delta")
         check_bool(show_progress, "show_progress")
+        if "strict" in options:
+            options = dict(options)
+            strict = check_bool(options.pop("strict"), "strict")
+            if strict and not self.complete:
+                raise ValueError(f"strict applies to the methods that check their "
+                                 f"completeness on every call; {type(self).__name__}'s "
+                                 "attributions are not complete by construction")
+            previous, self._strict = self._strict, strict
+            try:
+                return self._run(inputs, baselines, target, options, show_progress,
+                                 return_convergence_delta)
+            finally:
+                self._strict = previous
         unknown = sorted(set(options) - set(self.options()) - set(self.INPUT_ARGS))
         if unknown:
             accepted = ", ".join(sorted(self.options())) or "none"
@@ -313,9 +339,73 @@ class AttributionMethod:
                                     options.pop("layer_baselines", None))
 
     def _core(self, x, base, t, fx, options, show_progress, want_delta):
-        attr, refs = self._attribute(x, base, t, fx, show_progress=show_progress, **options)
+        attr, refs, f_ref = self._attribute_reported(x, base, t, fx, options, show_progress)
+        if f_ref is None:
+            return attr, refs, (self._delta(attr, fx.detach(), refs, t) if want_delta else None)
+        f_ref, total = f_ref
+        if total is not None:  # the players' values are complete, not the features'
+            delta, bad, tol = selfcheck.misses(total[:, None], fx.detach(), f_ref)
+            if bool(bad.any()):
+                selfcheck.report(type(self).__name__, delta, fx, f_ref, bad, tol, False,
+                                 self.incomplete_cause, self._strict)
+            return attr, refs, (self._delta(attr, fx.detach(), refs, t) if want_delta
+                                else None)
+        attr, delta = self._self_check(x, base, t, fx.detach(), attr, f_ref, options)
+        return attr, refs, (delta if want_delta else None)
+
+    def _attribute_reported(self, x, base, t, fx, options, show_progress):
+        """``_attribute``'s ``(attributions, references)`` and the explained outputs at the
+        references it reported (:meth:`_reference_outputs`; None: nothing to check)."""
+        self._ref_out = None
+        try:
+            attr, refs = self._attribute(x, base, t, fx, show_progress=show_progress, **options)
+            f_ref = self._ref_out
+        finally:
+            self._ref_out = None
         self._finite(attr)
-        return attr, refs, (self._delta(attr, fx.detach(), refs, t) if want_delta else None)
+        return attr, refs, f_ref
+
+    def _reference_outputs(self, values: torch.Tensor | None,
+                           total: torch.Tensor | None = None) -> None:
+        """Called by a complete method's ``_attribute``: ``mean_k f(x~_k)`` per sample
+        ``[B]``, read from passes it ran anyway; the base class checks completeness with it
+        and computes the convergence delta from it (no second forward of the references).
+        ``total``: what is complete when it is not the sum of the attributions (the player
+        values, when a group's value is given to each of its features), ``[B]``."""
+        if self.complete and values is not None:
+            self._ref_out = (values.detach(), None if total is None else total.detach())
+
+    def _self_check(self, x, base, t, fx, attr, f_ref, options):
+        """``(attributions, delta)`` after the completeness check of
+        :mod:`taylorattr.methods._selfcheck`: failing samples recomputed once at batch 2 (the
+        sample duplicated; point baselines), what stays beyond the tolerance warned about
+        (raised with ``strict=True``)."""
+        delta, bad, tol = selfcheck.misses(attr, fx, f_ref)
+        tried = False
+        if bool(bad.any()) and self.baseline_kind == "point":
+            tried = True
+            attr, delta, f_ref = attr.clone(), delta.clone(), f_ref.clone()
+            batch = x.shape[0]
+            for i in bad.nonzero().flatten().tolist():
+                rows = slice(i, i + 1)
+                opts = {k: repeat_option(v, 2, batch, rows) if k in self.batch_options else v
+                        for k, v in options.items()}
+                a2, _, r2 = self._attribute_reported(
+                    x[rows].detach().repeat_interleave(2, 0),
+                    base[rows].repeat_interleave(2, 0),
+                    None if t is None else t[rows].repeat_interleave(2, 0),
+                    fx[rows].repeat_interleave(2, 0), opts, False)
+                if r2 is None or r2[1] is not None:
+                    continue
+                r2 = r2[0]
+                d2, bad2, _ = selfcheck.misses(a2[:1], fx[rows], r2[:1])
+                if not bool(bad2.any()):
+                    attr[i], delta[i], f_ref[i] = a2[0], d2[0], r2[0]
+            delta, bad, tol = selfcheck.misses(attr, fx, f_ref)
+        if bool(bad.any()):
+            selfcheck.report(type(self).__name__, delta, fx, f_ref, bad, tol, tried,
+                             self.incomplete_cause, self._strict)
+        return attr, delta
 
     def _run_structured(self, inputs, baselines, target, extra, layer, to_input, options,
                         show_progress, want_delta, layer_baselines=None) -> Explanation:

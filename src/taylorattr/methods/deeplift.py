@@ -38,6 +38,10 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
     """
 
     name = "deeplift"
+    complete = True
+    incomplete_cause = ("an operation whose rule is not exact to rounding here (please "
+                        "report the model), or a wrong gradient from torch's reverse mode "
+                        "(seen at batch 1 on timm levit_128s: tests/test_upstream_bugs.py)")
 
     _rules = DEEPLIFT_RESCALE
 
@@ -50,6 +54,8 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
         DeepLIFT's "hypothetical contributions" start from them), not ``(x - x~) * m``."""
         check_bool(multiply_by_inputs, "multiply_by_inputs")
         prop = self._propagate(x, b, t, records=False)
+        if multiply_by_inputs:  # complete: checked by the base class (f(x~) from this pass)
+            self._reference_outputs(prop.ref_output)
         return ((x - b) * prop.gradient if multiply_by_inputs else prop.gradient), b.unsqueeze(1)
 
     def _cost(self, x, options):

@@ -78,6 +78,7 @@ class DeepLiftShap(DeepLift):
         batch, n = x.shape[0], refs.shape[1]
         chunk = chunk or default_chunk_rows(x, backward=True)
         total = torch.zeros_like(x)
+        f_ref = torch.zeros(batch, dtype=x.dtype, device=x.device)
         for s0, s1, k0, k1 in grid_blocks(batch, n, chunk, show_progress, "deeplift shap"):
             # rows (sample s, reference k), sample-major as in Captum
             ref = refs[s0:s1] if refs.shape[0] > 1 else refs
@@ -87,6 +88,11 @@ class DeepLiftShap(DeepLift):
             attr, _ = DeepLift._attribute(self, rows, ref.reshape((-1,) + feat), tr, None,
                                           multiply_by_inputs=multiply_by_inputs)
             total[s0:s1] += attr.view(ref.shape).sum(1)
+            if self._ref_out is not None:  # DeepLIFT's f(x~) of these rows
+                f_ref[s0:s1] += self._ref_out[0].to(x.dtype).view(s1 - s0, k1 - k0).sum(1)
+        # complete towards the mean of the references: checked by the base class
+        self._ref_out = None
+        self._reference_outputs(f_ref / n if multiply_by_inputs else None)
         return total / n, refs.expand((batch, n) + feat)
 
     def _cost(self, x, options):

@@ -34,7 +34,14 @@ import math
 
 import torch
 
-from .._validation import check_bool, check_positive_int, check_seed, select_output
+from .._validation import (
+    check_bool,
+    check_positive_int,
+    check_seed,
+    cpu_generator,
+    draw,
+    select_output,
+)
 from ..groups import player_ids
 from ..runtime.cost import Cost
 from ._base import AttributionMethod
@@ -109,7 +116,8 @@ def _exact(model, x, base, t, ids, G, chunk, show_progress) -> torch.Tensor:
     bits = (codes[:, None] >> torch.arange(G, device=x.device)) & 1  # [2^G, G]
     v = coalition_values(model, x, base, t, ids, bits.bool(), chunk, show_progress, "shapley")
     size = bits.sum(1)
-    fact = torch.tensor([math.factorial(k) for k in range(G + 1)], dtype=torch.float64)
+    fact = torch.tensor([math.factorial(k) for k in range(G + 1)], dtype=torch.float64,
+                        device="cpu")
     # |S|! (G - |S| - 1)! / G! for coalitions S without the player (|S| <= G - 1)
     weight = (fact[size.cpu()] * fact[(G - size - 1).clamp(min=0).cpu()] / fact[G]).to(
         x.device, x.dtype)
@@ -117,14 +125,15 @@ def _exact(model, x, base, t, ids, G, chunk, show_progress) -> torch.Tensor:
     for i in range(G):
         without = codes[bits[:, i] == 0]
         phi[:, i] = ((v[:, without | (1 << i)] - v[:, without]) * weight[without]).sum(1)
-    return phi
+    return phi, v[:, 0]
 
 
 def draw_permutations(n_players: int, n_samples: int, seed: int) -> torch.Tensor:
     """``[n_samples, G]`` orders from ``torch.randperm`` on a CPU generator seeded with
     ``seed`` (the global generator after ``torch.manual_seed(seed)`` gives the same)."""
-    gen = torch.Generator().manual_seed(check_seed(seed))
-    return torch.stack([torch.randperm(n_players, generator=gen) for _ in range(n_samples)])
+    gen = cpu_generator(check_seed(seed))
+    return torch.stack([draw(torch.randperm, n_players, generator=gen, device="cpu")
+                        for _ in range(n_samples)])
 
 
 def _sampled(model, x, base, t, fx, ids, G, perms, chunk, show_progress, unit: int = 1):
@@ -149,7 +158,7 @@ def _sampled(model, x, base, t, fx, ids, G, perms, chunk, show_progress, unit: i
     phi = per_order.mean(1)
     draws = per_order.view(x.shape[0], n // unit, unit, G).mean(2)
     se = draws.std(1) / math.sqrt(n // unit) if n // unit > 1 else None
-    return phi, se
+    return phi, se, f_base
 
 
 class ShapleyValues(SampledShapley):
@@ -161,6 +170,12 @@ class ShapleyValues(SampledShapley):
     """
 
     name = "shapley"
+    #: every order's contributions sum to ``v(all) - v(none)``, so exact and sampled values
+    #: alike are complete: checked on every call (``v(none) = f(x~)`` is a coalition row)
+    complete = True
+    incomplete_cause = ("the model is not deterministic (its output for the same input "
+                        "differs between calls: dropout in training mode, or a batch-dependent "
+                        "layer)")
 
     def _attribute(self, x, base, t, fx, *, feature_mask=None, patch=None, method: str = "auto",
                    n_samples: int = 25, seed: int = 0, permutations=None,
@@ -190,7 +205,7 @@ class ShapleyValues(SampledShapley):
             if permutations is not None:
                 raise ValueError("permutations are for method='sampling'; the exact method "
                                  "draws nothing")
-            phi = _exact(self.model, x, base, t, ids, G, chunk, show_progress)
+            phi, f_base = _exact(self.model, x, base, t, ids, G, chunk, show_progress)
         else:
             if permutations is None:
                 perms = draw_permutations(G, check_positive_int(n_samples, "n_samples"), seed)
@@ -198,9 +213,12 @@ class ShapleyValues(SampledShapley):
                 perms = _check_permutations(permutations, G)
             if antithetic:
                 perms = torch.stack([perms, perms.flip(1)], 1).reshape(-1, G)
-            phi, se = _sampled(self.model, x, base, t, fx, ids, G, perms, chunk, show_progress,
-                               2 if antithetic else 1)
+            phi, se, f_base = _sampled(self.model, x, base, t, fx, ids, G, perms, chunk,
+                                       show_progress, 2 if antithetic else 1)
         index = ids.expand(x.shape[0], -1)
+        # a group's value goes to each of its features: the players' values are complete
+        self._reference_outputs(f_base, None if G == ids.shape[-1] and bool(
+            (ids == torch.arange(G, device=ids.device)).all()) else phi.sum(1))
         self._record(None if se is None else se.gather(1, index).view_as(x))
         return phi.gather(1, index).view_as(x), base.unsqueeze(1)
 
@@ -225,7 +243,7 @@ class ShapleyValues(SampledShapley):
 def _check_permutations(perms, G: int) -> torch.Tensor:
     if not isinstance(perms, torch.Tensor) or perms.dtype.is_floating_point or perms.dim() != 2:
         raise TypeError("permutations must be an integer tensor [n_samples, G] of player orders")
-    expected = torch.arange(G)
+    expected = torch.arange(G, device="cpu")
     if perms.shape[1] != G or perms.shape[0] == 0 or \
             not bool((perms.sort(1).values.cpu() == expected).all()):
         raise ValueError(f"permutations must hold, in each of its rows, every player id "

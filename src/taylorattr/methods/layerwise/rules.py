@@ -271,7 +271,17 @@ class ShapleyBinary(Rule):
     b``, ``maximum``, ``pow``): the two-player Shapley split,
     ``a`` gets ``c_a = [f(a, b~) - f(a~, b~) + f(a, b) - f(a~, b)] / 2`` and ``b`` the rest
     (``c_a + c_b = z - z~``), so the multiplier of ``a`` is ``c_a / (a - a~)`` (the mean
-    of the partial derivatives at ``b`` and ``b~`` where ``|a - a~| < 1e-10``)."""
+    of the partial derivatives at ``b`` and ``b~`` where ``|a - a~| < 1e-10``).
+
+    The split averages the two orders in which the players join, ``a`` first
+    (``c_a = f(a, b~) - f(a~, b~)``, ``c_b = f(a, b) - f(a, b~)``) and ``b`` first
+    (``c_b = f(a~, b) - f(a~, b~)``, ``c_a = f(a, b) - f(a~, b)``). Where the average is
+    ill-conditioned, ``|c_a| + |c_b| > |z - z~| / sqrt(eps)`` (the two shares cancel to
+    fewer than half the digits; e.g. ``F.normalize``'s ``q / max(||q||, 1e-12)`` at a
+    baseline with ``q~ = 0``, where ``f(a, b~) = a / 1e-12``), the element takes the order
+    whose shares are the smaller instead: still complete (``c_a + c_b = z - z~`` in
+    either order), without the cancellation (the multipliers of ``q`` stay ``1 / ||q||``
+    rather than ``1e12``)."""
 
     label = "two-player Shapley: [f(a, b~) - f(a~, b~) + f(a, b) - f(a~, b)] / 2"
     needs_reference = True
@@ -284,17 +294,30 @@ class ShapleyBinary(Rule):
         with torch.no_grad():
             out = fn(ad, bd)
             f_ab_, f_a_b = fn(ad, br), fn(ar, bd)
-            c_a = (f_ab_ - out_ref + out - f_a_b) / 2
-            c_b = (f_a_b - out_ref + out - f_ab_) / 2
+            # order "a first" (weight w) and "b first" (1 - w); Shapley: w = 1/2
+            a_first = (f_ab_ - out_ref, out - f_ab_)
+            b_first = (out - f_a_b, f_a_b - out_ref)
+            c_a = (a_first[0] + b_first[0]) / 2
+            c_b = (a_first[1] + b_first[1]) / 2
+            size = c_a.abs() + c_b.abs()
+            ill = size * torch.finfo(size.dtype).eps ** 0.5 > (out - out_ref).abs()
+            w = torch.full_like(size, 0.5)
+            if bool(ill.any()):
+                first_a = (a_first[0].abs() + a_first[1].abs()) <= \
+                    (b_first[0].abs() + b_first[1].abs())
+                w = torch.where(ill, first_a.to(w.dtype), w)
+                c_a = w * a_first[0] + (1 - w) * b_first[0]
+                c_b = w * a_first[1] + (1 - w) * b_first[1]
         shape = out.shape
 
         def multiplier(c, d, which):
             small = d.abs() < RESCALE_THRESHOLD
             m = c / d
             if bool(small.expand(shape).any()):
-                other = (bd, br) if which == 0 else (ad, ar)
-                pairs = [(ad, o) if which == 0 else (o, bd) for o in other]
-                slope = sum(_partial(fn, p, q, which, shape) for p, q in pairs) / 2
+                # a's slope at b~ (a first) and at b (b first); b's at a (a first), a~
+                at = ((ad, br), (ad, bd)) if which == 0 else ((ad, bd), (ar, bd))
+                slope = w * _partial(fn, *at[0], which, shape) + \
+                    (1 - w) * _partial(fn, *at[1], which, shape)
                 m = torch.where(small, slope, m)
             return m
 

@@ -1,0 +1,134 @@
+"""Self-verification: complete methods check ``sum(a) = f(x) - f(x~)`` on every call.
+
+The completeness is computed here from the model's outputs (not read from the returned
+delta); the failing case is real (torch's batch-1 batch-norm gradient, pinned in
+tests/test_upstream_bugs.py) or made by scaling the attributions.
+"""
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import taylorattr as ta
+from taylorattr.methods import DeepLift, DeepLiftShap, IntegratedGradients, ShapleyValues
+from taylorattr.methods._selfcheck import CompletenessError, CompletenessWarning, tolerance
+
+DT = torch.float64
+
+
+class ConvNormTokens(nn.Module):
+    """LeViT's stem pattern: conv, eval batch norm, ``flatten(2).transpose(1, 2)``, a head."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.head = nn.Linear(4, 3)
+
+    def forward(self, x):
+        h = self.bn(self.conv(x)).flatten(2).transpose(1, 2)  # [B, HW, C]
+        return self.head(torch.relu(h).mean(1))
+
+
+def _model():
+    torch.manual_seed(0)
+    m = ConvNormTokens().to(DT)
+    with torch.no_grad():
+        m.bn.running_mean.uniform_(-0.5, 0.5)
+        m.bn.running_var.uniform_(0.5, 2.0)
+    return m.eval()
+
+
+def _miss(model, x, base, a, target):
+    with torch.no_grad():
+        df = model(x)[:, target] - model(base)[:, target]
+    return (a.reshape(a.shape[0], -1).sum(1) - df).abs()
+
+
+def test_batch_1_gradient_bug_is_repaired_at_batch_2():
+    model = _model()
+    torch.manual_seed(1)
+    x = torch.randn(1, 3, 4, 4, dtype=DT)
+    base = torch.zeros_like(x)
+    dl = DeepLift(model)
+    raw, _ = dl._attribute(x, base, torch.tensor([0]), None)  # no check: the bug shows
+    assert _miss(model, x, base, raw, 0) > 1e-3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompletenessWarning)
+        a, delta = dl.attribute(x, base, target=0, return_convergence_delta=True)
+    assert _miss(model, x, base, a, 0) < 1e-12
+    torch.testing.assert_close(delta.abs(), _miss(model, x, base, a, 0), rtol=0, atol=1e-12)
+    # the same sample beside another one (batch 2) gives the same attributions
+    pair = torch.cat([x, torch.randn_like(x)])
+    torch.testing.assert_close(a, dl.attribute(pair, 0.0, target=0)[:1])
+
+
+def _scaled(cls, factor):
+    class Broken(cls):
+        def _attribute(self, *args, **kwargs):
+            a, refs = super()._attribute(*args, **kwargs)
+            return a * factor, refs
+    return Broken
+
+
+def test_an_incomplete_result_warns_naming_the_miss_and_strict_raises():
+    model = _model()
+    torch.manual_seed(2)
+    x = torch.randn(2, 3, 4, 4, dtype=DT)
+    broken = _scaled(DeepLift, 1.5)(model)
+    with pytest.warns(CompletenessWarning, match=r"sample\(s\) 0, 1 \(recomputing them at "
+                                                 r"batch 2 did not repair them\).*likely cause"):
+        a, delta = broken.attribute(x, 0.0, target=1, return_convergence_delta=True)
+    torch.testing.assert_close(delta.abs(), _miss(model, x, torch.zeros_like(x), a, 1))
+    with pytest.raises(CompletenessError, match="incomplete"):
+        broken.attribute(x, 0.0, target=1, strict=True)
+    with pytest.raises(ValueError, match="strict applies"):
+        IntegratedGradients(model).attribute(x, 0.0, target=1, strict=True)
+    with pytest.raises(TypeError, match="strict must be a bool"):
+        DeepLift(model).attribute(x, 0.0, target=1, strict=1)
+
+
+def test_shapley_and_deeplift_shap_check_without_extra_model_calls():
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2)).to(DT).eval()
+    x = torch.randn(3, 4, dtype=DT)
+    calls = []
+    model.register_forward_hook(lambda m, i, o: calls.append(i[0].shape[0]))
+    sv = ShapleyValues(model)
+    sv.attribute(x, 0.0, target=0)
+    plain = sum(calls)
+    calls.clear()
+    a, delta = sv.attribute(x, 0.0, target=0, return_convergence_delta=True)
+    assert sum(calls) == plain == 3 + 3 * 2 ** 4  # the delta comes from v(none)
+    torch.testing.assert_close(delta.abs(), _miss(model, x, torch.zeros_like(x), a, 0),
+                               rtol=0, atol=1e-14)
+    with pytest.warns(CompletenessWarning, match="Broken.*not deterministic"):
+        _scaled(ShapleyValues, 0.5)(model).attribute(x, 0.0, target=0)
+    refs = torch.randn(5, 4, dtype=DT)
+    with pytest.warns(CompletenessWarning, match="torch.s reverse mode"):
+        _scaled(DeepLiftShap, 0.9)(model).attribute(x, refs, target=0)
+    a = DeepLiftShap(model).attribute(x, refs, target=0)
+    with torch.no_grad():
+        df = model(x)[:, 0] - model(refs)[:, 0].mean()
+    torch.testing.assert_close(a.sum(1), df, rtol=0, atol=1e-14)
+
+
+def test_tolerance_follows_the_dtype():
+    a = torch.ones(1, 10)
+    fx, fr = torch.tensor([3.0]), torch.tensor([-20.0])
+    # C * eps * max(1, |f(x)|, |f(x~)|, sum|a|) = 1000 * eps * 20
+    assert float(tolerance(a, fx, fr)) == pytest.approx(1000 * torch.finfo(torch.float32).eps * 20)
+    assert float(tolerance(a.double(), fx.double(), fr.double())) == pytest.approx(
+        1000 * torch.finfo(DT).eps * 20)
+
+
+def test_float32_cnn_is_within_the_tolerance():
+    torch.manual_seed(4)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(8, 8, 3), nn.GELU(), nn.Flatten(), nn.Linear(8 * 9, 5)).eval()
+    x = torch.randn(4, 3, 12, 12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompletenessWarning)
+        a = ta.methods.DeepLift(model).attribute(x, 0.0, target=2)
+    assert (_miss(model, x, torch.zeros_like(x), a, 2) < 1e-3).all()
