@@ -157,8 +157,9 @@ class TensorOutput(ModelWrapper):
             raise AssertionError("when using attribute_future, forward_func must return a "
                                  f"torch.futures.Future, got {type(out).__name__}")
         if isinstance(out, (int, float)) and not isinstance(out, bool):
+            device = next((a.device for a in args if isinstance(a, torch.Tensor)), "cpu")
             return torch.tensor(out, dtype=torch.float64 if isinstance(out, float) else
-                                torch.int64)
+                                torch.int64, device=device)
         return out
 
 

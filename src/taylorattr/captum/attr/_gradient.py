@@ -375,7 +375,8 @@ def _captum_draws(parts, refs, n_samples: int, stdevs):
     reference of every input chosen separately (one ``np.random.choice`` each), the noise
     by ``torch.normal``, the path positions by ``np.random.uniform``."""
     batch = parts[0].shape[0]
-    picked = tuple(r[torch.as_tensor(np.random.choice(r.shape[0], n_samples * batch))]
+    picked = tuple(r[torch.as_tensor(np.random.choice(r.shape[0], n_samples * batch),
+                                     device=r.device)]
                    .reshape((batch, n_samples) + tuple(r.shape[1:])) for r in refs)
     noise = captum_noise(parts, stdevs, n_samples)
     alphas = torch.tensor(np.random.uniform(0.0, 1.0, batch * n_samples),

@@ -190,7 +190,10 @@ class ShapleyValueSampling(PerturbationAttribution):
             options["method"] = "exact"
         else:
             G = players(feature_mask, parts)
-            options["permutations"] = torch.stack([torch.randperm(G) for _ in range(n_samples)])
+            # Captum's draws, where Captum makes them: on the default device
+            where = torch.get_default_device()
+            options["permutations"] = torch.stack([torch.randperm(G, device=where)
+                                                   for _ in range(n_samples)])
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
                     options)
 
@@ -235,7 +238,7 @@ def _lasso(alpha: float):
 
         model = Lasso(alpha=alpha).fit(z.float().numpy(), y.float().numpy(),
                                        sample_weight=weights.float().numpy())
-        return torch.as_tensor(model.coef_, dtype=torch.float32)
+        return torch.as_tensor(model.coef_, dtype=torch.float32, device="cpu")
     return fit
 
 
@@ -266,12 +269,13 @@ class Lime(PerturbationAttribution):
         extra = additional_forward_args
         extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
         with torch.no_grad():  # Captum fits one model for a whole-batch (scalar) output
-            whole = torch.as_tensor(self.forward_func(*parts, *extra)).numel() == 1
+            whole = torch.as_tensor(self.forward_func(*parts, *extra), device="cpu").numel() == 1
         draws = []
         for _ in range(1 if whole else parts[0].shape[0]):
-            draws.append(torch.cat([torch.bernoulli(torch.ones(1, G) * 0.5)
+            where = torch.get_default_device()  # Captum's draws, where Captum makes them
+            draws.append(torch.cat([torch.bernoulli(torch.ones(1, G, device=where) * 0.5)
                                     for _ in range(n_samples)]))
-            torch.empty((), dtype=torch.int64).random_()  # Captum's data loader seed
+            torch.empty((), dtype=torch.int64, device=where).random_()  # its data loader seed
             torch.nn.Linear(G, 1)  # and the surrogate Captum builds after its fit
         options = {"coalitions": torch.stack(draws).bool(), "interpretable_model": _lasso(0.01),
                    "show_progress": show_progress,
@@ -317,9 +321,10 @@ def _permute_feature(x: torch.Tensor, feature_mask: torch.Tensor) -> torch.Tenso
     if n < 2:
         raise ValueError("FeaturePermutation needs at least 2 samples to permute features "
                          "across the batch")
-    perm = torch.randperm(n)
-    while (perm == torch.arange(n)).all():
-        perm = torch.randperm(n)
+    where = torch.get_default_device()  # Captum's draws, where Captum makes them
+    perm = torch.randperm(n, device=where)
+    while (perm == torch.arange(n, device=where)).all():
+        perm = torch.randperm(n, device=where)
     mask = feature_mask.to(dtype=x.dtype)
     return x[perm] * mask + x * feature_mask.bitwise_not().to(dtype=x.dtype)
 

@@ -269,7 +269,7 @@ class Summarizer:
                 self._summarizers.append(SummarizerSingleTensor(
                     copy.deepcopy(self._stats), self._summary_stats_indicies))
             if not isinstance(part, torch.Tensor):
-                part = torch.tensor(part, dtype=torch.float)
+                part = torch.tensor(part, dtype=torch.float, device=torch.get_default_device())
             self._summarizers[i].update(part)
 
     @property

@@ -90,7 +90,7 @@ def default_perturb_func(inputs, perturb_radius: float = 0.02):
     """Captum's default perturbation: ``U(-r, r)`` noise (float32, the global generator)
     added to every input; a tuple."""
     parts, _ = as_tuple(inputs)
-    return tuple(p + torch.empty(p.size(), dtype=torch.float32).uniform_(
+    return tuple(p + torch.empty(p.size(), dtype=torch.float32, device="cpu").uniform_(
         -perturb_radius, perturb_radius).to(p.device) for p in parts)
 
 
