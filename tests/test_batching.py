@@ -1,13 +1,17 @@
-"""The batching helper: chunk sizes from measured row memory, cached, refined by timing.
+"""The batching helper: chunk sizes from measured row memory, grown by measured throughput,
+cached, refined by timing.
 
 Routes: a recording model sees the rows of every call, and its per-row memory has a
 closed form (``sigmoid(x W) v``: two ``[c, h]`` float64 intermediates, an output and the
 row copy), so the chunk a budget allows is known in advance; the blocks of the chunk loops
 are checked by enumerating the grid cell by cell; results with automatic chunks against
-the same method at a fixed size (another split of the same sums).
+the same method at a fixed size (another split of the same sums). The growth rule runs on
+fake timers whose throughput has a closed form (so the size it stops at is known); the
+memory tests use a timer of pure per-call overhead (the chunk grows to the memory cap).
 """
 from __future__ import annotations
 
+import itertools
 import time
 
 import pytest
@@ -53,6 +57,17 @@ def _fresh_cache():
     Bt.clear_cache()
 
 
+def _overhead_only(model, row, backward):
+    """A fake pass timer: every pass costs the same 10 us, so rows per second double with
+    every doubling and the chunk grows to the memory cap."""
+    return lambda c: 1e-5
+
+
+@pytest.fixture
+def overhead_timer(monkeypatch):
+    monkeypatch.setattr(Bt, "_pass_timer", _overhead_only)
+
+
 def _info(tuned: bool) -> AllocatorInfo:
     return (AllocatorInfo("2.36", 2_000_000_000, 2**31 - 1, "tune_allocator") if tuned
             else AllocatorInfo("2.36", None, None, "default"))
@@ -65,7 +80,8 @@ def _budget_rows(*args, **kwargs) -> int:
 
 
 @pytest.mark.parametrize("rows_allowed", [10, 100, 1000])
-def test_the_chunk_a_budget_allows_matches_the_closed_form(rows_allowed, monkeypatch):
+def test_the_chunk_a_budget_allows_matches_the_closed_form(rows_allowed, monkeypatch,
+                                                           overhead_timer):
     monkeypatch.setattr(Bt, "allocator_info", lambda: _info(True))
     model = Recorder()
     x = torch.rand(3, D, dtype=torch.float64)
@@ -82,7 +98,7 @@ def test_the_chunk_a_budget_allows_matches_the_closed_form(rows_allowed, monkeyp
     assert rows_allowed // 2 < max(chunks) <= rows_allowed
 
 
-def test_backward_rows_cost_more_and_stay_under_the_budget(monkeypatch):
+def test_backward_rows_cost_more_and_stay_under_the_budget(monkeypatch, overhead_timer):
     monkeypatch.setattr(Bt, "allocator_info", lambda: _info(True))
     model = Recorder()
     x = torch.rand(4, D, dtype=torch.float64)
@@ -98,22 +114,32 @@ def test_backward_rows_cost_more_and_stay_under_the_budget(monkeypatch):
     assert max(model.rows[:-1]) <= _budget_rows(model, x, True, max_memory=budget)
 
 
-def test_single_allocations_stay_under_the_mmap_threshold_by_default(monkeypatch):
-    """Default glibc: no tensor of a chunk reaches half the 32 MiB dynamic threshold, and
-    the chunk stays under the trim threshold; after tune_allocator only the budget binds."""
+def test_the_glibc_thresholds_no_longer_cap_the_chunk_timing_does(monkeypatch):
+    """A chunk whose largest tensor passes glibc's mmap threshold (16 MiB here) is faulted in
+    again on every call: a fake timer that charges that (per-row time x3 beyond it) stops the
+    growth there; without the charge the chunk grows to the budget, tuned or not."""
     wide = 1 << 15  # one row's hidden layer: 256 KiB in float64
     model = Recorder(h=wide)
     x = torch.rand(2, D, dtype=torch.float64)
+    over = (16 * 2**20) // (8 * wide)  # rows whose hidden layer reaches 16 MiB: 64
+
+    def faulting(_model, _row, _backward):
+        return lambda c: 1e-3 * c * (3 if c > over else 1) + 5e-2
+
     monkeypatch.setattr(Bt, "allocator_info", lambda: _info(False))
-    default = int(Bt.chunk_rows(model, x, backward=False, max_memory=2**34))
-    assert default * 8 * wide <= 16 * 2**20 < (default + 1) * 8 * wide
+    monkeypatch.setattr(Bt, "_pass_timer", faulting)
+    budget = 1000 * forward_row_bytes(h=wide)  # growth from 31 rows: 31, 62, 124
+    rows = int(Bt.chunk_rows(model, x, backward=False, max_memory=budget))
+    assert rows <= over < 2 * rows  # the last doubling that stays under the threshold
     Bt.clear_cache()
-    monkeypatch.setattr(Bt, "allocator_info", lambda: _info(True))
-    tuned = int(Bt.chunk_rows(model, x, backward=False, max_memory=2**30))
-    assert tuned == 2**30 // forward_row_bytes(h=wide)
+    monkeypatch.setattr(Bt, "_pass_timer", _overhead_only)
+    budget = 2**30
+    rows = _budget_rows(model, x, False, max_memory=budget)
+    assert int(Bt.chunk_rows(model, x, backward=False, max_memory=budget)) == rows
+    assert rows == budget // forward_row_bytes(h=wide)
 
 
-def test_cache_key_distinguishes_shape_dtype_threads_and_pass():
+def test_cache_key_distinguishes_shape_dtype_threads_and_pass(overhead_timer):
     model = Recorder(d=D)
     x = torch.rand(2, D, dtype=torch.float64)
     Bt.chunk_rows(model, x, backward=False, max_memory=10**7)
@@ -302,3 +328,71 @@ def test_taylor_mode_passes_stay_under_the_mmap_threshold_by_default(monkeypatch
 
     monkeypatch.setattr(Bt, "allocator_info", lambda: _info(False))
     assert Bt.series_rows(BatchTied(), x, order) is None
+
+
+def _saturating(a, b, calls=None):
+    """``t(c) = a + b c``: a fixed cost per call and a cost per row. A doubling from ``c``
+    is more than 10 % faster per row exactly when ``2 (a + b c) > 1.1 (a + 2 b c)``, i.e.
+    ``c < 4.5 a / b``."""
+    def seconds(c):
+        if calls is not None:
+            calls.append(c)
+        return a + b * c
+    return seconds
+
+
+@pytest.mark.parametrize("a, b, start, cap", [(1.0, 0.01, 1, 10**6), (0.3, 0.01, 5, 10**6),
+                                              (1.0, 1.0, 1, 10**6), (1.0, 0.001, 3, 700),
+                                              (1.0, 0.01, 9, 9)])
+def test_growth_stops_where_a_doubling_gains_ten_percent_or_less(a, b, start, cap):
+    calls = []
+    rows, times = Bt.grow_rows(_saturating(a, b, calls), cap, start, min_pass_s=0.0)
+    # by hand: double from start while c < 4.5 a / b (the doubling gains > 10 %), at most cap
+    want = min(start, cap)
+    while want < cap and want < 4.5 * a / b:
+        want = min(2 * want, cap)
+    assert rows == want
+    assert rows <= cap and set(times) == set(calls)
+    if start >= cap:
+        assert calls == []  # nothing to grow into: nothing timed
+    else:
+        assert calls[0] == start
+        assert all(n == min(2 * c, cap) for c, n in itertools.pairwise(calls))
+
+
+def test_short_passes_always_grow_and_the_gain_is_a_parameter():
+    # 1 us per row and nothing per call: a doubling never gains, but passes under 2 ms
+    # count as overhead and grow: 1024 rows take 1.02 ms, 2048 take 2.05 ms
+    assert Bt.grow_rows(_saturating(0.0, 1e-6), 10**6, 1)[0] == 1024
+    assert Bt.grow_rows(_saturating(0.0, 1e-6), 10**6, 1, min_pass_s=0.0)[0] == 1
+    # a demanded gain of 50 %: 2 (a + b c) > 1.5 (a + 2 b c) iff c < a / (2 b)
+    assert Bt.grow_rows(_saturating(1.0, 0.01), 10**6, 1, gain=1.5, min_pass_s=0.0)[0] == 64
+
+
+def test_the_default_grows_from_a_32nd_of_the_budget_and_max_memory_caps_it(monkeypatch):
+    """chunk_rows with a fake memory line (1 MiB per row, nothing fixed) and a fake timer:
+    the growth starts at budget_rows / 32 and stops where the timer says."""
+    monkeypatch.setattr(Bt, "row_memory", lambda model, row, backward: (0.0, 2.0**20, 0.0, 0.0))
+    seen = []
+
+    def timer(_model, row, _backward):
+        return _saturating(1.0, 1 / 16, seen)  # grows while c < 72
+
+    monkeypatch.setattr(Bt, "_pass_timer", timer)
+    model = Recorder()
+    x = torch.rand(2, D, dtype=torch.float64)
+    per_row = 2**20 + 8 * D  # the fake line plus the row itself
+    budget = 1000 * per_row
+    assert int(Bt.chunk_rows(model, x, False, max_memory=budget)) == 124  # 31, 62, 124
+    assert seen == [31, 62, 124, 248]
+    seen.clear()
+    assert int(Bt.chunk_rows(model, x, False, max_memory=budget)) == 124 and seen == []  # cached
+    # 100 rows allowed: 3, 6, ..., 96; the last step, to the cap of 100, gains under 10 %
+    assert int(Bt.chunk_rows(model, x, False, max_memory=100 * per_row)) == 96
+    assert Bt.chunk_rows(model, x, False, internal_batch_size=500) == 500
+
+
+def test_the_cuda_budget_is_a_quarter_of_the_free_memory(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (40 * 2**30, 80 * 2**30))
+    assert Bt._measured_budget.__wrapped__("cuda:0") == 10 * 2**30
+    assert Bt.CUDA_FREE_SHARE == 0.25
