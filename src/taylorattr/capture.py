@@ -35,9 +35,11 @@ Example::
 """
 from __future__ import annotations
 
+import copy
 import inspect
 import operator
 import os
+import re
 import traceback
 import weakref
 from collections import Counter
@@ -46,9 +48,12 @@ from dataclasses import dataclass
 
 import torch
 from torch import fx, nn
+from torch._prims_common import compute_elementwise_output_logical_to_physical_perm
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
-__all__ = ["CUTS", "DEFAULT_KEEP", "CaptureError", "CoreGraph", "UnsupportedOps", "capture",
+__all__ = ["CUTS", "DEFAULT_KEEP", "DEVICE_KERNELS", "CaptureError", "CoreGraph", "UnsupportedOps", "capture",
            "op_name", "refuse", "where"]
 
 aten = torch.ops.aten
@@ -60,6 +65,192 @@ _TORCH_DIR = os.path.dirname(torch.__file__)
 DEFAULT_KEEP = (aten.native_layer_norm.default, aten._softmax.default,
                 aten._log_softmax.default, aten.gelu.default, aten.softplus.default,
                 aten.detach.default)
+
+
+
+# --- device kernels: one capture whatever kernel the device would pick ------------------
+# On CUDA, ``scaled_dot_product_attention`` dispatches (while the capture lowers it) to a
+# fused kernel chosen for the device (efficient, flash, cuDNN attention), ``rms_norm`` to
+# ``_fused_rms_norm``, batch norm to cuDNN/MIOpen; the CPU picks others. Each such kernel
+# is decomposed here into the one math form, so the captured graph holds the same core
+# operations (and values) on every device. The layout of each kernel's output is kept
+# (the model's later ``view`` calls were traced against it), so a decomposition returns
+# the math value laid out as the kernel's own meta function lays it out.
+
+def _stride_order(like: torch.Tensor) -> list[int]:
+    """The dimensions of ``like`` from the outermost in memory to the innermost."""
+    return list(compute_elementwise_output_logical_to_physical_perm(like)[0])
+
+
+def _laid_out_like(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``value`` (same shape as ``like``) with the memory order of ``like``: the same
+    numbers, so that views traced against the fused kernel's output stay valid."""
+    order = _stride_order(like)
+    if order == list(range(value.dim())):
+        return value.contiguous()
+    inverse = [order.index(d) for d in range(len(order))]
+    return value.permute(order).contiguous().permute(inverse)
+
+
+def _kernel_outputs(op, args, kwargs) -> tuple:
+    """The outputs ``op`` itself gives for these arguments' shapes, strides and dtypes
+    (its meta function, run without recording it into the graph being traced)."""
+    def meta(a):
+        return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta") \
+            if isinstance(a, torch.Tensor) and not isinstance(a, FakeTensor) else a
+
+    with disable_proxy_modes_tracing():
+        args, kwargs = torch.utils._pytree.tree_map(meta, (args, kwargs))
+        return op(*args, **kwargs)
+
+
+def _math_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
+                    scale=None) -> torch.Tensor:
+    """Scaled dot-product attention in its math form (the CPU's reference kernel):
+
+        out = softmax(q k^T * s + B) v,   s = scale or 1/sqrt(q.shape[-1]),
+
+    B the additive float mask (or 0 / -inf from a boolean or causal one; a row masked
+    everywhere gives 0), key/value heads repeated to the query's for grouped-query
+    attention. ``dropout_p > 0`` gives the math kernel's random ``native_dropout``, as on
+    the CPU (every engine refuses it by name: call ``model.eval()``)."""
+    if attn_mask is not None and attn_mask.dtype == torch.bool:  # True: attend
+        attn_mask = torch.where(attn_mask, 0.0, float("-inf")).to(query.dtype)
+    gqa = query.dim() >= 3 and key.dim() >= 3 and query.shape[-3] != key.shape[-3]
+    kwargs = {"scale": scale, "enable_gqa": True} if gqa else {"scale": scale}
+    return aten._scaled_dot_product_attention_math.default(
+        query, key, value, attn_mask, dropout_p, is_causal, None, **kwargs)[0]
+
+
+def _attention_kernel(op):
+    """The decomposition of one fused attention kernel ``op``: its first output from
+    :func:`_math_attention`, laid out as the kernel lays it out; the others (log-sum-exp,
+    random seeds, debug masks: only a backward pass reads them) zeros of the kernel's
+    shapes."""
+    schema = op._schema.arguments
+
+    def decomposition(*args, **kwargs):
+        values = {a.name: a.default_value for a in schema if a.has_default_value()}
+        values.update({a.name: v for a, v in zip(schema, args)}, **kwargs)
+        q, k, v = (values[a.name] for a in schema[:3])
+        out = _math_attention(q, k, v, values.get("attn_mask", values.get("attn_bias")),
+                              values.get("dropout_p", 0.0), values.get("is_causal", False),
+                              values.get("scale"))
+        kernel = _kernel_outputs(op, args, kwargs)
+        rest = (out.new_zeros(r.shape, dtype=r.dtype) if isinstance(r, torch.Tensor) else r
+                for r in kernel[1:])
+        return (_laid_out_like(out, kernel[0]), *rest)
+
+    decomposition.__name__ = f"math_{op._schema.name.split('::')[-1]}"
+    return decomposition
+
+
+def _fused_rms_norm(x, normalized_shape, weight=None, eps=None):
+    """RMSNorm over the last ``len(normalized_shape)`` axes, in float32 for half types:
+
+        y = x / sqrt(mean(x^2) + eps) * weight,   eps default: the machine epsilon
+
+    Returns ``(y, 1/sqrt(mean(x^2) + eps))`` as ``aten._fused_rms_norm`` does."""
+    dims = list(range(x.dim() - len(normalized_shape), x.dim()))
+    acc = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    eps = torch.finfo(acc.dtype).eps if eps is None else eps
+    rstd = torch.rsqrt(acc.pow(2).mean(dims, keepdim=True) + eps)
+    y = acc * rstd
+    if weight is not None:
+        y = y * weight
+    return y.to(x.dtype), rstd
+
+
+def _rms_norm(x, normalized_shape, weight=None, eps=None):
+    """``F.rms_norm`` itself, before it picks a kernel (:func:`_fused_rms_norm`'s ``y``)."""
+    return _fused_rms_norm(x, normalized_shape, weight, eps)[0]
+
+
+def _vendor_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """cuDNN/MIOpen batch norm as the core ``_native_batch_norm_legit_no_training`` (eval;
+    ``y = (x - mean) / sqrt(var + eps) * weight + bias``) or ``native_batch_norm``
+    (training: batch statistics, which the engines refuse by name)."""
+    if training or running_mean is None:
+        return aten.native_batch_norm.default(x, weight, bias, running_mean, running_var,
+                                              training, momentum, eps)
+    return aten._native_batch_norm_legit_no_training.default(
+        x, weight, bias, running_mean, running_var, momentum, eps)
+
+
+def _cudnn_batch_norm(*args):
+    y, mean, invstd = _vendor_batch_norm(*args)
+    return y, mean, invstd, args[0].new_zeros((0,), dtype=torch.uint8)
+
+
+def _fused_dropout(x, p, generator=None):
+    """``_fused_dropout`` (``p``: the probability to *keep*) as ``native_dropout`` (the
+    probability to drop): random, so every engine refuses it by its core name."""
+    y, mask = aten.native_dropout.default(x, 1.0 - p, True)
+    return y, mask.to(torch.uint8)
+
+
+def _device_kernels() -> dict:
+    table = {}
+    attention = ("_scaled_dot_product_flash_attention_for_cpu",
+                 "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+                 "_scaled_dot_product_cudnn_attention",
+                 "_scaled_dot_product_fused_attention_overrideable",
+                 "_scaled_dot_product_attention_math_for_mps")
+    for name in attention:
+        packet = getattr(aten, name, None)
+        if packet is not None and hasattr(packet, "default"):
+            table[packet.default] = _attention_kernel(packet.default)
+    others = {"_fused_rms_norm": _fused_rms_norm, "rms_norm": _rms_norm,
+              "cudnn_batch_norm": _cudnn_batch_norm,
+              "miopen_batch_norm": _vendor_batch_norm, "_fused_dropout": _fused_dropout}
+    for name, fn in others.items():
+        packet = getattr(aten, name, None)
+        if packet is not None and hasattr(packet, "default"):
+            table[packet.default] = fn
+    return table
+
+
+#: Device- and backend-specific kernels -> their decomposition into core operations
+#: (module docstring): every ``_scaled_dot_product_*_attention`` variant this torch has
+#: (flash, flash for CPU, efficient, cuDNN, overrideable, MPS math) to the math attention
+#: of :func:`_math_attention`, ``_fused_rms_norm`` (and ``rms_norm``, before it picks it)
+#: to :func:`_fused_rms_norm`, cuDNN and MIOpen batch norm to the core batch norm,
+#: ``_fused_dropout`` to ``native_dropout``. (``_fused_sdp_choice``, the kernel choice
+#: itself, returns an int that export evaluates while tracing: it is never a node; every
+#: kernel it can pick is here.) Applied by every capture; an op named in ``keep`` stays
+#: whole.
+DEVICE_KERNELS: dict = _device_kernels()
+
+#: Device kernels that are also composite (``CompositeImplicitAutograd``) ops: torch.export
+#: applies a decomposition of such an op only where the device has no kernel of its own
+#: for it (on CUDA it has), so a node of one in a program is first turned back into the
+#: public op that chose it (same arguments), whose decomposition always applies.
+_REROUTE = {getattr(aten, "_fused_rms_norm", None): aten.rms_norm.default}
+_REROUTE = {packet.default: public for packet, public in _REROUTE.items() if packet is not None}
+
+
+def _rerouted(program):
+    """``program`` with each :data:`_REROUTE` node whose first output alone is used
+    replaced by the public op (a copy; the program itself is left as it is)."""
+    def movable(node):
+        return node.op == "call_function" and node.target in _REROUTE and all(
+            u.target is operator.getitem and u.args[1] == 0 for u in node.users)
+
+    if not any(movable(n) for n in program.graph.nodes):
+        return program
+    program = copy.deepcopy(program)
+    graph = program.graph_module.graph
+    for node in [n for n in graph.nodes if movable(n)]:
+        with graph.inserting_before(node):
+            public = graph.call_function(_REROUTE[node.target], node.args, node.kwargs)
+        public.meta = dict(node.meta)
+        for user in list(node.users):
+            public.meta["val"] = user.meta.get("val")
+            user.replace_all_uses_with(public)
+            graph.erase_node(user)
+        graph.erase_node(node)
+    program.graph_module.recompile()
+    return program
 
 #: Ops whose value is treated as a constant by the input-dependence analysis (``detach``:
 #: the model asks for a value without derivatives, e.g. a numerically stabilising shift).
@@ -288,11 +479,42 @@ def _load(model):
     return model
 
 
-def _decompose(program, keep: Iterable):
+def _decompose(program, keep: Iterable, what: str):
+    """``program`` lowered to core ATen with :data:`DEVICE_KERNELS` decomposed (all but
+    ``keep``); a failure raises :class:`CaptureError` naming the step, the user's line
+    and what to do."""
     table = torch.export.default_decompositions()
+    table.update(DEVICE_KERNELS)
     for op in keep:
         table.pop(op, None)
-    return program.run_decompositions(table)
+    try:
+        return _rerouted(program).run_decompositions(table)
+    except Exception as exc:  # lowering raises many kinds of errors
+        raise _capture_error(exc, f"lowering {what} to core ATen operations failed",
+                             "What you can do: replace the operation named above by standard "
+                             "torch operations, or report the model (torch.export could "
+                             "trace it but not lower it).") from exc
+
+
+def _capture_error(error: BaseException, what: str, advice: str) -> CaptureError:
+    """One :class:`CaptureError`: ``what``, the user's source line (from the traceback,
+    or from the node's recorded trace torch quotes), the error's first line, ``advice``.
+    A :class:`CaptureError` raised inside (a refused decomposition) is passed on."""
+    seen = error
+    while seen is not None:
+        if isinstance(seen, CaptureError):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    text = str(error).strip()
+    frames = [(f.filename, f.lineno, (f.line or "").strip())
+              for f in traceback.extract_tb(error.__traceback__)
+              if not f.filename.startswith(_TORCH_DIR) and f.filename != __file__]
+    quoted = re.findall(r'File "([^"]+)", line (\d+), in [^\n]*\n\s*([^\n]*)', text)
+    frames += [(f, int(n), code.strip()) for f, n, code in quoted
+               if not f.startswith(_TORCH_DIR) and f != __file__]
+    at = f" at {frames[-1][0]}:{frames[-1][1]} ({frames[-1][2]})" if frames else ""
+    first = text.splitlines()[0] if text else ""
+    return CaptureError(f"{what}{at}: {type(error).__name__}: {first}. {advice}")
 
 
 def _live_attribute(source: nn.Module, lifted) -> torch.Tensor | None:
@@ -325,7 +547,7 @@ def capture(model, example_inputs: tuple | torch.Tensor | None = None,
     """
     model = _load(model)
     if isinstance(model, torch.export.ExportedProgram):
-        return CoreGraph(_decompose(model, keep), None)
+        return CoreGraph(_decompose(model, keep, "the exported program"), None)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, an ExportedProgram or a .pt2 path, got "
                         f"{type(model).__name__}")
@@ -348,17 +570,12 @@ def capture(model, example_inputs: tuple | torch.Tensor | None = None,
         except Exception as exc:  # noqa: BLE001 - export raises many kinds of errors
             error = exc
     else:
-        frames = [f for f in traceback.extract_tb(error.__traceback__)
-                  if not f.filename.startswith(_TORCH_DIR) and f.filename != __file__]
-        at = f" at {frames[-1].filename}:{frames[-1].lineno} ({(frames[-1].line or '').strip()})" \
-            if frames else ""
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        raise CaptureError(f"torch.export could not capture {type(model).__name__}{at}: "
-                           f"{type(error).__name__}: {first}. "
-                           "What you can do: make forward's control flow independent of the input "
-                           "values (see torch.export's documentation), or export the model yourself "
-                           "and pass the ExportedProgram / .pt2 file.") from error
-    return CoreGraph(_decompose(program, keep), model)
+        raise _capture_error(error, f"torch.export could not capture {type(model).__name__}",
+                             "What you can do: make forward's control flow independent of the "
+                             "input values (see torch.export's documentation), or export the "
+                             "model yourself and pass the ExportedProgram / .pt2 file.") \
+            from error
+    return CoreGraph(_decompose(program, keep, type(model).__name__), model)
 
 
 def _var_positional(model: nn.Module) -> bool:
