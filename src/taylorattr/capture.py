@@ -232,9 +232,10 @@ _REROUTE = {packet.default: public for packet, public in _REROUTE.items() if pac
 def _rerouted(program):
     """``program`` with each :data:`_REROUTE` node whose first output alone is used
     replaced by the public op (a copy; the program itself is left as it is)."""
-    def movable(node):
+    def movable(node):  # only the first output used (a loaded program reads all, unused)
         return node.op == "call_function" and node.target in _REROUTE and all(
-            u.target is operator.getitem and u.args[1] == 0 for u in node.users)
+            u.target is operator.getitem and (u.args[1] == 0 or not u.users)
+            for u in node.users)
 
     if not any(movable(n) for n in program.graph.nodes):
         return program
@@ -245,8 +246,9 @@ def _rerouted(program):
             public = graph.call_function(_REROUTE[node.target], node.args, node.kwargs)
         public.meta = dict(node.meta)
         for user in list(node.users):
-            public.meta["val"] = user.meta.get("val")
-            user.replace_all_uses_with(public)
+            if user.args[1] == 0:
+                public.meta["val"] = user.meta.get("val")
+                user.replace_all_uses_with(public)
             graph.erase_node(user)
         graph.erase_node(node)
     program.graph_module.recompile()
@@ -475,7 +477,13 @@ def _load(model):
         if not os.path.exists(model):
             raise FileNotFoundError(f"model: no such file {os.fspath(model)!r} (a .pt2 program "
                                     "saved with torch.export.save)")
-        return torch.export.load(model)
+        try:
+            return torch.export.load(model)
+        except Exception as exc:  # a corrupt or foreign file: torch raises many kinds
+            raise _capture_error(exc, f"model: could not load {os.fspath(model)!r} with "
+                                 "torch.export.load", "What you can do: pass a .pt2 file "
+                                 "saved with torch.export.save (by this torch version), or the "
+                                 "nn.Module itself.") from exc
     return model
 
 
@@ -496,9 +504,11 @@ def _decompose(program, keep: Iterable, what: str):
                              "trace it but not lower it).") from exc
 
 
-def _capture_error(error: BaseException, what: str, advice: str) -> CaptureError:
+def _capture_error(error: BaseException, what: str, advice: str,
+                   why: str | None = None) -> CaptureError:
     """One :class:`CaptureError`: ``what``, the user's source line (from the traceback,
-    or from the node's recorded trace torch quotes), the error's first line, ``advice``.
+    or from the node's recorded trace torch quotes), ``why`` and the error's first line,
+    ``advice``.
     A :class:`CaptureError` raised inside (a refused decomposition) is passed on."""
     seen = error
     while seen is not None:
@@ -514,7 +524,9 @@ def _capture_error(error: BaseException, what: str, advice: str) -> CaptureError
                if not f.startswith(_TORCH_DIR) and f != __file__]
     at = f" at {frames[-1][0]}:{frames[-1][1]} ({frames[-1][2]})" if frames else ""
     first = text.splitlines()[0] if text else ""
-    return CaptureError(f"{what}{at}: {type(error).__name__}: {first}. {advice}")
+    cause = f"{type(error).__name__}: {first}"
+    return CaptureError(f"{what}{at}: " + (f"{why} ({cause}). " if why else f"{cause}. ")
+                        + advice)
 
 
 def _live_attribute(source: nn.Module, lifted) -> torch.Tensor | None:
@@ -570,12 +582,33 @@ def capture(model, example_inputs: tuple | torch.Tensor | None = None,
         except Exception as exc:  # noqa: BLE001 - export raises many kinds of errors
             error = exc
     else:
-        raise _capture_error(error, f"torch.export could not capture {type(model).__name__}",
+        name = type(model).__name__
+        if _data_dependent(error):
+            raise _capture_error(
+                error, f"torch.export could not capture {name}",
+                "What you can do: compute both branches and pick with torch.where(condition, a, "
+                "b) (or use torch.cond), keep such values as tensors; or, where the branch taken "
+                "is the same at the input and the baseline, fix it in a wrapper whose forward "
+                "has no such `if`, and attribute the wrapper.", why="forward depends on the input's values in Python (an `if` "
+                "on a tensor, or a number read from one with .item()/int()/bool()), while a "
+                "capture holds one path for every input") from error
+        raise _capture_error(error, f"torch.export could not capture {name}",
                              "What you can do: make forward's control flow independent of the "
                              "input values (see torch.export's documentation), or export the "
                              "model yourself and pass the ExportedProgram / .pt2 file.") \
             from error
     return CoreGraph(_decompose(program, keep, type(model).__name__), model)
+
+
+def _data_dependent(error: BaseException) -> bool:
+    """Whether torch.export failed on Python control flow or numbers that depend on the
+    input's values (a guard on a data-dependent symbol)."""
+    while error is not None:
+        if any("DataDependent" in k.__name__ for k in type(error).__mro__) or \
+                "data-dependent" in str(error).split("\n", 1)[0]:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _var_positional(model: nn.Module) -> bool:
