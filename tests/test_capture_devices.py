@@ -37,6 +37,9 @@ FUSED = {"efficient": aten._scaled_dot_product_efficient_attention.default,
          "overrideable": aten._scaled_dot_product_fused_attention_overrideable.default,
          "mps": aten._scaled_dot_product_attention_math_for_mps.default}
 KERNELS = ["math", "flash_for_cpu", *FUSED]
+#: the kernels the tests make the dispatcher pick (the CPU's flash kernel only where the
+#: suite runs on another device: on the CPU, sdpa_kernel picks the real one)
+SIMULATED = {"flash_for_cpu": aten._scaled_dot_product_flash_attention_for_cpu.default, **FUSED}
 MASKS = ["none", "float", "bool", "causal", "gqa"]
 #: the kernels whose output is laid out like the query (so the model may ``view`` it)
 LAID_OUT = {"flash_for_cpu", "efficient", "flash", "cudnn", "overrideable"}
@@ -159,13 +162,15 @@ def _kernel_by_hand(op):
 def _dispatch_to(kernel):
     """``scaled_dot_product_attention`` as CUDA's dispatcher runs it when it picks
     ``kernel`` (boolean masks turned into additive ones for the kernels taking a bias)."""
-    op = FUSED[kernel]
+    op = SIMULATED[kernel]
 
     def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
              enable_gqa=False):
         if kernel == "mps":
             return op(q, k, v, attn_mask, dropout_p, is_causal, None, scale=scale,
                       enable_gqa=enable_gqa)[0]
+        if kernel == "flash_for_cpu":
+            return op(q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
         if kernel == "flash":
             assert attn_mask is None, "the flash kernel takes no mask"
             return op(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
@@ -184,24 +189,25 @@ def _dispatch_to(kernel):
 
 @contextlib.contextmanager
 def device_kernel(kernel):
-    """Run ``scaled_dot_product_attention`` through ``kernel`` (``math`` and
-    ``flash_for_cpu``: the CPU's own, forced with ``sdpa_kernel``; the others as on a GPU)
-    and ``rms_norm`` through ``_fused_rms_norm``, as CUDA does."""
+    """Run ``scaled_dot_product_attention`` through ``kernel`` (``math`` and, on the CPU,
+    ``flash_for_cpu``: the real kernels, forced with ``sdpa_kernel``; the others as a GPU
+    runs them, with the kernels by hand) and ``rms_norm`` through ``_fused_rms_norm``, as
+    CUDA does."""
     if kernel == "math":
         with sdpa_kernel(SDPBackend.MATH):
             yield
         return
-    if kernel == "flash_for_cpu":
+    key = torch.get_default_device().type.upper()  # "CPU" (or "CUDA" in the CUDA suite)
+    if kernel == "flash_for_cpu" and key == "CPU":
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             yield
         return
     lib = torch.library.Library("aten", "IMPL")
-    key = torch.get_default_device().type.upper()  # "CPU" (or "CUDA" in the CUDA suite)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-            lib.impl(FUSED[kernel]._schema.name.split("::")[1], _kernel_by_hand(FUSED[kernel]),
-                     key)
+            lib.impl(SIMULATED[kernel]._schema.name.split("::")[1],
+                     _kernel_by_hand(SIMULATED[kernel]), key)
             lib.impl("scaled_dot_product_attention", _dispatch_to(kernel),
                      "CompositeImplicitAutograd")
             lib.impl("_fused_rms_norm", _rms_by_hand, key)
