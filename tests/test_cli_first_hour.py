@@ -127,6 +127,14 @@ def test_one_changed_image_is_recomputed_alone(user, capsys):
         assert saved["target"] == t
         torch.testing.assert_close(saved["attribution"].double(), expected, rtol=1e-4,
                                    atol=1e-6)
+    before = torch.load(user / "maps" / "cat" / "cat2.png.pt", weights_only=True)
+    (user / "maps" / "cat" / "cat2.png.pt").unlink()  # a map deleted by hand is written again
+    assert cli.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "1 item computed, 5 reused" in out and "recomputed" not in out, out
+    after = torch.load(user / "maps" / "cat" / "cat2.png.pt", weights_only=True)
+    torch.testing.assert_close(after["attribution"], before["attribution"], rtol=1e-5,
+                               atol=1e-7)
 
 
 def test_unknown_method_names_the_flag_and_the_closest_names(user, capsys):
@@ -147,12 +155,12 @@ def test_progress_bar_on_a_terminal_one_line_in_a_log(user, capsys, monkeypatch,
             "16", "--batch-size", "2"]
     assert cli.main(argv + ["--out", "log"]) == 0
     err = capsys.readouterr().err
-    stage = [ln for ln in err.splitlines() if " on 6 items (units of 2)" in ln]
+    stage = [ln for ln in err.splitlines() if re.search(r" GI.*: 6 items done in [0-9.]+ s$", ln)]
     assert len(stage) == 1 and "\r" not in err and "item/s" not in err, err
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert cli.main(argv + ["--out", "tty"]) == 0
     err = capsys.readouterr().err
-    assert " on 6 items (units of 2)" not in err, err
+    assert "6 items done in" not in err, err
     bars = re.findall(rf"{command} GI[^\r\n]*?(\d)/6", err)  # tqdm's "n/total"
     assert bars and bars[-1] == "6" and {b for b in bars} <= set("0246"), err
 
@@ -225,3 +233,25 @@ def test_one_image_figure_is_a_grid_with_titles_apart(tmp_path):
 
     with Image.open(path) as im:
         assert im.size[0] <= 2400 and im.size[0] > im.size[1], im.size
+
+
+def test_pt2_program_with_dynamic_sides_takes_a_size_in_its_range(tmp_path):
+    """Height and width exported dynamic in [16, 96]: the default 224 is out of range, so
+    the nearest side the program takes (96) is used, and runs; 128 is refused naming the
+    range."""
+    from taylorattr.experiments.user_model import load_model, preprocessing
+
+    net = small_cnn().eval()
+    batch, side = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("side", min=16,
+                                                                            max=96)
+    program = torch.export.export(net, (torch.zeros(2, 3, 32, 32),),
+                                  dynamic_shapes=({0: batch, 2: side, 3: side},))
+    torch.export.save(program, str(tmp_path / "dyn.pt2"))
+    model = load_model(str(tmp_path / "dyn.pt2"))
+    size = preprocessing(model)["size"]
+    assert size == 96
+    x = torch.rand(1, 3, size, size)
+    torch.testing.assert_close(model(x), net(x))  # the program runs at that size
+    assert preprocessing(model, size=40)["size"] == 40
+    with pytest.raises(ValueError, match=r"input_size: .*--input-size 128 .*between 16 and 96"):
+        preprocessing(model, size=128)

@@ -91,7 +91,7 @@ def test_cli_two_ranks_equal_one_rank_bytewise(tmp_path):
     # named under torchrun only
     assert "rank 0/2: 6 items computed, 0 reused" in two.stdout
     assert "rank 1/2: 4 items computed, 0 reused" in two.stdout
-    assert "10 items computed, 0 reused" in one.stdout and "rank" not in one.stdout
+    assert "10 items computed, 0 reused" in one.stdout and "rank 0/1" not in one.stdout
     rows = _io.load_csv(tmp_path / "two" / "scores.csv")
     assert len(rows) == 10 * 3 and not (tmp_path / "two" / LOCK_NAME).exists()
 

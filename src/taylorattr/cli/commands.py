@@ -97,18 +97,22 @@ def _job_lines(report, what: str) -> str:
 
 def _run_job(run, args, what: str):
     """Run a dataset job (``run(show_progress)``); its expected failures named by their
-    flags. Progress: a bar on a terminal; in a log, one line as the stage starts."""
+    flags. Progress: a bar over the items on a terminal; in a log, one line once the
+    stage is done (nothing more when it fails: the error line says why)."""
+    import time
+
     from ..experiments.evaluation.lock import LockHeld
 
     terminal = sys.stderr.isatty()
-    if not terminal:
-        n = len(args.job[1])
-        print(f"taylorattr {args.command}: {what} on {_plural(n, 'item')} "
-              f"(units of {args.batch_size}) ...", file=sys.stderr, flush=True)
+    start = time.perf_counter()
     try:
-        return run(terminal)
+        report = run(terminal)
     except LockHeld as exc:
         raise CliError("--out", str(exc)) from None
+    if not terminal:
+        print(f"taylorattr {args.command}: {what}: {_plural(len(args.job[1]), 'item')} done in "
+              f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+    return report
 
 
 def _evaluate(args) -> str:

@@ -190,10 +190,13 @@ def _attribute(p, _) -> None:
     _dataset_arguments(p)
     p.add_argument("--method", required=True, type=_any_method,
                    help="registry name or label, e.g. IG")
-    p.add_argument("--previews", action="store_true", help="also write a PNG per sample")
+    p.add_argument("--previews", action="store_true",
+                   help="also write a PNG beside each map (<map>.preview.png)")
     p.add_argument("--format", choices=MAP_FORMATS, default="pt",
                    help="file format of each map (png: the channel-summed map as a picture)")
-    p.add_argument("--out", type=_output_dir, required=True, help="output folder")
+    p.add_argument("--out", type=_output_dir, required=True,
+                   help="output folder: each map at its image's path relative to --data "
+                        "(cat/a.jpg.pt), index.csv, summary.json")
 
 
 _FILL = {"validate": _validate, "principles": _principles, "assess": _assess,

@@ -418,7 +418,10 @@ def attribute_dataset(model, dataset, method, *, out, batch_size: int = 16, seed
     return run_job(out, config, fields, n, batch_size,
                    _reader(dataset, shape, False, on_bad_item), compute, merge, device=dev,
                    resume=resume, name_item=_namer(dataset),
-                   progress=_bar(show_progress, f"attribute {bound.label}"))
+                   progress=_bar(show_progress, f"attribute {bound.label}"),
+                   kept=lambda r: all((out / row[2]).is_file() and (
+                       not previews or (out / preview_name(row[2])).is_file())
+                       for row in r["rows"]))
 
 
 _INDEX_FIELDS = ["index", "source", "map", "target", "explained"]

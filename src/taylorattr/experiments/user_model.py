@@ -258,7 +258,8 @@ def preprocessing(model, size=None, resize=None, mean=None, std=None) -> dict:
 
 def _program_size(model, size) -> int | None:
     """The image side a ``.pt2`` program was exported for (None: not a program, or its
-    height and width are dynamic); a ValueError naming ``input_size`` when the program
+    height and width are dynamic and take the default 224; else the side of their range
+    nearest 224); a ValueError naming ``input_size`` when the program
     takes no ``[B, 3, H, W]`` images, its fixed sides are not square, or ``size``
     lies outside what it accepts."""
     shape = getattr(model, "input_shape", None) if isinstance(model, ExportedProgram) else None
@@ -283,7 +284,10 @@ def _program_size(model, size) -> int | None:
         raise ValueError(f"input_size: the program was exported for {_shape_text(shape)} "
                          f"inputs, so --input-size {size} cannot run it; give --input-size "
                          f"{wanted} or leave it out")
-    return hl if fixed else None
+    if fixed:
+        return hl
+    low, high = max(hl, wl), min(hh or 10**9, wh or 10**9)
+    return None if size is not None or low <= 224 <= high else min(max(224, low), high)
 
 
 def _shape_text(shape) -> str:

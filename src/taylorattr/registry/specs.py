@@ -389,10 +389,12 @@ def resolve(name, among=None, argument: str = "methods") -> BoundMethod:
 
 
 def _closest(name, pool) -> str:
-    """The few labels and registry names of ``pool`` closest to ``name`` (difflib's ratio
-    of the spellings), as a suggestion."""
+    """What to choose instead of ``name``: the (at most three) labels and registry names
+    of ``pool`` closest to it (difflib's ratio of the spellings), then every label when
+    there are at most 20, else two for example."""
     import difflib
 
+    labels = list(dict.fromkeys(slug(b.label) for b in pool))
     spellings = {}
     for b in pool:
         spellings.setdefault(_spelling(b.label), slug(b.label))
@@ -401,8 +403,10 @@ def _closest(name, pool) -> str:
     shown = [repr(spellings[k]) for k in near]
     shown = " or ".join([", ".join(shown[:-1]), shown[-1]] if len(shown) > 1 else shown)
     hint = f"did you mean {shown}? " if near else ""
-    return (f"{hint}(labels in any spelling, e.g. 'IG' or 'Occ-4x4', or registry names "
-            "such as integrated_gradients)")
+    if len(labels) <= 20:
+        return f"{hint}choose from {', '.join(labels)} (labels in any spelling)"
+    return (f"{hint}({len(labels)} labels in any spelling, e.g. {labels[0]!r} or "
+            f"{labels[-1]!r}, or registry names such as {pool[0].name})")
 
 
 # =======================================================================================

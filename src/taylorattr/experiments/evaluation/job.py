@@ -111,20 +111,23 @@ def _stored(store: UnitStore, key: str) -> _Stored:
         return _Stored({}, {}, {})
 
 
-def _plan(old: _Stored, fields: Mapping, digests: list) -> tuple[list[int], dict]:
+def _plan(old: _Stored, fields: Mapping, digests: list, kept=None) -> tuple[list[int], dict]:
     """``(todo, why)``: the items of a unit that must be computed, and for those computed
-    before from something else, the fields that changed (``inputs``: the item's digest)."""
+    before from something else, the fields that changed (``inputs``: the item's digest).
+    ``kept(result)``: whether a stored result's own files are still there (one whose
+    files are gone is computed again, as a missing one)."""
     todo, why = [], {}
     for i, d in digests:
         i = int(i)
-        if old.fields == fields and old.digests.get(i) == str(d) and i in old.results:
+        same = old.fields == fields and old.digests.get(i) == str(d) and i in old.results
+        if same and (kept is None or kept(old.results[i])):
             continue
         todo.append(i)
-        if old.fields is not None:
+        if old.fields is not None and not same:
             diff = changed(old.fields, fields) if old.fields else ["fingerprint"]
             if old.digests.get(i) != str(d):
                 diff = [*diff, "inputs"]
-            why[i] = diff
+            why[i] = diff or ["fingerprint"]  # e.g. a file of another layout
     return todo, why
 
 
@@ -170,14 +173,15 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
             read: Callable[[range], UnitInput],
             compute: Callable[[list[int], object], Mapping[int, dict]],
             merge: Callable[[list[dict]], object], device=None, resume: str = "auto",
-            name_item: Callable[[int], str] = str, progress=None) -> JobReport:
+            name_item: Callable[[int], str] = str, progress=None, kept=None) -> JobReport:
     """Run a job of ``n`` samples in units of ``batch_size`` (see the module docstring).
     ``read(range_of_indices) -> UnitInput``; ``compute(indices, unit_input.data) ->
     {index: result}`` for the listed indices of the unit (computed as one batch);
     ``merge(every item's result, in index order)``; ``fields``: the job's fingerprint;
     ``name_item(index)``: how a changed item is named in messages; ``progress(total)``:
     a bar (``update(items)``, ``close()``) over this rank's ``total`` items, moved after
-    each unit."""
+    each unit; ``kept(result)``: whether a stored result's files (e.g. its map) are still
+    there (a result whose files are gone is computed again)."""
     if resume not in RESUME:
         raise ValueError(f"resume must be one of {RESUME}, got {resume!r}")
     out = Path(out)
@@ -213,7 +217,7 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
                 key = _unit_key(u)
                 unit_input = read(ranges[u])
                 old = _stored(store, key)
-                todo, why = _plan(old, fields, unit_input.digests)
+                todo, why = _plan(old, fields, unit_input.digests, kept)
                 reused += len(unit_input.digests) - len(todo)
                 if todo:
                     tally.add(why)
