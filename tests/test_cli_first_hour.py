@@ -170,6 +170,8 @@ def test_any_format_pillow_reads_and_the_skipped_files_are_named(user, capsys):
 
     Image.open(user / "photos" / "cat" / "cat1.png").save(user / "photos" / "cat" / "c.bmp")
     (user / "photos" / "notes.txt").write_text("my photos")
+    hidden = user / "photos" / ".ipynb_checkpoints" / "cat1-checkpoint.png"  # not a photo
+    write_photo(hidden, seed=1, size=24)
     assert cli.main(["attribute", "--data", "photos", *OWN, "--method", "GI", "--input-size",
                      "16", "--resize", "16", "--out", "m"]) == 0
     captured = capsys.readouterr()

@@ -34,14 +34,15 @@ def image_files_pillow_reads(root: str | os.PathLike) -> tuple[list[Path], list[
     """``(images, skipped)``: the files at any depth under ``root`` (sorted) whose suffix is
     one Pillow reads (``PIL.Image.registered_extensions()``: PNG, JPEG, WebP, TIFF, BMP,
     GIF, ...), and the other files, which are not images (Pascal-VOC ``.xml`` boxes and
-    hidden files such as ``.DS_Store`` are neither); ValueError when there is no image."""
+    hidden files and folders, such as ``.DS_Store``, are neither); ValueError when there is
+    no image."""
     from PIL import Image
 
     root = Path(root)
     readable = {s.lower() for s in Image.registered_extensions()}
     images, skipped = [], []
     for p in sorted(root.rglob("*")):
-        if not p.is_file() or p.name.startswith("."):
+        if not p.is_file() or any(part.startswith(".") for part in p.relative_to(root).parts):
             continue
         if p.suffix.lower() in readable:
             images.append(p)
