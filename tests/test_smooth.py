@@ -151,3 +151,105 @@ def test_bad_arguments_are_named():
         ta.smooth(model, "auto")
     with pytest.raises(TypeError, match="inputs"):
         ta.smooth(model, 1.0, inputs=torch.zeros(2, 1, 8, 8, dtype=torch.int64))
+
+
+# --- clamps in the captured graph, several inputs, layer= ---------------------------------
+BETA = 10.0
+
+
+def _clamp_by_hand(t, lo, hi):  # the surrogate's closed form: lo + sp(t - lo) - sp(t - hi)
+    return lo + F.softplus(t - lo, BETA) - F.softplus(t - hi, BETA)
+
+
+class _Tokens(nn.Module):
+    """Token ids -> embedding -> Linear -> clamp -> mean -> head (T5/EdgeNeXt-like clamp)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(7, 4)
+        self.lin = nn.Linear(4, 4)
+        self.head = nn.Linear(4, 2)
+
+    def body(self, e, clamp):
+        return self.head(clamp(self.lin(e), -0.3, 0.4).mean(1))
+
+    def forward(self, ids):
+        return self.body(self.emb(ids), torch.clamp)
+
+
+class _FromEmbedding(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, e):
+        return self.model.body(e, _clamp_by_hand)
+
+
+class _TwoInputs(nn.Module):
+    """Two inputs and an extra argument, a clamp written as a tensor method."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 3), nn.Linear(3, 2)
+
+    def forward(self, x, z, scale, clamp=None):
+        h = self.a(x) * z
+        h = h.clamp(-0.5, 0.5) if clamp is None else clamp(h, -0.5, 0.5)
+        return self.b(h) * scale
+
+
+def test_a_clamp_seen_only_in_the_capture_is_smoothed():
+    # SmoothClamp in the captured graph: torch.fx named the node from the target's __name__
+    # (AttributeError: 'SmoothClamp' object has no attribute '__name__'; EdgeNeXt, XCiT)
+    torch.manual_seed(0)
+    model = _Tokens().to(DT).eval()
+    e = torch.randn(2, 3, 4, dtype=DT)
+    smoothed = ta.smooth(_Body(model), BETA)
+    torch.testing.assert_close(smoothed(e), _FromEmbedding(model)(e))
+    assert any("clamp" in r for r in smoothed.replaced)
+    ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
+    torch.testing.assert_close(ta.smooth(model, BETA)(ids),
+                               _FromEmbedding(model)(model.emb(ids)))
+
+
+class _Body(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, e):
+        return self.model.body(e, torch.clamp)
+
+
+def test_smoothed_model_takes_tuple_inputs_and_additional_forward_args():
+    torch.manual_seed(1)
+    model = _TwoInputs().to(DT).eval()
+    x, z = torch.randn(2, 3, dtype=DT), torch.randn(2, 3, dtype=DT)
+    scale = torch.tensor([[2.0], [-1.0]], dtype=DT)
+    smoothed = ta.smooth(model, BETA)
+    hand = lambda x, z, s: model(x, z, s, clamp=_clamp_by_hand)
+    torch.testing.assert_close(smoothed(x, z, scale), hand(x, z, scale))
+    terms = ta.taylor_terms(smoothed, (x, z), 0.0, target=1, order=3,
+                            additional_forward_args=(scale,))
+    # independent: repeated float64 autograd of the hand-smoothed model along the path
+    for b in range(2):
+        direct = _autograd_orders(
+            lambda v, b=b: hand(v[None, :3], v[None, 3:], scale[b:b + 1])[0, 1],
+            torch.cat([x[b], z[b]]), torch.cat([x[b], z[b]]), 3)
+        torch.testing.assert_close(terms.orders[b], direct)
+
+
+def test_smoothed_model_at_a_layer_runs_its_hooks_once_and_equals_the_hand_surrogate():
+    # ta.smooth + layer=: the layer's hook fired twice on the first call ("layer (Embedding)
+    # is called 2 times", T5); the expansion at the embedding equals the hand-smoothed body's
+    torch.manual_seed(2)
+    model = _Tokens().to(DT).eval()
+    ids, base = torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.zeros(2, 3, dtype=torch.long)
+    smoothed = ta.smooth(model, BETA)
+    terms = ta.taylor_terms(smoothed, ids, base, target=1, order=3, layer=smoothed.module.emb)
+    with torch.no_grad():
+        e, eb = model.emb(ids), model.emb(base)
+    hand = ta.taylor_terms(_FromEmbedding(model), e, eb, target=1, order=3)
+    torch.testing.assert_close(terms.orders, hand.orders)
+    torch.testing.assert_close(terms.first, hand.first)

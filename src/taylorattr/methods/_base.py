@@ -116,7 +116,7 @@ class AttributionMethod:
     perturbation: bool = False
     #: The input-side arguments every ``attribute`` takes (not the method's own options).
     INPUT_ARGS = ("additional_forward_args", "layer", "attribute_to_layer_input",
-                  "layer_baselines")
+                  "layer_baselines", "layer_delta")
     #: Whether the attributions are complete by construction, ``sum_i a_i = f(x) -
     #: mean_k f(x~_k)``: every call then checks it (:mod:`taylorattr.methods._selfcheck`)
     #: from the explained outputs at the references that ``_attribute`` hands to
@@ -180,6 +180,14 @@ class AttributionMethod:
             layer (option): a submodule (or a list of them: a list of results, one per layer);
                 attributions are then w.r.t. its output (input with
                 ``attribute_to_layer_input=True``), ``baselines`` stay input baselines.
+            layer_delta (option): what the delta measures with ``layer=`` (the result's
+                :attr:`Explanation.delta_of`): ``"layer"`` (default, the library's
+                convention) ``f(x) - f(x | layer at its baseline value, every other path
+                at x)``, the change the layer attributions are complete for; ``"model"``
+                (Captum's ``Layer*`` convention) ``f(x) - f(x~)``, the whole model at the
+                input baselines (one forward more). They differ where other paths
+                bypass the layer (RoBERTa's position ids computed from ``input_ids``, a
+                tabular model's columns outside the embedding).
             (tuple inputs: ``baselines`` is a scalar or a tuple with one entry per input)
             show_progress: a tqdm bar over the method's chunks.
             **options: the method's own options (the keyword-only parameters of its
@@ -325,6 +333,7 @@ class AttributionMethod:
         """One tensor without extra arguments or a layer: here; the rest: structured."""
         if layer is None and extra is None and isinstance(inputs, torch.Tensor) and \
                 inputs.dim() >= 2:
+            _layer_delta(options.pop("layer_delta", "layer"))
             check_layer(self._model, None, to_input)
             x, t, fx = self._inputs_and_target(inputs, target, self.gradient_at_inputs)
             self._layout = Layout.of((x,), False)
@@ -333,7 +342,8 @@ class AttributionMethod:
                                                options, show_progress, return_convergence_delta)
             finally:
                 self._layout = None
-            return Explanation(attr, refs, fx.detach(), t, delta)
+            return Explanation(attr, refs, fx.detach(), t, delta,
+                               None if delta is None else "model")
         return self._run_structured(inputs, baselines, target, extra, layer, to_input, options,
                                     show_progress, return_convergence_delta,
                                     options.pop("layer_baselines", None))
@@ -414,6 +424,12 @@ class AttributionMethod:
         ``LayerFeatureAblation``) instead of input baselines mapped through the model."""
         if layer_baselines is not None and (layer is None or self.baseline_kind != "point"):
             raise ValueError("layer_baselines applies to point-baseline methods with layer=")
+        against_model = _layer_delta(options.pop("layer_delta", "layer")) == "model" and \
+            layer is not None
+        if against_model and want_delta and (self.baseline_kind != "point"
+                                             or layer_baselines is not None):
+            raise ValueError("layer_delta='model' measures f(x) - f(x~) at input baselines: "
+                             "it applies to point-baseline methods without layer_baselines")
         model = self._model
         check_layer(model, layer, to_input)
         parts, is_tuple = as_tuple(inputs)
@@ -439,6 +455,7 @@ class AttributionMethod:
             if layer_baselines is not None:
                 base = layout.join(point_baselines(layer_baselines, h, "layer_baselines"))
             elif self.baseline_kind == "point":
+                input_base = base
                 base = layout.join(as_tuple(layer_activations(model, layer, base + extra,
                                                               to_input))[0])
                 if base.shape != x.shape:
@@ -461,9 +478,15 @@ class AttributionMethod:
                                                          options, show_progress, want_delta)
             finally:
                 self._active, self._layout = None, None
+        if delta is not None and against_model:  # Captum's: the whole model at x~
+            with torch.no_grad():
+                out = model_output(lambda _: model(*input_base, *extra), input_base[0],
+                                   name="model (at the baselines)")
+            delta = per_sample_sum(attr) - (fx - select_output(out, t)).to(attr.dtype)
         attr_parts = layout.split(attr)
         refs = None if refs is None else layout.result(layout.split(refs, lead=2))
-        return Explanation(layout.result(attr_parts), refs, fx, t, delta)
+        of = None if delta is None else ("model" if against_model or layer is None else "layer")
+        return Explanation(layout.result(attr_parts), refs, fx, t, delta, of)
 
     def _per_sample(self, wrapped, context, x, base, t, fx, options, show_progress, want_delta):
         """Run the method once per sample, the model seeing that sample's context."""
@@ -595,17 +618,27 @@ class ImplicitBaselineMethod(AttributionMethod):
                          return_convergence_delta).result()
 
 
+def _layer_delta(value) -> str:
+    if value not in ("layer", "model"):
+        raise ValueError(f"layer_delta must be 'layer' or 'model', got {value!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Explanation:
     """What one ``attribute`` call computed: the attributions, the references they explain
     the change against (``[B, n, ...]``, None: ``f(x)`` itself), ``f(x)``, the resolved
-    target and the convergence delta (None unless asked)."""
+    target and the convergence delta (None unless asked), and ``delta_of``, the difference
+    the delta measures: ``"model"`` ``sum(a) - (f(x) - f(x~))``, the whole model at the
+    references; ``"layer"`` (``layer=`` with ``layer_delta="layer"``) ``sum(a) - (f(x) -
+    f(x | layer at its reference value, every other path at x))``."""
 
     attributions: torch.Tensor
     references: torch.Tensor | None
     output: torch.Tensor
     target: torch.Tensor | None
     delta: torch.Tensor | None = None
+    delta_of: str | None = None
 
     def result(self):
         """``attributions``, or ``(attributions, delta)`` when the delta was asked for."""

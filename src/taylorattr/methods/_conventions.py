@@ -191,7 +191,7 @@ class _Call:
         parts = tuple(a.to(self.out_dtype if c else d)
                       for a, c, d in zip(parts, self.carried, self.dtypes))
         return type(ex)(parts if isinstance(attr, tuple) else parts[0], ex.references,
-                        ex.output, ex.target, ex.delta)
+                        ex.output, ex.target, ex.delta, ex.delta_of)
 
 
 class _WholeBatch(nn.Module):

@@ -68,12 +68,10 @@ class ImageClassifier(nn.Module):
 TORCHVISION_MODELS = ("vgg16", "vgg19", "resnet18")
 
 
-def _imagenet_categories() -> list[str] | None:
-    try:
-        from torchvision.models._meta import _IMAGENET_CATEGORIES
-    except ImportError:
-        return None
-    return list(_IMAGENET_CATEGORIES)
+def _imagenet_categories() -> list[str]:
+    from ._imagenet_classes import IMAGENET_CLASSES  # bundled: no torchvision needed
+
+    return list(IMAGENET_CLASSES)
 
 
 def _load_user_state_dict(path: Path) -> dict[str, torch.Tensor]:

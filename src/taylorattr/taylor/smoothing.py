@@ -321,6 +321,9 @@ def smooth_graph(graph, beta: float) -> list[str]:
         surrogate = _graph_surrogate(node, beta)
         if surrogate is None:
             continue
+        # a module instance as a call_function target: torch.fx names nodes (and writes
+        # code) from the target's __name__, which instances lack
+        surrogate.__name__ = f"smooth_{op_name(node.target).split('.')[1]}"
         with g.inserting_after(node):
             new = g.call_function(surrogate, (node.args[0],))
         if "max_pool" in str(node.target):
@@ -356,12 +359,13 @@ class SmoothedModel(nn.Module):
         self.output_gap: float | None = None
         self.__dict__["_graphs"] = []
 
-    def taylor_core_graph(self, inputs: torch.Tensor):
-        """The smoothed core graph for inputs shaped like ``inputs`` (captured on first use)."""
+    def taylor_core_graph(self, *inputs: torch.Tensor):
+        """The smoothed core graph for inputs shaped like ``inputs`` (one tensor or several
+        positional tensors; captured on first use)."""
         for key, graph in self._graphs:
             if key == _graph_key(inputs, graph):
                 return graph
-        graph = capture(self.module, (inputs.detach(),))
+        graph = capture(self.module, tuple(i.detach() for i in inputs))
         names = smooth_graph(graph, self.beta)
         graph.rewritten = bool(names)
         if names:  # kinks only the capture shows: calls run the rewritten graph from now on
@@ -381,16 +385,28 @@ class SmoothedModel(nn.Module):
                 if isinstance(node.target, (SmoothReLU, SmoothMaxPool)):
                     node.target.beta = self.beta
 
-    def forward(self, inputs):
-        if isinstance(inputs, torch.Tensor) and self.__dict__.get("_graph_route", True):
+    def forward(self, *args, **kwargs):
+        """The smoothed model on the user model's arguments (tensors, tuples of inputs,
+        additional arguments). Inside another capture (``torch.export`` of a model that
+        calls this one: tuple inputs, ``layer=``) the copy runs with the kinks rerouted to
+        their surrogates at the call (:class:`_Surrogates`): a capture cannot nest, and
+        the layer hooks of that capture must fire once."""
+        if torch.compiler.is_exporting():
+            with _Surrogates(self.beta):
+                return self.module(*args, **kwargs)
+        tensors = bool(args) and not kwargs and all(isinstance(a, torch.Tensor) for a in args)
+        if tensors and self.__dict__.get("_graph_route", True) and not _hooked(self.module):
             try:
-                graph = self.taylor_core_graph(inputs)
+                graph = self.taylor_core_graph(*args)
             except CaptureError:
                 self.__dict__["_graph_route"] = False
             else:
                 if graph.rewritten:
-                    return graph.run(inputs)
-        return self.module(inputs)
+                    return graph.run(*args)
+        if self.__dict__.get("_graph_route", True):
+            with _Surrogates(self.beta):
+                return self.module(*args, **kwargs)
+        return self.module(*args, **kwargs)
 
     @torch.no_grad()
     def gap(self, inputs: torch.Tensor) -> float:
@@ -399,9 +415,69 @@ class SmoothedModel(nn.Module):
         return float((self(inputs) - self.original(inputs)).abs().max())
 
 
-def _graph_key(x: torch.Tensor, graph) -> tuple:
-    dynamic = graph.batch_dynamic and x.shape[0] >= 2
-    return (("B",) if dynamic else (x.shape[0],)) + tuple(x.shape[1:]), x.dtype, x.device.type
+def _graph_key(inputs, graph) -> tuple:
+    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    dynamic = graph.batch_dynamic and inputs[0].dim() and inputs[0].shape[0] >= 2
+    return tuple((("B",) if dynamic and x.dim() else tuple(x.shape[:1])) + tuple(x.shape[1:])
+                 + (x.dtype, x.device.type) for x in inputs)
+
+
+def _hooked(module: nn.Module) -> bool:
+    """Whether a forward hook watches a submodule (a ``layer=`` call): the rewritten graph
+    would not call it, so the copy runs as a module (:class:`_Surrogates`)."""
+    return any(m._forward_hooks or m._forward_pre_hooks for m in module.modules())
+
+
+class _Surrogates(torch.overrides.TorchFunctionMode):
+    """The functional kinks (``clamp``/``clip``/``clamp_min``/``clamp_max``, ``F.relu``,
+    ``F.relu6``, ``F.hardtanh``, ``F.hardswish``, ``F.hardsigmoid``, ``F.leaky_relu``, as
+    functions or tensor methods) computed by their surrogates while a module runs: the
+    smoothed copy's route where its rewritten graph cannot run (inside another capture,
+    with layer hooks)."""
+
+    def __init__(self, beta: float):
+        super().__init__()
+        self.beta = beta
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        surrogate = _call_surrogate(func, args, kwargs, self.beta)
+        if surrogate is None or not isinstance(args[0], torch.Tensor) or \
+                not args[0].is_floating_point():
+            return func(*args, **kwargs)
+        return surrogate(args[0])  # the mode is off inside its own handler
+
+
+_CLAMPS = {torch.clamp, torch.clip, torch.Tensor.clamp, torch.Tensor.clip, torch.clamp_min,
+           torch.Tensor.clamp_min, torch.clamp_max, torch.Tensor.clamp_max}
+
+
+def _call_surrogate(func, args, kwargs, beta):
+    """The surrogate module for a functional kink called as ``func(*args, **kwargs)``."""
+    if func in _CLAMPS:
+        lo = args[1] if len(args) > 1 else kwargs.get("min")
+        hi = args[2] if len(args) > 2 else kwargs.get("max")
+        if func in (torch.clamp_max, torch.Tensor.clamp_max):
+            lo, hi = None, lo
+        if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor) or (lo is None
+                                                                            and hi is None):
+            return None  # tensor bounds
+        return SmoothClamp(beta, None if lo is None else float(lo),
+                           None if hi is None else float(hi))
+    if func in (F.relu, torch.relu, torch.Tensor.relu):
+        return SmoothReLU(beta)
+    if func is F.relu6:
+        return SmoothReLU6(beta)
+    if func is F.hardtanh:
+        lo = args[1] if len(args) > 1 else kwargs.get("min_val", -1.0)
+        hi = args[2] if len(args) > 2 else kwargs.get("max_val", 1.0)
+        return SmoothClamp(beta, float(lo), float(hi))
+    if func in (F.hardswish, F.hardsigmoid):
+        return SmoothHardswish(beta, gate_only=func is F.hardsigmoid)
+    if func is F.leaky_relu:
+        return SmoothLeakyReLU(beta, float(args[1]) if len(args) > 1
+                               else kwargs.get("negative_slope", 0.01))
+    return None
 
 
 #: The sharpness values ``beta="auto"`` tries, smallest first.

@@ -197,8 +197,9 @@ class DeepLift(GradientAttribution):
               return_convergence_delta: bool = False, custom_attribution_func=None, *,
               layer=None, attribute_to_layer_input: bool = False):
         options = {"multiply_by_inputs": self._multiply_by_inputs}
-        if layer is not None:
-            options.update(layer=layer, attribute_to_layer_input=attribute_to_layer_input)
+        if layer is not None:  # Captum's delta: f(x) - f(x~) of the whole model
+            options.update(layer=layer, attribute_to_layer_input=attribute_to_layer_input,
+                           layer_delta="model")
         call = Call(self._deeplift, inputs, baselines, target, additional_forward_args,
                     return_convergence_delta, options)
         if custom_attribution_func is None:
