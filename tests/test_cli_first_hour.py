@@ -135,6 +135,14 @@ def test_one_changed_image_is_recomputed_alone(user, capsys):
     after = torch.load(user / "maps" / "cat" / "cat2.png.pt", weights_only=True)
     torch.testing.assert_close(after["attribution"], before["attribution"], rtol=1e-5,
                                atol=1e-7)
+    # a renamed image (same pixels, same index) gets its map under its new name, and the
+    # old name's map is gone
+    (user / "photos" / "dog" / "dog3.png").rename(user / "photos" / "dog" / "dog4.png")
+    assert cli.main(argv) == 0
+    assert "1 item computed, 5 reused" in capsys.readouterr().out
+    assert {r["source"] for r in index(user / "maps")} == {*PHOTOS[:5], "dog/dog4.png"}
+    assert (user / "maps" / "dog" / "dog4.png.pt").is_file()
+    assert not (user / "maps" / "dog" / "dog3.png.pt").exists()
 
 
 def test_unknown_method_names_the_flag_and_the_closest_names(user, capsys):

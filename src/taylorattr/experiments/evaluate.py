@@ -419,12 +419,20 @@ def attribute_dataset(model, dataset, method, *, out, batch_size: int = 16, seed
                    _reader(dataset, shape, False, on_bad_item), compute, merge, device=dev,
                    resume=resume, name_item=_namer(dataset),
                    progress=_bar(show_progress, f"attribute {bound.label}"),
-                   kept=lambda r: all((out / row[2]).is_file() and (
-                       not previews or (out / preview_name(row[2])).is_file())
-                       for row in r["rows"]))
+                   kept=lambda r: all(_still_there(out, row, dataset, previews)
+                                      for row in r["rows"]))
 
 
 _INDEX_FIELDS = ["index", "source", "map", "target", "explained"]
+
+
+def _still_there(out: Path, row: list, dataset, previews: bool) -> bool:
+    """Whether a stored map (an ``index.csv`` row) can be reused: its item still comes
+    from the same file (a renamed image with the same pixels gets its map under its new
+    name) and the map (and its preview) are still on disk."""
+    index, source, name = int(row[0]), row[1], row[2]
+    return (source == (item_source(dataset, index) or "") and (out / name).is_file()
+            and (not previews or (out / preview_name(name)).is_file()))
 
 
 def preview_name(name: str) -> str:
