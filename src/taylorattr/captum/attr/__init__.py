@@ -40,6 +40,14 @@ from ._gradient import (
     Saliency,
 )
 from ._layer import InternalInfluence, LayerActivation, NeuronConductance
+from ._llm import (
+    InterpretableInput,
+    LLMAttribution,
+    LLMAttributionResult,
+    LLMGradientAttribution,
+    TextTemplateInput,
+    TextTokenInput,
+)
 from ._lrp import (
     LRP,
     Alpha1_Beta0_Rule,
@@ -74,15 +82,9 @@ from ._perturbation import (
 from ._refused import (
     DataLoaderAttribution,
     ImageMaskInput,
-    InterpretableInput,
     LimeBase,
-    LLMAttribution,
-    LLMAttributionResult,
-    LLMGradientAttribution,
     RemoteLLMAttribution,
     RemoteLLMProvider,
-    TextTemplateInput,
-    TextTokenInput,
     VLLMProvider,
 )
 from ._summarizer import (

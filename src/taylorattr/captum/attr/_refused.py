@@ -60,31 +60,3 @@ class RemoteLLMProvider(_Refused):
 class VLLMProvider(RemoteLLMProvider):
     _why = _REMOTE + " (vLLM servers included)"
 
-
-_LLM = "the language-model front is not offered yet"
-_LLM_INSTEAD = ("taylorattr.captum.attr.FeatureAblation / LayerIntegratedGradients on the "
-                "model's token ids with a forward returning the target's log-probability")
-
-
-class InterpretableInput(_Refused):
-    _why, _instead = _LLM, _LLM_INSTEAD
-
-
-class TextTokenInput(InterpretableInput):
-    pass
-
-
-class TextTemplateInput(InterpretableInput):
-    pass
-
-
-class LLMAttributionResult(_Refused):
-    _why, _instead = _LLM, _LLM_INSTEAD
-
-
-class LLMAttribution(_Refused, Attribution):
-    _why, _instead = _LLM, _LLM_INSTEAD
-
-
-class LLMGradientAttribution(LLMAttribution):
-    pass

@@ -1,0 +1,538 @@
+"""Captum's language-model front over the native methods: ``TextTokenInput``,
+``TextTemplateInput``, ``LLMAttribution``, ``LLMGradientAttribution`` and
+``LLMAttributionResult``.
+
+A causal LM ``p`` explains its target tokens ``t_1..t_T`` (given, or generated greedily as
+Captum generates them) after a prompt. The interpretable features are the prompt's tokens
+(``TextTokenInput``) or the template's values (``TextTemplateInput``); a feature switched
+off is replaced by its baseline (a token id, or a string).
+
+``LLMAttribution`` (FeatureAblation, ShapleyValueSampling, ShapleyValues, Lime, KernelShap)
+explains, per perturbation ``z`` of the features,
+
+    F_0(z) = sum_k log p(t_k | prompt(z), t_<k),      F_k(z) = log p(t_k | prompt(z), t_<k)
+
+(``attr_target="prob"``: their ``exp``): the sequence row ``seq_attr`` explains ``F_0``, the
+rows of ``token_attr`` explain ``F_1..F_T`` (per-token rows for the ablation and Shapley
+methods only, as Captum's). Each row is the Captum-compatible method (hence the native one)
+on the features with that ``F_k`` as the model; the forwards are shared between the rows
+(one model call per distinct perturbation) and every row sees the same random draws.
+
+``LLMGradientAttribution`` (LayerIntegratedGradients, LayerGradientXActivation, and beyond
+Captum LayerDeepLift) attributes ``F_k`` for every ``k`` to the input
+embeddings ``e`` of prompt and ``t_<k`` (the layer must be the model's input embeddings),
+the baseline being the embeddings of the baseline tokens (``t_<k`` kept), and sums each
+token's embedding axis. That equals Captum's layer route (its layer attribution of the
+embedding output), computed on ``inputs_embeds``. DeepLIFT (``LayerDeepLift``) is complete:
+
+    sum_i token_attr[k, i] = F_k(x) - F_k(x~),   sum_i seq_attr[i] = log p(t | x) - log p(t | x~)
+
+with ``x~`` the prompt of baseline tokens (Captum's LLMGradientAttribution does not take
+DeepLift; its DeepLift on such models is not complete).
+"""
+from __future__ import annotations
+
+import textwrap
+import warnings
+
+import numpy as np
+import torch
+from torch import nn
+
+from .._mapping import Attribution, not_offered
+
+__all__ = ["InterpretableInput", "LLMAttribution", "LLMAttributionResult",
+           "LLMGradientAttribution", "TextTemplateInput", "TextTokenInput"]
+
+DEFAULT_GEN_ARGS = {"max_new_tokens": 25, "do_sample": False, "temperature": None,
+                    "top_p": None}
+
+
+class InterpretableInput:
+    """Captum's base of interpretable inputs: ``n_itp_features`` features named ``values``;
+    ``to_tensor()`` is the all-on vector ``[1, n]``; ``to_model_input(z)`` the model input
+    with the features ``z == 0`` (``!= 1`` for tokens) replaced by their baselines;
+    ``format_attr`` maps interpretable attributions back to the input's features."""
+
+    n_itp_features: int
+    values: list
+
+    def to_tensor(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def to_model_input(self, perturbed_tensor=None):
+        raise NotImplementedError
+
+    def format_attr(self, itp_attr: torch.Tensor) -> torch.Tensor:
+        return itp_attr
+
+
+class TextTemplateInput(InterpretableInput):
+    """A prompt ``template.format(*values)`` (or ``**values`` for a dict; ``template`` may be
+    a callable) whose values are the features; a value switched off becomes its baseline
+    (``""`` by default; a list, a dict, or a callable drawn at every perturbation).
+    ``mask`` groups values into one feature each."""
+
+    def __init__(self, template, values, baselines=None, mask=None) -> None:
+        if isinstance(values, dict):
+            self.dict_keys = list(values)
+            values = [values[k] for k in self.dict_keys]
+        elif isinstance(values, list):
+            self.dict_keys = []
+        else:
+            raise TypeError(f"values must be a list or a dict, got {type(values).__name__}")
+        self.values = values
+        if baselines is None:
+            baselines = [""] * len(values)
+        elif not callable(baselines):
+            if self.dict_keys:
+                if not isinstance(baselines, dict):
+                    raise TypeError("baselines must be a dict (or a callable returning one) "
+                                    f"when values is a dict, got {type(baselines).__name__}")
+                baselines = [baselines[k] for k in self.dict_keys]
+            elif not isinstance(baselines, list):
+                raise TypeError("baselines must be a list (or a callable returning one) when "
+                                f"values is a list, got {type(baselines).__name__}")
+        self.baselines = baselines
+        if mask is None:
+            n_itp = len(values)
+        else:
+            if self.dict_keys:
+                if not isinstance(mask, dict):
+                    raise TypeError("mask must be a dict when values is a dict, got "
+                                    f"{type(mask).__name__}")
+                mask = [mask[k] for k in self.dict_keys]
+            ids = set(mask)  # Captum's numbering: the set's order
+            index = {m: i for i, m in enumerate(ids)}
+            self.formatted_mask = [index[m] for m in mask]
+            n_itp = len(ids)
+        self.n_features, self.n_itp_features = len(values), n_itp
+        self.template = template
+        if isinstance(template, str):
+            self.format_fn = template.format
+        elif callable(template):
+            self.format_fn = template
+        else:
+            raise TypeError(f"template must be a str or a callable, got "
+                            f"{type(template).__name__}")
+        self.mask = mask
+
+    def to_tensor(self) -> torch.Tensor:
+        return torch.tensor([[1.0] * self.n_itp_features])
+
+    def _baselines(self) -> list:
+        if not callable(self.baselines):
+            return self.baselines
+        drawn = self.baselines()
+        if self.dict_keys:
+            if not isinstance(drawn, dict):
+                raise TypeError("baselines() must return a dict when values is a dict")
+            return [drawn[k] for k in self.dict_keys]
+        if not isinstance(drawn, list):
+            raise TypeError("baselines() must return a list when values is a list")
+        return drawn
+
+    def to_model_input(self, perturbed_tensor=None) -> str:
+        values = list(self.values)
+        if perturbed_tensor is not None:
+            base = self._baselines()
+            for i in range(len(values)):
+                j = self.formatted_mask[i] if self.mask else i
+                if not perturbed_tensor[0][j]:
+                    values[i] = base[i]
+        if self.dict_keys:
+            return self.format_fn(**dict(zip(self.dict_keys, values)))
+        return self.format_fn(*values)
+
+    def format_attr(self, itp_attr: torch.Tensor) -> torch.Tensor:
+        if self.mask is None:
+            return itp_attr
+        return itp_attr[..., torch.tensor(self.formatted_mask, device=itp_attr.device)]
+
+
+class TextTokenInput(InterpretableInput):
+    """A prompt's tokens as the features (``tokenizer.encode(text)``, special tokens
+    included), but for ``skip_tokens`` (ids or token strings), which stay; a token switched
+    off becomes ``baselines`` (a token id, or a token string)."""
+
+    def __init__(self, text: str, tokenizer, baselines=0, skip_tokens=None) -> None:
+        ids = tokenizer.encode(text, return_tensors="pt")
+        self.inp_tensor = self.itp_tensor = ids
+        self.itp_mask = None
+        if skip_tokens:
+            if isinstance(skip_tokens[0], str):
+                skip_tokens = tokenizer.convert_tokens_to_ids(skip_tokens)
+            self.itp_mask = ~torch.isin(ids, torch.tensor(list(skip_tokens)))
+            self.itp_tensor = ids[self.itp_mask].unsqueeze(0)
+        self.skip_tokens = skip_tokens
+        self.values = tokenizer.convert_ids_to_tokens(self.itp_tensor[0].tolist())
+        self.tokenizer = tokenizer
+        self.n_itp_features = len(self.values)
+        self.baselines = baselines if type(baselines) is int else \
+            tokenizer.convert_tokens_to_ids([baselines])[0]
+
+    def to_tensor(self) -> torch.Tensor:
+        return torch.ones_like(self.itp_tensor)
+
+    def to_model_input(self, perturbed_tensor=None) -> torch.Tensor:
+        if perturbed_tensor is None:
+            return self.inp_tensor
+        device = perturbed_tensor.device
+        shape = (perturbed_tensor.shape[0], -1)
+        itp = self.itp_tensor.expand(*shape).clone().to(device)
+        itp[perturbed_tensor != 1] = self.baselines
+        if self.itp_mask is None:
+            return itp
+        full = self.inp_tensor.expand(*shape).clone().to(device)
+        full[self.itp_mask.expand(*shape).to(device)] = itp.reshape(-1)
+        return full
+
+
+class LLMAttributionResult:
+    """Captum's result: ``seq_attr`` ``[n]`` (the features' attribution of the whole target),
+    ``token_attr`` ``[T, n]`` (per target token) or None, ``input_tokens``,
+    ``output_tokens``; ``plot_token_attr`` / ``plot_seq_attr`` draw them."""
+
+    def __init__(self, *, input_tokens, output_tokens, seq_attr, token_attr=None,
+                 output_probs=None, inp=None) -> None:
+        self.input_tokens, self.output_tokens, self.inp = input_tokens, output_tokens, inp
+        self.seq_attr, self.token_attr, self.output_probs = seq_attr, token_attr, output_probs
+
+    @property
+    def seq_attr(self) -> torch.Tensor:
+        return self._seq_attr
+
+    @seq_attr.setter
+    def seq_attr(self, value) -> None:
+        value = torch.as_tensor(value)
+        if value.dim() != 1 or value.shape[0] != len(self.input_tokens):
+            raise ValueError(f"seq_attr must be 1-D with one value per input token "
+                             f"({len(self.input_tokens)}), got shape {tuple(value.shape)}")
+        self._seq_attr = value
+
+    @property
+    def token_attr(self):
+        return self._token_attr
+
+    @token_attr.setter
+    def token_attr(self, value) -> None:
+        value = None if value is None else torch.as_tensor(value)
+        want = (len(self.output_tokens), len(self.input_tokens))
+        if value is not None and tuple(value.shape) != want:
+            raise ValueError(f"token_attr must have shape {want} (output x input tokens), got "
+                             f"{tuple(value.shape)}")
+        self._token_attr = value
+
+    @property
+    def output_probs(self):
+        return self._output_probs
+
+    @output_probs.setter
+    def output_probs(self, value) -> None:
+        value = None if value is None else torch.as_tensor(value)
+        if value is not None and (value.dim() != 1 or value.shape[0] != len(self.output_tokens)):
+            raise ValueError("output_probs must be 1-D with one value per output token")
+        self._output_probs = value
+
+    @property
+    def seq_attr_dict(self) -> dict:
+        return {k: v for v, k in zip(self.seq_attr.cpu().tolist(), self.input_tokens)}
+
+    @staticmethod
+    def _cmap():
+        from matplotlib.colors import LinearSegmentedColormap
+        return LinearSegmentedColormap.from_list("RdWhGn", ["red", "white", "green"])
+
+    @staticmethod
+    def _labels(tokens) -> list:
+        return [textwrap.shorten(repr(t)[1:-1], width=50, placeholder="...") for t in tokens]
+
+    def plot_token_attr(self, show: bool = False):
+        """Heat map of ``token_attr`` (output tokens down, input tokens across), the values
+        written in the cells; ``(figure, axis)`` unless ``show``."""
+        if self.token_attr is None:
+            raise ValueError("token_attr is None (no token-level attribution was performed); "
+                             "use plot_seq_attr for the sequence-level attribution")
+        import matplotlib.pyplot as plt
+
+        data = self.token_attr.cpu().double().numpy()
+        top = float(np.abs(data).max())
+        fig, ax = plt.subplots()
+        ax.grid(False)
+        fig.set_size_inches(max(data.shape[1] * 1.3, 6.4), max(data.shape[0] / 2.5, 4.8))
+        im = ax.imshow(data, vmax=top, vmin=-top, cmap=self._cmap(), aspect="auto")
+        fig.set_facecolor("white")
+        fig.colorbar(im, ax=ax).ax.set_ylabel("Token Attribution", rotation=-90, va="bottom")
+        ax.set_xticks(np.arange(data.shape[1]), labels=self._labels(self.input_tokens))
+        ax.set_yticks(np.arange(data.shape[0]),
+                      labels=[repr(t)[1:-1] for t in self.output_tokens])
+        ax.tick_params(top=True, bottom=False, labeltop=True, labelbottom=False)
+        plt.setp(ax.get_xticklabels(), rotation=-30, ha="right", rotation_mode="anchor")
+        for i in range(data.shape[0]):
+            for j in range(data.shape[1]):
+                v = data[i, j]
+                ax.text(j, i, f"{v:.4f}", ha="center", va="center",
+                        color="black" if 0.2 < im.norm(v) < 0.8 else "white")
+        if show:
+            plt.show()
+            return None
+        return fig, ax
+
+    def plot_seq_attr(self, show: bool = False):
+        """Bar chart of ``seq_attr`` (positive blue, negative red)."""
+        import matplotlib.pyplot as plt
+
+        data = self.seq_attr.cpu().double().numpy()
+        fig, ax = plt.subplots()
+        fig.set_size_inches(max(data.shape[0] / 2, 6.4), max(data.shape[0] / 4, 4.8))
+        ax.set_xticks(range(data.shape[0]), labels=self._labels(self.input_tokens))
+        ax.tick_params(top=True, bottom=False, labeltop=True, labelbottom=False)
+        plt.setp(ax.get_xticklabels(), rotation=-30, ha="right", rotation_mode="anchor")
+        fig.set_facecolor("white")
+        ax.bar(range(data.shape[0]), np.maximum(data, 0), align="center", color="#4772b3")
+        ax.bar(range(data.shape[0]), np.minimum(data, 0), align="center", color="#d0365b")
+        ax.set_ylabel("Sequence Attribution", rotation=90, va="bottom")
+        if show:
+            plt.show()
+            return None
+        return fig, ax
+
+    def plot_image_heatmap(self, *args, **kwargs):
+        raise not_offered("plot_image_heatmap", "image inputs (ImageMaskInput) are not "
+                          "offered; instead: visualization.visualize_image_attr")
+
+
+def _pretty_tokens(ids: torch.Tensor, tokenizer) -> list:
+    """The target's tokens as text, Captum's way: the spans of the decoded text that the
+    tokens cover (``"\\n"`` written out, stripped; a span overlapping the one before marked
+    ``" [OVERLAP]"``); token by token when the text does not encode back to ``ids``."""
+    ids = [int(i) for i in ids]
+    text = tokenizer.decode(ids)
+    enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
+    got, offsets = enc["input_ids"], enc["offset_mapping"]
+    spans = [(s, e if s != e else (offsets[i + 1][0] if i + 1 < len(offsets) else len(text)))
+             for i, (s, e) in enumerate(offsets)]
+    pretty, end_prev, idx = [], -1, 0
+    for i, (s, e) in enumerate(spans):
+        if idx >= len(ids) or got[i] != ids[idx]:
+            continue
+        pretty.append(text[s:e].replace("\n", "\\n").strip() +
+                      (" [OVERLAP]" if end_prev > s else ""))
+        end_prev, idx = e, idx + 1
+    if len(pretty) == len(ids):
+        return pretty
+    warnings.warn("the target's text does not encode back to its tokens; each token is "
+                  "decoded on its own", stacklevel=3)
+    return [tokenizer.decode(i).replace("\n", "\\n").strip() for i in ids]
+
+
+class _LLMBase(Attribution):
+    _methods: tuple = ()
+    _inputs: tuple = ()
+
+    def __init__(self, attr_method, tokenizer) -> None:
+        if not isinstance(attr_method, self._methods):
+            raise TypeError(f"{type(self).__name__} takes one of "
+                            f"{[c.__name__ for c in self._methods]} (from "
+                            f"taylorattr.captum.attr), got {type(attr_method).__name__}")
+        super().__init__(attr_method.forward_func)
+        self.attr_method = attr_method
+        self.model = attr_method.forward_func
+        self.tokenizer = tokenizer
+        self.device = getattr(self.model, "device", None) or \
+            next(self.model.parameters()).device
+
+    def _target_tokens(self, inp, target, gen_args) -> torch.Tensor:
+        if not isinstance(inp, self._inputs):
+            raise TypeError(f"{type(self).__name__} takes inputs of "
+                            f"{[c.__name__ for c in self._inputs]}, got {type(inp).__name__}")
+        if target is None:
+            if not callable(getattr(self.model, "generate", None)):
+                raise ValueError("the model has no generate(); give target (a str or token "
+                                 "ids) to explain")
+            model_inp = self._model_input(inp.to_model_input())
+            out = self.model.generate(**model_inp, **(gen_args or DEFAULT_GEN_ARGS))
+            return out[0][model_inp["input_ids"].shape[1]:]
+        if gen_args is not None:
+            raise ValueError("gen_args is for generating the target: give it only without "
+                             "target")
+        if isinstance(target, str):
+            return torch.tensor(self.tokenizer.encode(target, add_special_tokens=False))
+        if isinstance(target, torch.Tensor):
+            return target
+        raise TypeError(f"target must be a str or a tensor of token ids, got "
+                        f"{type(target).__name__}")
+
+    def _model_input(self, model_input) -> dict:
+        if isinstance(model_input, str):
+            model_input = self.tokenizer.encode(model_input, return_tensors="pt")
+        if isinstance(model_input, torch.Tensor):
+            return {"input_ids": model_input.to(self.device)}
+        return dict(model_input)
+
+    def attribute_future(self, *args, **kwargs):
+        raise NotImplementedError(f"attribute_future is not implemented for "
+                                  f"{type(self).__name__}")
+
+
+def _sequence_log_probs(model, input_ids: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``log p(t_k | input, t_<k)`` for every target token (one forward of the joined
+    sequence), ``[T]``."""
+    joined = torch.cat([input_ids, target.view(1, -1).to(input_ids.device)], 1)
+    with torch.no_grad():
+        logits = model(input_ids=joined, attention_mask=torch.ones_like(joined)).logits
+    if logits.dim() == 4:
+        logits = logits[:, 0]
+    n, t = input_ids.shape[1], target.shape[0]
+    logp = torch.log_softmax(logits[0, n - 1:n - 1 + t], -1)
+    return logp[torch.arange(t), target.to(logp.device)]
+
+
+class _Outputs:
+    """``[F_0, F_1, ..., F_T]`` of every perturbation, each perturbation's forward run once
+    (kept by the perturbation's values)."""
+
+    def __init__(self, owner, inp, target, per_token: bool, inspect=None):
+        self.owner, self.inp, self.target, self.per_token = owner, inp, target, per_token
+        self.inspect, self.seen = inspect, {}
+
+    def row(self, z: torch.Tensor) -> torch.Tensor:
+        key = tuple(z.tolist())
+        if key not in self.seen:
+            model_inp = self.owner._model_input(self.inp.to_model_input(z.view(1, -1)))
+            logp = _sequence_log_probs(self.owner.model, model_inp["input_ids"], self.target)
+            values = torch.cat([logp.sum().view(1), logp]) if self.per_token else \
+                logp.sum().view(1)
+            values = values if self.owner.attr_target == "log_prob" else values.exp()
+            if self.inspect is not None:
+                self.inspect(self.owner.tokenizer.decode(model_inp["input_ids"][0]),
+                             self.owner.tokenizer.decode(self.target),
+                             values.exp().tolist() if self.owner.attr_target == "log_prob"
+                             else values.tolist())
+            self.seen[key] = values
+        return self.seen[key]
+
+    def column(self, k: int):
+        def forward(z):
+            return torch.stack([self.row(r)[k] for r in z.reshape(z.shape[0], -1)])
+        return forward
+
+
+class LLMAttribution(_LLMBase):
+    """Captum's ``LLMAttribution`` over the Captum-compatible perturbation methods (module
+    docstring): ``attribute(inp, target=None, num_trials=1, gen_args=None, **kwargs)``, the
+    keyword arguments passed to the method's ``attribute`` (e.g. ``n_samples``)."""
+
+    def __init__(self, attr_method, tokenizer, attr_target: str = "log_prob") -> None:
+        from ._perturbation import FeatureAblation, KernelShap, Lime, ShapleyValueSampling
+
+        self._methods = (FeatureAblation, ShapleyValueSampling, Lime, KernelShap)
+        self._inputs = (TextTemplateInput, TextTokenInput)
+        super().__init__(attr_method, tokenizer)
+        self.include_per_token_attr = isinstance(attr_method,
+                                                 (FeatureAblation, ShapleyValueSampling))
+        if attr_target not in ("log_prob", "prob"):
+            raise ValueError(f"attr_target must be 'log_prob' or 'prob', got {attr_target!r}")
+        self.attr_target = attr_target
+
+    def attribute(self, inp, target=None, num_trials: int = 1, gen_args=None,
+                  use_cached_outputs: bool = True, _inspect_forward=None,
+                  forward_in_tokens: bool = True, **kwargs) -> LLMAttributionResult:
+        """``use_cached_outputs`` and ``forward_in_tokens`` change only how Captum runs the
+        model (token by token, with a cache); here every perturbation is one forward of the
+        joined sequence, whose log-probabilities are the same."""
+        target_tokens = self._target_tokens(inp, target, gen_args)
+        rows = 1 + len(target_tokens) if self.include_per_token_attr else 1
+        total = torch.zeros(rows, inp.n_itp_features, dtype=torch.float, device=self.device)
+        for _ in range(num_trials):
+            outputs = _Outputs(self, inp, target_tokens, self.include_per_token_attr,
+                               _inspect_forward)
+            z = inp.to_tensor().to(self.device)
+            torch_state, np_state = torch.get_rng_state(), np.random.get_state()
+            for k in range(rows):  # every row sees the draws Captum makes once
+                torch.set_rng_state(torch_state)
+                np.random.set_state(np_state)
+                method = type(self.attr_method)(outputs.column(k))
+                total[k] += method.attribute(z, **kwargs).reshape(-1).to(total.dtype)
+        attr = inp.format_attr(total / num_trials)
+        return LLMAttributionResult(
+            seq_attr=attr[0], token_attr=attr[1:] if self.include_per_token_attr else None,
+            input_tokens=inp.values, output_tokens=_pretty_tokens(target_tokens,
+                                                                  self.tokenizer), inp=inp)
+
+
+class _TokenLogProb(nn.Module):
+    """``log p(t | e)``: the causal LM on input embeddings ``e`` ``[B, L, d]``, the
+    log-probability of token ``t`` next."""
+
+    def __init__(self, model: nn.Module, token: int) -> None:
+        super().__init__()
+        self.model, self.token = model, token
+
+    def forward(self, e):
+        logits = self.model(inputs_embeds=e).logits
+        if logits.dim() == 4:
+            logits = logits[:, 0]
+        return torch.log_softmax(logits[:, -1], -1)[:, self.token]
+
+
+class LLMGradientAttribution(_LLMBase):
+    """Captum's ``LLMGradientAttribution`` on the input embeddings (module docstring):
+    LayerIntegratedGradients and LayerGradientXActivation as Captum; LayerDeepLift (complete)
+    beyond Captum. ``attribute(inp, target=None, gen_args=None,
+    **kwargs)``, the keyword arguments passed to the method (e.g. ``n_steps``)."""
+
+    def __init__(self, attr_method, tokenizer) -> None:
+        from ._gradient import LayerDeepLift, LayerGradientXActivation, LayerIntegratedGradients
+
+        self._methods = (LayerIntegratedGradients, LayerGradientXActivation, LayerDeepLift)
+        self._inputs = (TextTokenInput,)
+        super().__init__(attr_method, tokenizer)
+        embeddings = getattr(self.model, "get_input_embeddings", lambda: None)()
+        if attr_method.layer is not embeddings:
+            raise not_offered("LLMGradientAttribution on a layer other than the input "
+                              "embeddings", "pass layer=model.get_input_embeddings()")
+        self.embeddings = embeddings
+
+    def _explain(self, model, e, base, kwargs) -> torch.Tensor:
+        from ._gradient import (
+            DeepLift,
+            InputXGradient,
+            IntegratedGradients,
+            LayerDeepLift,
+            LayerIntegratedGradients,
+            Saliency,
+        )
+        m, mult = self.attr_method, self.attr_method.multiplies_by_inputs
+        if isinstance(m, LayerIntegratedGradients):
+            return IntegratedGradients(model, mult).attribute(e, base, **kwargs)
+        if isinstance(m, LayerDeepLift):
+            return DeepLift(model, mult).attribute(e, base, **kwargs)
+        if mult:
+            return InputXGradient(model).attribute(e, **kwargs)
+        return Saliency(model).attribute(e, abs=False, **kwargs)
+
+    def attribute(self, inp, target=None, gen_args=None, **kwargs) -> LLMAttributionResult:
+        """``baselines`` (optional) in the interpretable space: 0 switches a token off."""
+        target_tokens = self._target_tokens(inp, target, gen_args).to(self.device)
+        on = inp.to_tensor().to(self.device)
+        off = kwargs.pop("baselines", None)
+        off = torch.zeros_like(on) if off is None else torch.as_tensor(off).expand_as(on)
+        ids = self._model_input(inp.to_model_input(on))["input_ids"]
+        base_ids = self._model_input(inp.to_model_input(off.to(on.dtype)))["input_ids"]
+        rows = []
+        for k in range(len(target_tokens)):
+            before = target_tokens[:k].view(1, -1)
+            with torch.no_grad():
+                e = self.embeddings(torch.cat([ids, before], 1))
+                base = self.embeddings(torch.cat([base_ids, before], 1))
+            a = self._explain(_TokenLogProb(self.model, int(target_tokens[k])), e, base,
+                              dict(kwargs)).detach()
+            rows.append(a[:, :ids.shape[1]].sum(-1))
+        attr = torch.cat(rows, 0)
+        if inp.itp_mask is not None:
+            attr = attr[inp.itp_mask.to(attr.device).expand_as(attr)].view(attr.shape[0], -1)
+        return LLMAttributionResult(seq_attr=attr.sum(0), token_attr=attr,
+                                    input_tokens=inp.values,
+                                    output_tokens=_pretty_tokens(target_tokens.cpu(),
+                                                                 self.tokenizer))
