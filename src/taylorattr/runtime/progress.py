@@ -1,5 +1,21 @@
-"""A per-chunk progress bar for any call that runs rows through a model.
+"""Progress of long work: a bar on a terminal, one line per stage in a log.
 
+For a command (the CLI's ``reproduce``, ``attribute``, ``evaluate``, ...):
+
+* :func:`interactive` says whether bars are drawn at all: only when the stream (stderr)
+  is a terminal. A command passes ``show_progress=interactive()`` to the library calls it
+  makes, so that no bar redraws into a log file.
+* :func:`stage` is one stage of the command: on a terminal a tqdm bar over its ``total``
+  items (``advance(n)`` moves it); otherwise one line when it starts and one when it ends,
+  with the items done and the seconds taken (``taylorattr attribute: IG: done, 6 items in
+  12.3 s``). ``enabled=False`` shows nothing. Use::
+
+      with progress.stage("attribute", "IG", total=len(items), unit="item") as advance:
+          for item in items:
+              ...
+              advance()
+
+For a library call that runs rows through a model,
 :func:`model_rows_bar` counts the rows the model sees (a forward hook on the model: one
 update per model call, i.e. per chunk of a chunked pass; for the layer-wise engines, per
 run of their plan) on a tqdm bar that does not stay
@@ -11,6 +27,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import sys
+import time
 
 import torch
 import tqdm.auto
@@ -18,7 +36,58 @@ from torch import nn
 
 from .batching import probing
 
-__all__ = ["bar_label", "labelled", "model_rows_bar", "report_rows"]
+__all__ = ["bar_label", "interactive", "labelled", "model_rows_bar", "report_rows", "stage"]
+
+
+def interactive(stream=None) -> bool:
+    """Whether progress bars are drawn on ``stream`` (default ``sys.stderr``): only on a
+    terminal; a log file or a pipe gets :func:`stage`'s lines instead of redraws."""
+    stream = sys.stderr if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+def _count(n: int, unit: str) -> str:
+    return f"{n:,} {unit}{'' if n == 1 else 's'}"
+
+
+@contextlib.contextmanager
+def stage(command: str, label: str, total: int | None = None, unit: str = "item", *,
+          enabled: bool = True, stream=None):
+    """One stage of ``command``: yields ``advance(n=1)``, which counts ``n`` more items done.
+
+    On a terminal (:func:`interactive`) a tqdm bar labelled ``label`` over ``total`` items
+    (``leave=False``); otherwise two lines on ``stream`` (default stderr),
+    ``taylorattr {command}: {label}: started[, {total} {unit}s]`` and, when the block ends
+    without an exception, ``taylorattr {command}: {label}: done, {n} {unit}s in {t} s`` (the
+    items counted by ``advance``; without any, ``done in {t} s``). A failing block adds no
+    line: the error says why. ``enabled=False``: nothing is shown."""
+    stream = sys.stderr if stream is None else stream
+    if not enabled:
+        yield lambda n=1: None
+        return
+    if interactive(stream):
+        bar = tqdm.auto.tqdm(total=total, desc=label, unit=unit, leave=False,
+                             dynamic_ncols=True, file=stream)
+        try:
+            yield bar.update
+        finally:
+            bar.close()
+        return
+    done = [0]
+
+    def advance(n: int = 1) -> None:
+        done[0] += n
+
+    planned = "" if total is None else f", {_count(total, unit)}"
+    print(f"taylorattr {command}: {label}: started{planned}", file=stream, flush=True)
+    start = time.perf_counter()
+    yield advance
+    counted = f", {_count(done[0], unit)} in" if done[0] else " in"
+    print(f"taylorattr {command}: {label}: done{counted} {time.perf_counter() - start:.1f} s",
+          file=stream, flush=True)
 
 #: The label every bar opened in a :func:`labelled` block shows instead of its own.
 _LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar("bar_label", default=None)
