@@ -12,7 +12,7 @@ from torch import nn
 
 import taylorattr as ta
 from taylorattr.methods import DeepLift, DeepLiftShap, IntegratedGradients, ShapleyValues
-from taylorattr.methods._selfcheck import CompletenessError, CompletenessWarning, tolerance
+from taylorattr.runtime.completeness import CompletenessError, CompletenessWarning, tolerance
 
 DT = torch.float64
 
@@ -132,3 +132,21 @@ def test_float32_cnn_is_within_the_tolerance():
         warnings.simplefilter("error", CompletenessWarning)
         a = ta.methods.DeepLift(model).attribute(x, 0.0, target=2)
     assert (_miss(model, x, torch.zeros_like(x), a, 2) < 1e-3).all()
+
+
+def test_taylor_attribution_checks_its_shares_against_the_orders(monkeypatch):
+    from taylorattr.taylor import terms
+
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2)).to(DT).eval()
+    x = torch.randn(3, 4, dtype=DT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompletenessWarning)
+        a = ta.taylor_terms(model, x, 0.0, target=1, order=3)
+        shares = terms.taylor_attribution(model, x, 0.0, target=1, order=3)
+    torch.testing.assert_close(shares.sum(1), a.orders.sum(1), rtol=0, atol=1e-12)
+    real = terms._ig_shares
+    monkeypatch.setattr(terms, "_ig_shares", lambda *args: (*real(*args)[:2], 2 * real(*args)[2],
+                                                          real(*args)[3]))
+    with pytest.warns(CompletenessWarning, match=r"sum\(a\) - \(g_K\)"):
+        terms.taylor_attribution(model, x, 0.0, target=1, order=3)

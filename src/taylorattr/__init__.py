@@ -44,6 +44,8 @@ _EXPORTS = {
     "shapley_attribution": "taylorattr.taylor.shapley_rule",
     "interaction_map": "taylorattr.reporting.interaction_plot",
     "tune_allocator": "taylorattr.runtime.allocator",
+    "CompletenessWarning": "taylorattr.runtime.completeness",
+    "CompletenessError": "taylorattr.runtime.completeness",
     "evaluate": "taylorattr.experiments.evaluate",
 }
 #: Sub-packages by attribute name (``ta.taylor_mode`` and ``ta.plotting`` are their homes'

@@ -8,6 +8,7 @@ another method. Each image is a resumable unit under ``out/saliency/units``.
 """
 from __future__ import annotations
 
+import textwrap
 import warnings
 from dataclasses import dataclass, field
 
@@ -20,8 +21,8 @@ from .fingerprints import digest
 from .plans import StageCost, architecture, forwards, method_costs
 from .workspace import Workspace
 
-__all__ = ["SaliencyPanel", "SaliencyStage", "methods_tag", "run_saliency", "saliency_maps",
-           "saliency_methods"]
+__all__ = ["SaliencyPanel", "SaliencyStage", "methods_tag", "refusal_reason", "run_saliency",
+           "saliency_maps", "saliency_methods"]
 
 
 @dataclass
@@ -57,10 +58,22 @@ def saliency_maps(model, x: torch.Tensor, target: int, methods, show_progress: b
                            desc="saliency")
                 maps[method.label] = a[0].sum(0).detach().float()
             except (TypeError, ValueError) as exc:
-                maps[method.label] = f"not supported: {str(exc).splitlines()[0]}"
+                maps[method.label] = f"not supported: {refusal_reason(exc)}"
         notes += sorted({f"{method.label}: {str(w.message).splitlines()[0]}" for w in caught
                          if issubclass(w.category, UserWarning)})
     return maps, notes
+
+
+def refusal_reason(exc: BaseException) -> str:
+    """What a refusal says in one line: the message's first line, or, for an error that
+    wraps the model's own (``model ... failed on inputs ...: RuntimeError: ...``), that
+    error: the operation and its reason (the wrapper's prefix hid it in a small panel)."""
+    cause = exc.__cause__
+    if cause is not None and str(cause).strip():
+        line = next(ln for ln in str(cause).splitlines() if ln.strip()).strip()
+        return f"{type(cause).__name__}: {line}"
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _stored_maps(store: UnitStore, key: str, model, x, target: int, methods,
@@ -96,7 +109,13 @@ def _digit_panels(ws: Workspace, store: UnitStore, methods, n_digits: int):
 
 
 def _photo_panels(store: UnitStore, methods, photo_names, progress: bool = False):
+    """EfficientNet-Lite0 on each photo. The Taylor panels expand the smoothed network, as
+    ``taylorattr explain`` does (``ta.smooth(net, beta="auto", inputs=photo)``: ReLU6
+    replaced by its smooth surrogate, beta the smallest whose output gap is within 5% of
+    the output change), since the ReLU6 network's Taylor-1 and Taylor-2 are both
+    Gradient*Input; the row's title states beta and the output gap."""
     from .. import data, models
+    from .explain import _maps, _smoothed
 
     model = models.efficientnet_lite0()
     photos = dict(data.sample_photos())
@@ -105,11 +124,32 @@ def _photo_panels(store: UnitStore, methods, photo_names, progress: bool = False
         x = model.preprocess(photos[name])
         with torch.no_grad():
             target = int(model(x).argmax())
-        key = (f"photo-{name}-{fingerprint([('x', x)])}-{model_fingerprint(model)}-"
-               f"{methods_tag(methods)}")
-        maps, notes = _stored_maps(store, key, model, x, target, methods, progress)
-        panels.append(SaliencyPanel(name, model.unnormalize(x[0]),
-                                    f"EfficientNet-Lite0: {model.class_name(target)}", maps, notes))
+        key = (f"photo-smoothed-auto-{name}-{fingerprint([('x', x)])}-"
+               f"{model_fingerprint(model)}-{methods_tag(methods)}")
+
+        def compute(x=x, target=target):
+            said = []
+            hook = _smoothed(x, target, "auto")
+
+            def smoothed(net):
+                expanded, note = hook(net)
+                said.append(note)
+                return expanded, ""
+
+            maps, notes, _ = _maps(model, x, target, {m.label: m for m in methods}, smoothed,
+                                   progress)
+            return {"maps": {k: v for k, v in maps.items() if isinstance(v, torch.Tensor)},
+                    "missing": {k: v for k, v in maps.items() if isinstance(v, str)},
+                    "notes": notes, "taylor": said[0] if said else ""}
+
+        unit = store.get(key, compute)
+        maps = {**unit["maps"], **unit["missing"]}
+        maps = {m.label: maps[m.label] for m in methods}
+        title = f"EfficientNet-Lite0: {model.class_name(target)}"
+        if unit.get("taylor"):  # the Taylor panels' network, under the class
+            title += "\n" + "\n".join(textwrap.wrap(f"Taylor: {unit['taylor']}", 34))
+        panels.append(SaliencyPanel(name, model.unnormalize(x[0]), title, maps,
+                                    unit["notes"]))
     return panels
 
 

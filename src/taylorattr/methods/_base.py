@@ -53,9 +53,9 @@ from ..inputs import (
     slice_option,
     swap_layer,
 )
+from ..runtime import completeness as selfcheck
 from ..runtime.cost import Cost
 from . import _conventions as conventions
-from . import _selfcheck as selfcheck
 from ._passes import (
     chunk_ranges,
     default_chunk_rows,
@@ -118,7 +118,7 @@ class AttributionMethod:
     INPUT_ARGS = ("additional_forward_args", "layer", "attribute_to_layer_input",
                   "layer_baselines", "layer_delta")
     #: Whether the attributions are complete by construction, ``sum_i a_i = f(x) -
-    #: mean_k f(x~_k)``: every call then checks it (:mod:`taylorattr.methods._selfcheck`)
+    #: mean_k f(x~_k)``: every call then checks it (:mod:`taylorattr.runtime.completeness`)
     #: from the explained outputs at the references that ``_attribute`` hands to
     #: :meth:`_reference_outputs` from its own passes (no extra model call), recomputes a
     #: failing sample at batch 2 (point baselines) and warns, or raises with ``strict=True``.
@@ -387,7 +387,7 @@ class AttributionMethod:
 
     def _self_check(self, x, base, t, fx, attr, f_ref, options):
         """``(attributions, delta)`` after the completeness check of
-        :mod:`taylorattr.methods._selfcheck`: failing samples recomputed once at batch 2 (the
+        :mod:`taylorattr.runtime.completeness`: failing samples recomputed once at batch 2 (the
         sample duplicated; point baselines), what stays beyond the tolerance warned about
         (raised with ``strict=True``)."""
         delta, bad, tol = selfcheck.misses(attr, fx, f_ref)

@@ -40,6 +40,7 @@ from .. import _validation as V
 from ..groups import mask_ids
 from ..inputs import Layout, whole_batch_view
 from ..runtime.batching import series_rows
+from ..runtime.completeness import check_total
 from ..runtime.cost import Cost
 from .mode import piecewise_linear_ops, propagate, trace
 
@@ -276,8 +277,14 @@ def taylor_attribution(model, inputs, baselines=0.0, target=None, order: int = 2
         structure=_structure(additional_forward_args, layer, attribute_to_layer_input))
     with tqdm(total=1, desc=f"order-{order} Taylor attribution", unit="pass",
               disable=not show_progress, leave=False) as bar:
-        attribution = _ig_shares(gm, inputs, delta, target, order)[2]
+        _, _, attribution, orders = _ig_shares(gm, inputs, delta, target, order)
         bar.update(1)
+    # self-check (Theorem 5): the shares sum to g_K = sum_k P_k, the change less the
+    # stated remainder; from the same pass, no model call
+    check_total(attribution, orders.sum(1), "taylor_attribution",
+                "the backward sweep of the Taylor-mode pass disagrees with the pass itself "
+                "(a Taylor rule whose derivative is inconsistent with its series; please "
+                "report the model)")
     return _split(layout, attribution)
 
 

@@ -1,4 +1,5 @@
-"""Self-verification of complete methods: every call checks ``sum(a) = f(x) - f(x~)``.
+"""Self-verification of complete methods: every call checks ``sum(a) = f(x) - f(x~)``
+(``ta.CompletenessWarning``, ``ta.CompletenessError``).
 
 A method whose attributions are complete by construction declares it
 (:attr:`~taylorattr.methods.AttributionMethod.completeness`) and reports the explained
@@ -60,7 +61,7 @@ def misses(attr: torch.Tensor, fx: torch.Tensor, f_ref: torch.Tensor):
 
 def report(method: str, delta: torch.Tensor, fx: torch.Tensor, f_ref: torch.Tensor,
            bad: torch.Tensor, tol: torch.Tensor, tried_batch_2: bool, cause: str,
-           strict: bool) -> None:
+           strict: bool, explained: str = "f(x) - f(x~)", hint: bool = True) -> None:
     """Warn (or raise, ``strict``) about the samples ``bad`` still misses."""
     idx = bad.nonzero().flatten().tolist()
     worst = int(idx[int(delta[bad].abs().argmax())])
@@ -68,10 +69,22 @@ def report(method: str, delta: torch.Tensor, fx: torch.Tensor, f_ref: torch.Tens
     shown = ", ".join(map(str, idx[:10])) + (", ..." if len(idx) > 10 else "")
     repair = " (recomputing them at batch 2 did not repair them)" if tried_batch_2 else ""
     msg = (f"{method}: attributions are incomplete for sample(s) {shown}{repair}: "
-           f"sum(a) - (f(x) - f(x~)) = {float(delta[worst]):.3g} where f(x) - f(x~) = "
+           f"sum(a) - ({explained}) = {float(delta[worst]):.3g} where {explained} = "
            f"{df:.3g} (tolerance {float(tol[worst]):.2g} for "
-           f"{str(delta.dtype).replace('torch.', '')}); likely cause: {cause}. "
-           "Pass strict=True to raise instead of warning.")
+           f"{str(delta.dtype).replace('torch.', '')}); likely cause: {cause}."
+           + (" Pass strict=True to raise instead of warning." if hint else ""))
     if strict:
         raise CompletenessError(msg)
     warnings.warn(msg, CompletenessWarning, stacklevel=4)
+
+
+def check_total(attr: torch.Tensor, total: torch.Tensor, method: str, cause: str,
+                strict: bool = False) -> None:
+    """Warn (raise with ``strict``) where ``sum(a)`` misses ``total`` ``[B]``, the value the
+    attributions are stated to sum to, beyond :func:`tolerance` (``total`` standing for
+    ``f(x) - f(x~)``: e.g. Taylor attribution's ``g_K``, the change less its remainder)."""
+    zero = torch.zeros_like(total)
+    delta, bad, tol = misses(attr, total, zero)
+    if bool(bad.any()):
+        report(method, delta, total.to(attr.dtype), zero.to(attr.dtype), bad, tol, False,
+               cause, strict, "g_K", hint=False)
