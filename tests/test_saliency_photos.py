@@ -39,7 +39,7 @@ def tiny_row(monkeypatch, tmp_path):
 
 
 def test_photo_taylor_panels_are_those_of_the_smoothed_network(tiny_row):
-    model, x, methods, panel = tiny_row
+    model, x, _, panel = tiny_row
     target = int(model(x).argmax())
     smoothed = ta.smooth(model, "auto", inputs=x)
     assert panel.predicted.startswith(f"EfficientNet-Lite0: class-{target}\n")
