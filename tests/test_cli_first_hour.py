@@ -163,14 +163,17 @@ def test_progress_bar_on_a_terminal_one_line_in_a_log(user, capsys, monkeypatch,
             "16", "--batch-size", "2"]
     assert cli.main(argv + ["--out", "log"]) == 0
     err = capsys.readouterr().err
-    stage = [ln for ln in err.splitlines() if re.search(r" GI.*: 6 items done in [0-9.]+ s$", ln)]
-    assert len(stage) == 1 and "\r" not in err and "item/s" not in err, err
+    stage = [ln for ln in err.splitlines() if ln.startswith(f"taylorattr {command}: GI: ")]
+    assert len(stage) == 2 and "\r" not in err and "item/s" not in err, err
+    assert stage[0].endswith(": GI: started, 6 items"), stage
+    assert re.fullmatch(rf"taylorattr {command}: GI: done, 6 items in [0-9.]+ s", stage[1]), stage
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert cli.main(argv + ["--out", "tty"]) == 0
     err = capsys.readouterr().err
-    assert "6 items done in" not in err, err
-    bars = re.findall(rf"{command} GI[^\r\n]*?(\d)/6", err)  # tqdm's "n/total"
-    assert bars and bars[-1] == "6" and {b for b in bars} <= set("0246"), err
+    assert "started" not in err and "done," not in err, err
+    bars = re.findall(r"GI:\s+\d+%\|[^|]*\| (\d)/6 \[", err)  # tqdm's "n/total", by unit
+    assert bars and bars == sorted(bars) and set(bars) <= set("0246"), err
+    assert err.count("/6 [") == len(bars) and "item/s" in err, err  # one bar, over items
 
 
 def test_any_format_pillow_reads_and_the_skipped_files_are_named(user, capsys):

@@ -95,24 +95,16 @@ def _job_lines(report, what: str) -> str:
     return line if report.merged is None else f"{what}\n{line}"
 
 
-def _run_job(run, args, what: str):
-    """Run a dataset job (``run(show_progress)``); its expected failures named by their
-    flags. Progress: a bar over the items on a terminal; in a log, one line once the
-    stage is done (nothing more when it fails: the error line says why)."""
-    import time
-
+def _run_job(run):
+    """Run a dataset job; its expected failures named by their flags. Its items are one
+    stage (``show_progress=True``: a bar on a terminal, lines in a log,
+    :func:`taylorattr.runtime.progress.stage`)."""
     from ..experiments.evaluation.lock import LockHeld
 
-    terminal = sys.stderr.isatty()
-    start = time.perf_counter()
     try:
-        report = run(terminal)
+        return run()
     except LockHeld as exc:
         raise CliError("--out", str(exc)) from None
-    if not terminal:
-        print(f"taylorattr {args.command}: {what}: {_plural(len(args.job[1]), 'item')} done in "
-              f"{time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
-    return report
 
 
 def _evaluate(args) -> str:
@@ -121,11 +113,10 @@ def _evaluate(args) -> str:
 
     model, dataset = dataset_job(args)
     scale = args.infidelity_scale or infidelity_scale(reference_shape(dataset, len(dataset)))
-    report = _run_job(lambda bar: evaluate(
+    report = _run_job(lambda: evaluate(
         model, dataset, args.methods, args.metrics, out=args.out, batch_size=args.batch_size,
         seed=args.seed, on_bad_item=args.bad_items, device=args.device, resume=args.resume,
-        infidelity_options={"max_side": args.max_side, "scale": scale}, show_progress=bar),
-        args, f"evaluate {', '.join(args.methods)} ({', '.join(args.metrics)})")
+        infidelity_options={"max_side": args.max_side, "scale": scale}, show_progress=True))
     if report.merged is None:
         return _job_lines(report, "")
     rows = [f"{'method':<12} {'metric':<11} {'n':>6} {'mean':>14} {'sem':>12}"] + [
@@ -143,11 +134,10 @@ def _attribute(args) -> str:
     from ..experiments.evaluate import attribute_dataset
 
     model, dataset = dataset_job(args)
-    report = _run_job(lambda bar: attribute_dataset(
+    report = _run_job(lambda: attribute_dataset(
         model, dataset, args.method, out=args.out, batch_size=args.batch_size, seed=args.seed,
         on_bad_item=args.bad_items, previews=args.previews, device=args.device,
-        resume=args.resume, map_format=args.format, show_progress=bar),
-        args, f"attribute {args.method}")
+        resume=args.resume, map_format=args.format, show_progress=True))
     if report.merged is None:
         return _job_lines(report, "")
     m = report.merged

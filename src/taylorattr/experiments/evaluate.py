@@ -38,6 +38,7 @@ copy them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from .. import _io
 from .. import registry as _registry
 from .._validation import check_positive_int, check_real, check_seed
 from ..metrics import bbox_accuracy, infidelity, infidelity_cost
+from ..runtime import progress
 from ..runtime.batching import chunk_rows
 from .assessment.infidelity import (
     infidelity_from_changes,
@@ -256,7 +258,9 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
             input, methods and options, seed, library version) changed, and reports
             it in :attr:`JobReport.changes`; ``"strict"`` refuses such a rerun naming
             what changed (:mod:`.evaluation.job`).
-        show_progress: a progress bar over this process's items (for a terminal).
+        show_progress: show this process's items as a stage
+            (:func:`taylorattr.runtime.progress.stage`: a bar on a terminal, a line as it
+            starts and one when done in a log).
 
     Returns:
         This process's :class:`JobReport`; ``merged`` (rank 0) is the summary dict.
@@ -319,20 +323,17 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
                    _reader(dataset, shape, need_mask, on_bad_item), compute,
                    lambda units: merge_units(units, [b.label for b in bound], metrics, Path(out)),
                    device=dev, resume=resume, name_item=_namer(dataset),
-                   progress=_bar(show_progress, "evaluate " + ", ".join(b.label for b in bound)))
+                   progress=_stage(show_progress, "evaluate",
+                                   ", ".join(b.label for b in bound)))
 
 
-def _bar(show: bool, desc: str):
-    """``progress(total)`` of :func:`~.evaluation.job.run_job`: a tqdm bar over the items
-    (gone once done), or None without ``show``."""
+def _stage(show: bool, command: str, label: str):
+    """``progress(total)`` of :func:`~.evaluation.job.run_job`: the items as one stage of
+    ``command`` (:func:`taylorattr.runtime.progress.stage`: a bar on a terminal, lines in
+    a log), or None without ``show``."""
     if not isinstance(show, bool):
         raise TypeError(f"show_progress must be a bool, got {type(show).__name__}")
-    if not show:
-        return None
-    import tqdm.auto
-
-    return lambda total: tqdm.auto.tqdm(total=total, desc=desc, unit="item", leave=False,
-                                        dynamic_ncols=True)
+    return functools.partial(progress.stage, command, label, unit="item") if show else None
 
 
 def _model_device(model):
@@ -418,7 +419,7 @@ def attribute_dataset(model, dataset, method, *, out, batch_size: int = 16, seed
     return run_job(out, config, fields, n, batch_size,
                    _reader(dataset, shape, False, on_bad_item), compute, merge, device=dev,
                    resume=resume, name_item=_namer(dataset),
-                   progress=_bar(show_progress, f"attribute {bound.label}"),
+                   progress=_stage(show_progress, "attribute", bound.label),
                    kept=lambda r: all(_still_there(out, row, dataset, previews)
                                       for row in r["rows"]))
 

@@ -30,6 +30,7 @@ order), never its inputs, weights or settings.
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -179,8 +180,8 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
     {index: result}`` for the listed indices of the unit (computed as one batch);
     ``merge(every item's result, in index order)``; ``fields``: the job's fingerprint;
     ``name_item(index)``: how a changed item is named in messages; ``progress(total)``:
-    a bar (``update(items)``, ``close()``) over this rank's ``total`` items, moved after
-    each unit; ``kept(result)``: whether a stored result's files (e.g. its map) are still
+    a context manager over this rank's ``total`` items yielding ``advance(n)``, called
+    after each unit (:func:`taylorattr.runtime.progress.stage`); ``kept(result)``: whether a stored result's files (e.g. its map) are still
     there (a result whose files are gone is computed again)."""
     if resume not in RESUME:
         raise ValueError(f"resume must be one of {RESUME}, got {resume!r}")
@@ -212,26 +213,26 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
             computed = reused = 0
             tally = _Changes(name_item)
             mine = rank_units(len(ranges), ctx.rank, ctx.world_size)
-            bar = None if progress is None else progress(sum(len(ranges[u]) for u in mine))
-            for u in mine:
-                key = _unit_key(u)
-                unit_input = read(ranges[u])
-                old = _stored(store, key)
-                todo, why = _plan(old, fields, unit_input.digests, kept)
-                reused += len(unit_input.digests) - len(todo)
-                if todo:
-                    tally.add(why)
-                    results = {**old.results, **compute(todo, unit_input.data)}
-                    _io.save_tensors({
-                        "items": [[int(i), results[int(i)]] for i, _ in unit_input.digests],
-                        "fingerprint": _unit_fingerprint(fields, unit_input.digests),
-                        "item_digests": [[int(i), str(d)] for i, d in unit_input.digests]},
-                        store.path(key))
-                    computed += len(todo)
-                if bar is not None:
-                    bar.update(len(ranges[u]))
-            if bar is not None:
-                bar.close()
+            total = sum(len(ranges[u]) for u in mine)
+            shown = contextlib.nullcontext(lambda n=1: None) if progress is None \
+                else progress(total)
+            with shown as advance:
+                for u in mine:
+                    key = _unit_key(u)
+                    unit_input = read(ranges[u])
+                    old = _stored(store, key)
+                    todo, why = _plan(old, fields, unit_input.digests, kept)
+                    reused += len(unit_input.digests) - len(todo)
+                    if todo:
+                        tally.add(why)
+                        results = {**old.results, **compute(todo, unit_input.data)}
+                        _io.save_tensors({
+                            "items": [[int(i), results[int(i)]] for i, _ in unit_input.digests],
+                            "fingerprint": _unit_fingerprint(fields, unit_input.digests),
+                            "item_digests": [[int(i), str(d)] for i, d in unit_input.digests]},
+                            store.path(key))
+                        computed += len(todo)
+                    advance(len(ranges[u]))
             ctx.barrier()
             merged = None
             if ctx.is_main:
