@@ -400,11 +400,14 @@ class AttributionMethod:
                 rows = slice(i, i + 1)
                 opts = {k: repeat_option(v, 2, batch, rows) if k in self.batch_options else v
                         for k, v in options.items()}
-                a2, _, r2 = self._attribute_reported(
-                    x[rows].detach().repeat_interleave(2, 0),
-                    base[rows].repeat_interleave(2, 0),
-                    None if t is None else t[rows].repeat_interleave(2, 0),
-                    fx[rows].repeat_interleave(2, 0), opts, False)
+                try:
+                    a2, _, r2 = self._attribute_reported(
+                        x[rows].detach().repeat_interleave(2, 0),
+                        base[rows].repeat_interleave(2, 0),
+                        None if t is None else t[rows].repeat_interleave(2, 0),
+                        fx[rows].repeat_interleave(2, 0), opts, False)
+                except (ValueError, TypeError, RuntimeError):  # e.g. a per-sample context
+                    continue  # of one row: no repair; the warning below stands
                 if r2 is None or r2[1] is not None:
                     continue
                 r2 = r2[0]
