@@ -26,6 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .saliency import smoothed_taylor_model as _smoothed
+from .saliency import taylor_maps as _maps
+
 __all__ = ["SIGNS", "ExplainStage", "Explanation", "canonical_method", "explain",
            "explain_columns", "explain_methods"]
 
@@ -124,26 +127,6 @@ class ExplainStage:
         return out
 
 
-def _maps(net, x, target: int, columns: dict, taylor_model, show_progress: bool = False
-          ) -> tuple[dict, list[str], dict]:
-    """The maps of every column, the notes, and the map key of each Taylor order; Taylor
-    expansions (methods with an ``order``) run on ``taylor_model(net)`` when given (a
-    smoothed copy, say), the others on ``net``."""
-    from .saliency import saliency_maps
-
-    others = [m for m in columns.values() if "order" not in m.settings]
-    taylor = [m for m in columns.values() if "order" in m.settings]
-    maps, notes = saliency_maps(net, x, target, others, show_progress)
-    if taylor:
-        expanded, note = (net, "") if taylor_model is None else taylor_model(net)
-        t_maps, t_notes = saliency_maps(expanded, x, target, taylor, show_progress)
-        suffix = f" ({note})" if note else ""
-        maps.update({label + suffix: v for label, v in t_maps.items()})
-        notes += t_notes
-        return maps, notes, {m.settings["order"]: m.label + suffix for m in taylor}
-    return maps, notes, {}
-
-
 def _difference_panel(maps: dict, notes: list[str], by_order: dict) -> None:
     """Add "Taylor-2 - Taylor-1" when both orders gave maps (``by_order``: order -> map
     key), with its relative size noted."""
@@ -173,27 +156,6 @@ def _write_outputs(out: Path, stem: str, plotted: dict, lines: list[str],
             base = out / f"{stem}-maps" / slug(name)
             files += [save_map(array, base.with_suffix(f".{fmt}"), fmt) for fmt in formats]
     return warnings_file, files
-
-
-def _smoothed(x, target: int, beta: float | str):
-    """``taylor_model`` hook: ``ta.smooth(net, beta, inputs=x)`` (``beta="auto"``: the
-    smallest beta whose output gap on the photo is within 5% of its output change) with a
-    note of the beta, its gap and the class."""
-    def hook(net):
-        import torch
-
-        from ..taylor.smoothing import smooth
-
-        sm = smooth(net, beta, inputs=x)
-        if not sm.replaced:
-            return net, ""
-        with torch.no_grad():
-            predicted = int(sm(x).argmax(1)[0])
-        same = "same class" if predicted == target else f"predicts class {predicted}"
-        chosen = (f"beta = {sm.beta:g} (auto: gap {sm.relative_gap:.0%} of |df|)"
-                  if beta == "auto" else f"beta = {sm.beta:g}")
-        return sm, f"smoothed, {chosen}, output gap {sm.output_gap:.2g}, {same}"
-    return hook
 
 
 def _interaction_figure(net, x, target: int, taylor_model, out: Path, stem: str, image,

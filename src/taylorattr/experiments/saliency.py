@@ -22,7 +22,7 @@ from .plans import StageCost, architecture, forwards, method_costs
 from .workspace import Workspace
 
 __all__ = ["SaliencyPanel", "SaliencyStage", "methods_tag", "refusal_reason", "run_saliency",
-           "saliency_maps", "saliency_methods"]
+           "saliency_maps", "saliency_methods", "smoothed_taylor_model", "taylor_maps"]
 
 
 @dataclass
@@ -62,6 +62,43 @@ def saliency_maps(model, x: torch.Tensor, target: int, methods, show_progress: b
         notes += sorted({f"{method.label}: {str(w.message).splitlines()[0]}" for w in caught
                          if issubclass(w.category, UserWarning)})
     return maps, notes
+
+
+def taylor_maps(net, x, target: int, columns: dict, taylor_model,
+                show_progress: bool = False) -> tuple[dict, list[str], dict]:
+    """The maps of every column, the notes, and the map key of each Taylor order; Taylor
+    expansions (methods with an ``order``) run on ``taylor_model(net)`` when given (a
+    smoothed copy, say), the others on ``net``."""
+    others = [m for m in columns.values() if "order" not in m.settings]
+    taylor = [m for m in columns.values() if "order" in m.settings]
+    maps, notes = saliency_maps(net, x, target, others, show_progress)
+    if taylor:
+        expanded, note = (net, "") if taylor_model is None else taylor_model(net)
+        t_maps, t_notes = saliency_maps(expanded, x, target, taylor, show_progress)
+        suffix = f" ({note})" if note else ""
+        maps.update({label + suffix: v for label, v in t_maps.items()})
+        notes += t_notes
+        return maps, notes, {m.settings["order"]: m.label + suffix for m in taylor}
+    return maps, notes, {}
+
+
+def smoothed_taylor_model(x, target: int, beta: float | str):
+    """``taylor_model`` hook: ``ta.smooth(net, beta, inputs=x)`` (``beta="auto"``: the
+    smallest beta whose output gap on the photo is within 5% of its output change) with a
+    note of the beta, its gap and the class."""
+    def hook(net):
+        from ..taylor.smoothing import smooth
+
+        sm = smooth(net, beta, inputs=x)
+        if not sm.replaced:
+            return net, ""
+        with torch.no_grad():
+            predicted = int(sm(x).argmax(1)[0])
+        same = "same class" if predicted == target else f"predicts class {predicted}"
+        chosen = (f"beta = {sm.beta:g} (auto: gap {sm.relative_gap:.0%} of |df|)"
+                  if beta == "auto" else f"beta = {sm.beta:g}")
+        return sm, f"smoothed, {chosen}, output gap {sm.output_gap:.2g}, {same}"
+    return hook
 
 
 def refusal_reason(exc: BaseException) -> str:
@@ -115,7 +152,6 @@ def _photo_panels(store: UnitStore, methods, photo_names, progress: bool = False
     the output change), since the ReLU6 network's Taylor-1 and Taylor-2 are both
     Gradient*Input; the row's title states beta and the output gap."""
     from .. import data, models
-    from .explain import _maps, _smoothed
 
     model = models.efficientnet_lite0()
     photos = dict(data.sample_photos())
@@ -129,14 +165,14 @@ def _photo_panels(store: UnitStore, methods, photo_names, progress: bool = False
 
         def compute(x=x, target=target):
             said = []
-            hook = _smoothed(x, target, "auto")
+            hook = smoothed_taylor_model(x, target, "auto")
 
             def smoothed(net):
                 expanded, note = hook(net)
                 said.append(note)
                 return expanded, ""
 
-            maps, notes, _ = _maps(model, x, target, {m.label: m for m in methods}, smoothed,
+            maps, notes, _ = taylor_maps(model, x, target, {m.label: m for m in methods}, smoothed,
                                    progress)
             return {"maps": {k: v for k, v in maps.items() if isinstance(v, torch.Tensor)},
                     "missing": {k: v for k, v in maps.items() if isinstance(v, str)},

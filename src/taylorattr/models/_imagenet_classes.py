@@ -1,5 +1,7 @@
 """The 1000 ImageNet-1k class names, in index order (torchvision's list, BSD-3-Clause),
-bundled so that class names do not need torchvision."""
+bundled so that class names do not need torchvision.
+
+Why one module: it is one table, read whole by ``pretrained._imagenet_categories``."""
 
 IMAGENET_CLASSES = (
     'tench',
