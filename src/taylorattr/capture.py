@@ -4,8 +4,10 @@ tensors (Taylor mode's Jets, the layer-wise DeepLIFT/LRP rules).
 ``capture(model, example_inputs)`` exports the model with ``torch.export`` (Python control
 flow that does not depend on data is run, not traced), lowers it to PyTorch's core ATen
 operation set (``run_decompositions``, keeping the operations in ``keep`` whole: a rule
-for them is faster or more exact than their decomposition), drops guard and assertion
-nodes, and returns a :class:`CoreGraph`:
+for them is faster or more exact than their decomposition; the device's fused kernels,
+:data:`DEVICE_KERNELS`, decomposed to their math form, so the graph is the same whichever
+kernel the device would pick), drops guard and assertion nodes, and returns a
+:class:`CoreGraph`:
 
     graph nodes         n_1 .. n_N, each ``n_i = op_i(args)`` with op_i an ATen overload
                         (``torch.ops.aten.convolution.default``) or ``operator.getitem``
