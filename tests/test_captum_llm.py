@@ -11,6 +11,7 @@ which agree with each other and with this front.
 from __future__ import annotations
 
 import warnings
+from typing import ClassVar
 
 import matplotlib
 import numpy as np
@@ -18,6 +19,7 @@ import pytest
 import torch
 from captum import attr as C
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+from torch import nn
 from transformers import (
     GPT2Config,
     GPT2LMHeadModel,
@@ -201,8 +203,7 @@ def test_deeplift_token_attributions_are_complete(lm, tokenizer):
 
 def test_gradient_front_refuses_other_layers_and_methods(llama, tokenizer):
     with pytest.raises(NotImplementedError, match="input embeddings"):
-        T.LLMGradientAttribution(T.LayerIntegratedGradients(llama, llama.model.layers[0]),
-                                 tokenizer)
+        T.LLMGradientAttribution(T.LayerDeepLift(llama, llama.model.layers[0]), tokenizer)
     with pytest.raises(TypeError, match="LayerIntegratedGradients"):
         T.LLMGradientAttribution(T.IntegratedGradients(llama), tokenizer)
     with pytest.raises(TypeError, match="FeatureAblation"):
@@ -231,3 +232,120 @@ def test_result_plots_draw_captums(llama, tokenizer, tmp_path):
     with pytest.raises(ValueError, match="token_attr"):
         T.LLMAttributionResult(input_tokens=["a"], output_tokens=["b", "c"],
                                seq_attr=[1.0], token_attr=[[1.0]])
+
+
+class _CharTokenizer:
+    """Captum's test tokenizer's interface: one character per token (its code point), <sos>
+    first; offsets for the pretty tokens; no convert_tokens_to_ids."""
+
+    pad_token_id = 0
+    special: ClassVar[dict] = {0: "<sos>", 1: "<unk>"}
+
+    def encode(self, text, add_special_tokens=True, return_tensors=None):
+        ids = [ord(s[0]) if len(s) == 1 else (0 if s == "<sos>" else 1)
+               for s in text.split(" ")]
+        ids = [0, *ids] if add_special_tokens else ids
+        return torch.tensor([ids]) if return_tensors else ids
+
+    def convert_ids_to_tokens(self, ids):
+        if isinstance(ids, int):
+            return self.special.get(ids, chr(ids))
+        return [self.special.get(i, chr(i)) for i in ids]
+
+    def decode(self, ids):
+        tokens = self.convert_ids_to_tokens(ids.tolist())
+        return tokens if isinstance(tokens, str) else " ".join(tokens)
+
+    def __call__(self, text=None, add_special_tokens=True, return_offsets_mapping=False):
+        out = {"input_ids": self.encode(text, add_special_tokens=add_special_tokens)}
+        if return_offsets_mapping:
+            offsets, at = ([(0, 0)] if add_special_tokens else []), 0
+            for word in text.split(" "):
+                offsets.append((at - (0 if at == 0 else 1), at + len(word)))
+                at += len(word) + 1
+            out["offset_mapping"] = offsets
+        return out
+
+
+class _Output:
+    def __init__(self, logits):
+        self.logits = logits
+
+
+class _CharLM(nn.Module):
+    """A one-layer transformer over characters, causal or looking ahead (then the
+    token-by-token forward and the joined sequence differ); no inputs_embeds."""
+
+    def __init__(self, causal: bool):
+        super().__init__()
+        torch.manual_seed(0)
+        self.causal = causal
+        self.emb = nn.Embedding(256, 10)
+        self.trans = nn.TransformerEncoderLayer(10, 2, batch_first=True, dropout=0.0)
+        self.linear = nn.Linear(10, 256)
+
+    def forward(self, input_ids, *args, **kwargs):
+        e = self.emb(input_ids)
+        mask = nn.Transformer.generate_square_subsequent_mask(e.shape[1]).to(e.dtype) \
+            if self.causal else None
+        return _Output(self.linear(self.trans(e, src_mask=mask, is_causal=self.causal)))
+
+    def generate(self, input_ids, *args, mock_response=None, **kwargs):
+        response = _CharTokenizer().encode(mock_response)[1:]
+        return torch.cat([input_ids, torch.tensor([response])], 1)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("in_tokens", [True, False])
+@pytest.mark.parametrize("name, kw", [("FeatureAblation", {}),
+                                      ("ShapleyValueSampling", {"n_samples": 4}),
+                                      ("KernelShap", {"n_samples": 25})])
+def test_captums_own_test_model_equals_captums(causal, in_tokens, name, kw):
+    """Captum's test setting (its tokenizer's interface, a template input, a model without
+    inputs_embeds); a model that looks ahead tells the token-by-token forward from the
+    joined one."""
+    llm, tok = _CharLM(causal).to(DT).eval(), _CharTokenizer()
+    out = []
+    for mod in (C, T):
+        torch.manual_seed(3)
+        inp = mod.TextTemplateInput("{} b {} {} e {}", ["a", "c", "d", "f"])
+        out.append(mod.LLMAttribution(getattr(mod, name)(llm), tok).attribute(
+            inp, "m n o p q", use_cached_outputs=False, forward_in_tokens=in_tokens, **kw))
+    _same(out[1], out[0], 1e-6)
+    assert out[1].output_tokens == ["m", "n", "o", "p", "q"]
+
+
+@pytest.mark.parametrize("layer_cls", ["LayerIntegratedGradients", "LayerGradientXActivation"])
+def test_gradient_front_on_any_layer_equals_captums(layer_cls):
+    """Captum's route (the layer method on the interpretable vector) for a model without
+    inputs_embeds, skipped tokens and a generated target."""
+    llm, tok = _CharLM(True).eval(), _CharTokenizer()
+    for kw in ({"target": "m n o p q"}, {"gen_args": {"mock_response": "x y z"}}):
+        out = []
+        for mod in (C, T):
+            inp = mod.TextTokenInput("a b c", tok, skip_tokens=[0])
+            method = getattr(mod, layer_cls)(llm, llm.emb)
+            out.append(mod.LLMGradientAttribution(method, tok).attribute(inp, **kw))
+        _same(out[1], out[0], 1e-6)
+        assert out[1].token_attr.shape[1] == 3
+
+
+def test_the_readmes_llm_example_runs_and_is_complete():
+    """The README's end-to-end example: it runs, its DeepLIFT rows sum to the changes of the
+    answer tokens' log-probabilities (the model's own forwards), and the text view shows one
+    row per answer token."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "README.md").read_text()
+    section = text.split("### Explaining a language model's answer", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict = {}
+    exec(compile(code, "README example", "exec"), scope)  # noqa: S102 (the README's own code)
+    model, tokenizer, deeplift = scope["model"], scope["tokenizer"], scope["deeplift"]
+    prompt = scope["prompt"]
+    target = torch.tensor(tokenizer.encode("is happy", add_special_tokens=False))
+    base = prompt.to_model_input(torch.zeros_like(prompt.to_tensor()))
+    change = _log_probs(model, prompt.inp_tensor, target) - _log_probs(model, base, target)
+    torch.testing.assert_close(deeplift.token_attr.sum(1), change, rtol=0, atol=1e-7)
+    assert scope["html"].data.count("<tr><td>") == 2
+    assert deeplift.output_tokens == ["is", "happy"]

@@ -346,3 +346,43 @@ def test_infidelity_perturb_func_decorator_equals_captums(multiply, with_baselin
     ours = TM.infidelity(m, ours_f, x, attributions, target=1, n_perturb_samples=3, **kw)
     theirs = CM.infidelity(m, theirs_f, x, attributions, target=1, n_perturb_samples=3, **kw)
     torch.testing.assert_close(ours, theirs, rtol=1e-8, atol=1e-12)
+
+
+def test_lime_with_captums_lasso_of_another_alpha_equals_captums():
+    from captum._utils.models.linear_model import SkLearnLasso
+
+    m, x = _mlp(), torch.randn(2, 5, dtype=DT)
+    out = []
+    for mod in (C, T):
+        torch.manual_seed(2)
+        out.append(mod.Lime(m, interpretable_model=SkLearnLasso(alpha=0.001)).attribute(
+            x, target=1, n_samples=40))
+    # Captum returns this fit in float32; ours in the inputs dtype
+    torch.testing.assert_close(out[1], out[0].to(DT), rtol=0, atol=1e-7)
+    with pytest.raises(NotImplementedError, match="interpretable_model"):
+        T.Lime(m, interpretable_model=SkLearnLasso(alpha=0.1, max_iter=5))
+
+
+@pytest.mark.parametrize("mask", [None, (torch.tensor([[0, 1, 1]]), torch.tensor([[2, 0]]))])
+def test_kernel_shap_player_values_on_tuple_inputs_equal_captums(mask):
+    """return_input_shape=False on tuple inputs: one [B, G] tensor of player values."""
+    torch.manual_seed(0)
+    w1, w2 = torch.randn(3, dtype=DT), torch.randn(2, dtype=DT)
+
+    def f(x, y):
+        return torch.tanh(x @ w1 + y @ w2).unsqueeze(1)
+
+    x, y = torch.randn(2, 3, dtype=DT), torch.randn(2, 2, dtype=DT)
+    out = []
+    for mod in (C, T):
+        torch.manual_seed(1)
+        out.append(mod.KernelShap(f).attribute((x, y), target=0, n_samples=30,
+                                               return_input_shape=False, feature_mask=mask))
+    assert out[1].shape == (2, 5 if mask is None else 3)
+    # Captum fits and returns these in float32; ours keep the inputs dtype
+    torch.testing.assert_close(out[1], out[0].to(DT), rtol=0, atol=1e-6)
+    # the same values as the input-shaped call, read per player
+    torch.manual_seed(1)
+    shaped = T.KernelShap(f).attribute((x, y), target=0, n_samples=30, feature_mask=mask)
+    torch.testing.assert_close(out[1][:, :3] if mask is None else out[1][:, [0, 1, 1]],
+                               shaped[0], **EXACT)

@@ -380,9 +380,10 @@ def _captum_draws(parts, refs, n_samples: int, stdevs):
                                      device=r.device)]
                    .reshape((batch, n_samples) + tuple(r.shape[1:])) for r in refs)
     noise = captum_noise(parts, stdevs, n_samples)
+    # the dtype of the noisy input, as Captum's (an integer input plus float noise: float)
     alphas = torch.tensor(np.random.uniform(0.0, 1.0, batch * n_samples),
-                          dtype=parts[0].dtype, device=parts[0].device)
-    return tuple(z.to(p.dtype) for z, p in zip(noise, parts)), picked, alphas
+                          dtype=torch.result_type(parts[0], noise[0]), device=parts[0].device)
+    return tuple(z.to(torch.result_type(p, z)) for z, p in zip(noise, parts)), picked, alphas
 
 
 class GradientShap(GradientAttribution):
@@ -469,8 +470,9 @@ class LayerGradientShap(LayerAttribution, GradientShap):
 
         noisy = tuple(p.repeat_interleave(n, 0) + z for p, z in zip(parts, rows(noise)))
         base = rows(picked)
-        points = tuple(b + alphas.view((-1,) + (1,) * (b.dim() - 1)) * (x - b)
-                       for x, b in zip(noisy, base))
+        points = tuple(a * x + (1.0 - a) * b for x, b, a in
+                       ((x, b, alphas.view((-1,) + (1,) * (b.dim() - 1)))
+                        for x, b in zip(noisy, base)))  # Captum's expression and rounding
         target_n, extra_n = _rows(target, n), _rows(additional_forward_args, n)
         grads = Call(self._gradient, points if is_tuple else points[0], None, target_n,
                      extra_n, False, {"abs": False, "layer": self.layer,

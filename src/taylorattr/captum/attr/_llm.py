@@ -18,12 +18,14 @@ methods only, as Captum's). Each row is the Captum-compatible method (hence the 
 on the features with that ``F_k`` as the model; the forwards are shared between the rows
 (one model call per distinct perturbation) and every row sees the same random draws.
 
-``LLMGradientAttribution`` (LayerIntegratedGradients, LayerGradientXActivation, and beyond
-Captum LayerDeepLift) attributes ``F_k`` for every ``k`` to the input
-embeddings ``e`` of prompt and ``t_<k`` (the layer must be the model's input embeddings),
-the baseline being the embeddings of the baseline tokens (``t_<k`` kept), and sums each
-token's embedding axis. That equals Captum's layer route (its layer attribution of the
-embedding output), computed on ``inputs_embeds``. DeepLIFT (``LayerDeepLift``) is complete:
+``LLMGradientAttribution`` (LayerIntegratedGradients, LayerGradientXActivation,
+LayerGradientShap, and beyond Captum LayerDeepLift) attributes ``F_k`` for every ``k`` to
+the layer and sums each token's trailing axis. On the input embeddings of a model that
+takes ``inputs_embeds`` it attributes to the embeddings ``e`` of prompt and ``t_<k``
+directly, the baseline being the embeddings of the baseline tokens (``t_<k`` kept): that
+equals Captum's layer route (its layer attribution of the embedding output). On any other
+layer it runs Captum's route: the layer method on the interpretable vector, the forward
+mapping it to token ids. DeepLIFT (``LayerDeepLift``, input embeddings only) is complete:
 
     sum_i token_attr[k, i] = F_k(x) - F_k(x~),   sum_i seq_attr[i] = log p(t | x) - log p(t | x~)
 
@@ -306,20 +308,21 @@ def _pretty_tokens(ids: torch.Tensor, tokenizer) -> list:
     """The target's tokens as text, Captum's way: the spans of the decoded text that the
     tokens cover (``"\\n"`` written out, stripped; a span overlapping the one before marked
     ``" [OVERLAP]"``); token by token when the text does not encode back to ``ids``."""
-    ids = [int(i) for i in ids]
+    ids = torch.as_tensor(ids).reshape(-1)
     text = tokenizer.decode(ids)
+    want = ids.tolist()
     enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
     got, offsets = enc["input_ids"], enc["offset_mapping"]
     spans = [(s, e if s != e else (offsets[i + 1][0] if i + 1 < len(offsets) else len(text)))
              for i, (s, e) in enumerate(offsets)]
     pretty, end_prev, idx = [], -1, 0
     for i, (s, e) in enumerate(spans):
-        if idx >= len(ids) or got[i] != ids[idx]:
+        if idx >= len(want) or got[i] != want[idx]:
             continue
         pretty.append(text[s:e].replace("\n", "\\n").strip() +
                       (" [OVERLAP]" if end_prev > s else ""))
         end_prev, idx = e, idx + 1
-    if len(pretty) == len(ids):
+    if len(pretty) == len(want):
         return pretty
     warnings.warn("the target's text does not encode back to its tokens; each token is "
                   "decoded on its own", stacklevel=3)
@@ -351,7 +354,11 @@ class _LLMBase(Attribution):
                 raise ValueError("the model has no generate(); give target (a str or token "
                                  "ids) to explain")
             model_inp = self._model_input(inp.to_model_input())
-            out = self.model.generate(**model_inp, **(gen_args or DEFAULT_GEN_ARGS))
+            model_inp.setdefault("attention_mask", torch.ones_like(model_inp["input_ids"]))
+            gen_args = dict(gen_args or DEFAULT_GEN_ARGS)
+            if getattr(self.tokenizer, "pad_token_id", None) is not None:
+                gen_args.setdefault("pad_token_id", self.tokenizer.pad_token_id)
+            out = self.model.generate(**model_inp, **gen_args)
             return out[0][model_inp["input_ids"].shape[1]:]
         if gen_args is not None:
             raise ValueError("gen_args is for generating the target: give it only without "
@@ -375,32 +382,43 @@ class _LLMBase(Attribution):
                                   f"{type(self).__name__}")
 
 
-def _sequence_log_probs(model, input_ids: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """``log p(t_k | input, t_<k)`` for every target token (one forward of the joined
-    sequence), ``[T]``."""
-    joined = torch.cat([input_ids, target.view(1, -1).to(input_ids.device)], 1)
+def _logits(model, ids: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        logits = model(input_ids=joined, attention_mask=torch.ones_like(joined)).logits
-    if logits.dim() == 4:
-        logits = logits[:, 0]
+        logits = model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+    return logits[:, 0] if logits.dim() == 4 else logits
+
+
+def _sequence_log_probs(model, input_ids: torch.Tensor, target: torch.Tensor,
+                        in_tokens: bool = False) -> torch.Tensor:
+    """``log p(t_k | input, t_<k)`` for every target token, ``[T]``: one forward of the
+    joined sequence, or (``in_tokens``, Captum's default) one forward per target token on
+    the prefix before it (the same for a causal model; a model that looks ahead sees only
+    the prefix)."""
+    target = target.to(input_ids.device)
+    joined = torch.cat([input_ids, target.view(1, -1)], 1)
     n, t = input_ids.shape[1], target.shape[0]
-    logp = torch.log_softmax(logits[0, n - 1:n - 1 + t], -1)
-    return logp[torch.arange(t), target.to(logp.device)]
+    if in_tokens:
+        rows = torch.stack([_logits(model, joined[:, :n + k])[0, -1] for k in range(t)])
+    else:
+        rows = _logits(model, joined)[0, n - 1:n - 1 + t]
+    return torch.log_softmax(rows, -1)[torch.arange(t), target]
 
 
 class _Outputs:
     """``[F_0, F_1, ..., F_T]`` of every perturbation, each perturbation's forward run once
     (kept by the perturbation's values)."""
 
-    def __init__(self, owner, inp, target, per_token: bool, inspect=None):
+    def __init__(self, owner, inp, target, per_token: bool, inspect=None,
+                 in_tokens: bool = True):
         self.owner, self.inp, self.target, self.per_token = owner, inp, target, per_token
-        self.inspect, self.seen = inspect, {}
+        self.inspect, self.in_tokens, self.seen = inspect, in_tokens, {}
 
     def row(self, z: torch.Tensor) -> torch.Tensor:
         key = tuple(z.tolist())
         if key not in self.seen:
             model_inp = self.owner._model_input(self.inp.to_model_input(z.view(1, -1)))
-            logp = _sequence_log_probs(self.owner.model, model_inp["input_ids"], self.target)
+            logp = _sequence_log_probs(self.owner.model, model_inp["input_ids"], self.target,
+                                       self.in_tokens)
             values = torch.cat([logp.sum().view(1), logp]) if self.per_token else \
                 logp.sum().view(1)
             values = values if self.owner.attr_target == "log_prob" else values.exp()
@@ -416,6 +434,20 @@ class _Outputs:
         def forward(z):
             return torch.stack([self.row(r)[k] for r in z.reshape(z.shape[0], -1)])
         return forward
+
+
+def _taken(function, kwargs: dict) -> dict:
+    """The keyword arguments ``function`` takes; a warning names the others."""
+    import inspect
+
+    params = inspect.signature(function).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return kwargs
+    left = sorted(set(kwargs) - set(params))
+    if left:
+        warnings.warn(f"{function.__qualname__} does not take {left}; they are left out",
+                      stacklevel=3)
+    return {k: v for k, v in kwargs.items() if k in params}
 
 
 class LLMAttribution(_LLMBase):
@@ -438,15 +470,19 @@ class LLMAttribution(_LLMBase):
     def attribute(self, inp, target=None, num_trials: int = 1, gen_args=None,
                   use_cached_outputs: bool = True, _inspect_forward=None,
                   forward_in_tokens: bool = True, **kwargs) -> LLMAttributionResult:
-        """``use_cached_outputs`` and ``forward_in_tokens`` change only how Captum runs the
-        model (token by token, with a cache); here every perturbation is one forward of the
-        joined sequence, whose log-probabilities are the same."""
+        """``forward_in_tokens`` (Captum's default): one forward per target token on the
+        prefix before it; otherwise one forward of the joined sequence (the same for a
+        causal model). ``use_cached_outputs`` is not used: the forwards run without a
+        key-value cache (Captum's cached path gives other log-probabilities under
+        transformers 5). Keyword arguments the method's ``attribute`` does not take are left
+        out with a warning (Captum's methods swallow them)."""
         target_tokens = self._target_tokens(inp, target, gen_args)
         rows = 1 + len(target_tokens) if self.include_per_token_attr else 1
         total = torch.zeros(rows, inp.n_itp_features, dtype=torch.float, device=self.device)
+        kwargs = _taken(type(self.attr_method).attribute, kwargs)
         for _ in range(num_trials):
             outputs = _Outputs(self, inp, target_tokens, self.include_per_token_attr,
-                               _inspect_forward)
+                               _inspect_forward, forward_in_tokens)
             z = inp.to_tensor().to(self.device)
             torch_state, np_state = torch.get_rng_state(), np.random.get_state()
             for k in range(rows):  # every row sees the draws Captum makes once
@@ -476,6 +512,26 @@ class _TokenLogProb(nn.Module):
         return torch.log_softmax(logits[:, -1], -1)[:, self.token]
 
 
+class _PromptLogProb(nn.Module):
+    """Captum's route: ``log p(t_k | prompt(z), t_<k)`` as a function of the interpretable
+    vector ``z`` ``[R, n]`` (the prompt's ids from ``inp.to_model_input(z)``), so that a
+    layer method attributes to any layer of the model."""
+
+    def __init__(self, owner, inp, target: torch.Tensor, k: int) -> None:
+        super().__init__()
+        self.model, self.owner, self.inp, self.target, self.k = owner.model, owner, inp, target, k
+
+    def forward(self, z):
+        ids = self.owner._model_input(self.inp.to_model_input(z))["input_ids"]
+        if self.k:
+            before = self.target[:self.k].view(1, -1).expand(ids.shape[0], -1)
+            ids = torch.cat([ids, before.to(ids.device)], 1)
+        logits = self.model(ids).logits
+        if logits.dim() == 4:
+            logits = logits[:, 0]
+        return torch.log_softmax(logits[:, -1], -1)[:, int(self.target[self.k])]
+
+
 class LLMGradientAttribution(_LLMBase):
     """Captum's ``LLMGradientAttribution`` on the input embeddings (module docstring):
     LayerIntegratedGradients and LayerGradientXActivation as Captum; LayerDeepLift (complete)
@@ -483,16 +539,40 @@ class LLMGradientAttribution(_LLMBase):
     **kwargs)``, the keyword arguments passed to the method (e.g. ``n_steps``)."""
 
     def __init__(self, attr_method, tokenizer) -> None:
-        from ._gradient import LayerDeepLift, LayerGradientXActivation, LayerIntegratedGradients
+        from ._gradient import (
+            LayerDeepLift,
+            LayerGradientShap,
+            LayerGradientXActivation,
+            LayerIntegratedGradients,
+        )
 
-        self._methods = (LayerIntegratedGradients, LayerGradientXActivation, LayerDeepLift)
+        self._methods = (LayerIntegratedGradients, LayerGradientXActivation, LayerGradientShap,
+                         LayerDeepLift)
         self._inputs = (TextTokenInput,)
         super().__init__(attr_method, tokenizer)
         embeddings = getattr(self.model, "get_input_embeddings", lambda: None)()
-        if attr_method.layer is not embeddings:
-            raise not_offered("LLMGradientAttribution on a layer other than the input "
-                              "embeddings", "pass layer=model.get_input_embeddings()")
-        self.embeddings = embeddings
+        # the input embeddings of a model that takes inputs_embeds: attribute there directly
+        self.embeddings = embeddings if attr_method.layer is embeddings and \
+            not isinstance(attr_method, LayerGradientShap) else None
+        if self.embeddings is None and isinstance(attr_method, LayerDeepLift):
+            raise not_offered("LLMGradientAttribution(LayerDeepLift) on a layer other than "
+                              "the input embeddings", "pass layer=model.get_input_embeddings() "
+                              "of a model that takes inputs_embeds")
+
+    def _layer_route(self, inp, target_tokens, kwargs) -> torch.Tensor:
+        """Captum's route: the layer method on the interpretable vector, for every target
+        token, the layer's trailing axis summed and the appended target positions cut."""
+        m = self.attr_method
+        z = inp.to_tensor().to(self.device)
+        rows = []
+        for k in range(len(target_tokens)):
+            f = _PromptLogProb(self, inp, target_tokens, k)
+            method = type(m)(f, m.layer, multiply_by_inputs=m.multiplies_by_inputs)
+            a = method.attribute(z, **kwargs)
+            a = a[0] if isinstance(a, tuple) else a
+            a = a.detach()
+            rows.append((a[:, :-k] if k else a).sum(-1))
+        return torch.cat(rows, 0)
 
     def _explain(self, model, e, base, kwargs) -> torch.Tensor:
         from ._gradient import (
@@ -512,9 +592,9 @@ class LLMGradientAttribution(_LLMBase):
             return InputXGradient(model).attribute(e, **kwargs)
         return Saliency(model).attribute(e, abs=False, **kwargs)
 
-    def attribute(self, inp, target=None, gen_args=None, **kwargs) -> LLMAttributionResult:
-        """``baselines`` (optional) in the interpretable space: 0 switches a token off."""
-        target_tokens = self._target_tokens(inp, target, gen_args).to(self.device)
+    def _embedding_route(self, inp, target_tokens, kwargs) -> torch.Tensor:
+        """The method on ``inputs_embeds`` for every target token (module docstring);
+        ``baselines`` (optional) in the interpretable space: 0 switches a token off."""
         on = inp.to_tensor().to(self.device)
         off = kwargs.pop("baselines", None)
         off = torch.zeros_like(on) if off is None else torch.as_tensor(off).expand_as(on)
@@ -529,7 +609,13 @@ class LLMGradientAttribution(_LLMBase):
             a = self._explain(_TokenLogProb(self.model, int(target_tokens[k])), e, base,
                               dict(kwargs)).detach()
             rows.append(a[:, :ids.shape[1]].sum(-1))
-        attr = torch.cat(rows, 0)
+        return torch.cat(rows, 0)
+
+    def attribute(self, inp, target=None, gen_args=None, **kwargs) -> LLMAttributionResult:
+        """Rows: the target tokens; columns: the prompt's explained tokens."""
+        target_tokens = self._target_tokens(inp, target, gen_args).to(self.device)
+        route = self._layer_route if self.embeddings is None else self._embedding_route
+        attr = route(inp, target_tokens, dict(kwargs))
         if inp.itp_mask is not None:
             attr = attr[inp.itp_mask.to(attr.device).expand_as(attr)].view(attr.shape[0], -1)
         return LLMAttributionResult(seq_attr=attr.sum(0), token_attr=attr,

@@ -242,6 +242,13 @@ def _lasso(alpha: float):
     return fit
 
 
+def _captum_lasso(model) -> bool:
+    """Whether ``model`` is Captum's ``SkLearnLasso(alpha=...)`` (scikit-learn's Lasso and
+    nothing else set), which this Lime fits itself."""
+    return getattr(model, "sklearn_module", None) == "linear_model.Lasso" and \
+        set(getattr(model, "construct_kwargs", {None: 0})) <= {"alpha"}
+
+
 class Lime(PerturbationAttribution):
     """Captum's ``Lime`` with its defaults (uniform coalitions, the cosine exponential
     kernel of width 1, ``Lasso(alpha=0.01)``): :class:`taylorattr.methods.Lime` with
@@ -251,6 +258,10 @@ class Lime(PerturbationAttribution):
     def __init__(self, forward_func, interpretable_model=None, similarity_func=None,
                  perturb_func=None) -> None:
         PerturbationAttribution.__init__(self, forward_func)
+        self._alpha = 0.01
+        if _captum_lasso(interpretable_model):  # Captum's default model, another alpha
+            self._alpha = float(interpretable_model.construct_kwargs.get("alpha", 1.0))
+            interpretable_model = None
         for value, name in ((interpretable_model, "interpretable_model"),
                             (similarity_func, "similarity_func"), (perturb_func, "perturb_func")):
             if value is not None:
@@ -277,7 +288,8 @@ class Lime(PerturbationAttribution):
                                     for _ in range(n_samples)]))
             torch.empty((), dtype=torch.int64, device=where).random_()  # its data loader seed
             torch.nn.Linear(G, 1)  # and the surrogate Captum builds after its fit
-        options = {"coalitions": torch.stack(draws).bool(), "interpretable_model": _lasso(0.01),
+        options = {"coalitions": torch.stack(draws).bool(),
+                   "interpretable_model": _lasso(self._alpha),
                    "show_progress": show_progress,
                    "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
         if feature_mask is not None:
@@ -306,12 +318,21 @@ class KernelShap(Lime):
     def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
               feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
               return_input_shape: bool = True, show_progress: bool = False):
+        parts, is_tuple = as_tuple(inputs)
+        # tuple inputs: the features' values in the inputs' shape, read back per player
+        players_only = is_tuple and return_input_shape is False
         options = {"n_samples": n_samples, "show_progress": show_progress,
                    "seed": torch.default_generator, "sampler": "captum",
-                   "feature_mask": feature_mask, "return_input_shape": return_input_shape,
+                   "feature_mask": feature_mask,
+                   "return_input_shape": True if players_only else return_input_shape,
                    "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}
-        return Call(self._native, inputs, baselines, target, additional_forward_args, False,
+        call = Call(self._native, inputs, baselines, target, additional_forward_args, False,
                     options)
+        if not players_only:
+            return call
+        masks = default_mask(parts) if feature_mask is None else \
+            as_tuple(feature_mask, "feature_mask")[0]
+        return _PlayerValues(call, masks, players(feature_mask, parts))
 
 
 def _permute_feature(x: torch.Tensor, feature_mask: torch.Tensor) -> torch.Tensor:
@@ -418,3 +439,20 @@ class LayerFeaturePermutation(LayerAttribution, FeaturePermutation):
     def attribute_future(self, *args, **kwargs):
         raise NotImplementedError("attribute_future is not implemented for "
                                   "LayerFeaturePermutation")
+
+
+class _PlayerValues:
+    """Captum's ``return_input_shape=False`` on tuple inputs: one ``[B, G]`` tensor, player
+    ``g``'s value read from the features of group ``g`` (each holds it)."""
+
+    def __init__(self, call: Call, masks: tuple, n_players: int):
+        self.call, self.masks, self.n_players = call, masks, n_players
+
+    def run(self):
+        attrs = self.call.run()
+        batch = attrs[0].shape[0]
+        out = attrs[0].new_zeros(batch, self.n_players)
+        for a, m in zip(attrs, self.masks):
+            ids = torch.broadcast_to(m.to(a.device), a.shape).reshape(batch, -1).long()
+            out.scatter_(1, ids, a.reshape(batch, -1))
+        return out
