@@ -27,6 +27,12 @@ Engines use :meth:`CoreGraph.run` with a ``handler`` called on every input-depen
 :meth:`CoreGraph.unsupported` / :func:`refuse` to report, in one error, every operation
 they have no rule for (distinct ops, count, one source location each, what to do).
 
+Why one module: the device-kernel decompositions are entries of the one table the capture
+lowers with, rerouted and checked against the program it lowers, and every failure of
+export, lowering or loading becomes the one :class:`CaptureError` built from the same
+source-line reading as :func:`where`; apart, each half would reach into the other's
+internals.
+
 Example::
 
     from taylorattr.capture import capture
