@@ -73,3 +73,29 @@ def test_nested_layer_norm_third_derivative_is_wrong():
     assert abs(nested - fd) > 0.1 * abs(fd), FIXED.format(
         "tests/test_taylor_zoo.py checks against a hand-written LayerNorm because of it; "
         "it may then use nn.LayerNorm")
+
+
+def test_nested_forward_mode_layer_norm_second_derivative_is_wrong():
+    # EfficientViT-B0 (timm efficientvit_b0): nested forward mode differed from Taylor mode
+    # and reverse-over-reverse by 0.4 %, all of it from the head's LayerNorm (the rest of
+    # the model agrees to float32 rounding: its LiteMLA computes attention in float32)
+    from torch.func import jvp
+
+    torch.manual_seed(0)
+    x, d, w = (torch.randn(1, 4, dtype=torch.float64) for _ in range(3))
+    one = torch.ones((), dtype=torch.float64)
+
+    def second(layer_norm):
+        along = lambda s: (layer_norm(x + s * d) * w).sum()
+        first = lambda s: jvp(along, (s,), (one,))[1]
+        return float(jvp(first, (torch.zeros((), dtype=torch.float64),), (one,))[1].detach())
+
+    by_hand = second(_by_hand)
+    h = 1e-4
+    along = lambda s: float((_by_hand(x + s * d) * w).sum())
+    fd = (along(h) - 2 * along(0.0) + along(-h)) / h ** 2
+    assert abs(by_hand - fd) < 1e-5 * max(1.0, abs(fd))
+    nested = second(lambda z: F.layer_norm(z, (4,), eps=1e-5))
+    assert abs(nested - fd) > 0.1 * abs(fd), FIXED.format(
+        "nothing in the library relies on nested forward mode; the EfficientViT verdict in "
+        "the issue-35 report and tests/test_taylor_zoo.py's hand-written LayerNorm cite it")
