@@ -18,7 +18,9 @@ functional calls (``F.relu``, ``torch.relu``, ``x.relu()``, ``F.relu6``, ``F.lea
 ``F.max_pool1d/2d``) are found by torch.fx and rerouted to the same surrogates; whatever is
 left (a model torch.fx cannot trace, clamps, ``F.hardswish``) is rewritten in the model's
 captured core-ATen graph (:func:`smooth_graph`). ``beta="auto"`` with ``inputs=`` picks the
-smallest beta whose output gap is at most ``tolerance`` (5%) of ``|f(x) - f(x~)|``. The result is a :class:`SmoothedModel`; given ``inputs`` it reports
+smallest beta whose output gap is at most ``tolerance`` (5%) of ``|f(x) - f(x~)|``. The smoothed model takes the model's own arguments (several inputs, extra
+arguments), so tuple inputs, ``additional_forward_args`` and ``layer=`` reach it as they
+reach the model. The result is a :class:`SmoothedModel`; given ``inputs`` it reports
 ``output_gap = max |f_smooth(inputs) - f(inputs)|``. Its Taylor terms of order >= 2 are
 non-zero (the original's vanish almost everywhere) and tend to the kinks' as beta grows.
 
