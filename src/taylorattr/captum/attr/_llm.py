@@ -31,6 +31,10 @@ mapping it to token ids. DeepLIFT (``LayerDeepLift``, input embeddings only) is 
 
 with ``x~`` the prompt of baseline tokens (Captum's LLMGradientAttribution does not take
 DeepLift; its DeepLift on such models is not complete).
+
+Why one module: the inputs, the result and the two fronts share one set of conventions
+(target tokens, model input, pretty tokens, the result's checks); split, the fronts and the
+inputs would import each other's helpers.
 """
 from __future__ import annotations
 

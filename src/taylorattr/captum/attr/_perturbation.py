@@ -6,6 +6,10 @@ the native option counts rows, so it is passed as ``perturbations_per_eval * B``
 changes only the speed). Feature masks: Captum's default gives every scalar feature its
 own id, numbered across the inputs; masks pass as they are (the native methods take
 Captum's forms: one per input, shared or per sample, 0-d).
+
+Why one module: FeatureAblation is the base of Occlusion and FeaturePermutation, Lime of
+KernelShap, and all share the mask, player and rows-per-call helpers; split by class they
+would import each other both ways.
 """
 from __future__ import annotations
 

@@ -14,6 +14,9 @@ installed, displayed as Captum displays it; otherwise an object with the HTML in
 and ``_repr_html_``), so notebooks and files get the same markup.
 
 Images and arrays are NumPy, ``[H, W]`` or ``[H, W, C]`` (channels last), as Captum's.
+
+Why one module: it is Captum's public module ``captum.attr.visualization`` (one import
+path for users), and its image, time-series and text views share the scaling.
 """
 from __future__ import annotations
 
