@@ -349,3 +349,36 @@ def test_the_readmes_llm_example_runs_and_is_complete():
     torch.testing.assert_close(deeplift.token_attr.sum(1), change, rtol=0, atol=1e-7)
     assert scope["html"].data.count("<tr><td>") == 2
     assert deeplift.output_tokens == ["is", "happy"]
+
+
+def test_gradient_shap_front_equals_captums_layer_method_token_by_token():
+    """LayerGradientShap through the front equals Captum's LayerGradientShap run by hand on
+    each target token's forward (the same draws, in order). Captum's own front equals it for
+    n_samples=1 only: its NoiseTunnel repeats the target-token tensor passed as an
+    additional argument, so its rows after the first explain another token."""
+    from taylorattr.captum.attr._llm import _PromptLogProb
+
+    llm, tok = _CharLM(True).eval(), _CharTokenizer()
+    base = (torch.tensor([[1, 0, 1, 0]]),)
+    target = torch.tensor(tok.encode("m n o", add_special_tokens=False))
+    for n in (1, 4):
+        torch.manual_seed(3)
+        np.random.seed(3)
+        inp = T.TextTokenInput("a b c", tok)
+        front = T.LLMGradientAttribution(T.LayerGradientShap(llm, llm.emb), tok)
+        ours = front.attribute(inp, "m n o", baselines=base, n_samples=n)
+        torch.manual_seed(3)
+        np.random.seed(3)
+        rows = []
+        for k in range(3):
+            f = _PromptLogProb(front, inp, target, k)
+            a = C.LayerGradientShap(f, llm.emb).attribute(inp.to_tensor(), base, n_samples=n)
+            rows.append((a[:, :-k] if k else a).sum(-1))
+        torch.testing.assert_close(ours.token_attr, torch.cat(rows).detach(), rtol=0,
+                                   atol=1e-6)
+        if n == 1:
+            torch.manual_seed(3)
+            np.random.seed(3)
+            theirs = C.LLMGradientAttribution(C.LayerGradientShap(llm, llm.emb), tok).attribute(
+                C.TextTokenInput("a b c", tok), "m n o", baselines=base, n_samples=1)
+            _same(ours, theirs, 1e-6)
