@@ -501,7 +501,8 @@ def test_gpt2_at_its_embedding_layer_runs_every_engine_exactly():
     keep the kernel's layout (torch's own decomposition of the CPU flash kernel does not:
     "Cannot view a tensor with shape [2, 8, 16] and strides ...")."""
     model, gpt = _gpt2()
-    ids = torch.randint(1, 40, (2, 8), generator=torch.Generator().manual_seed(3))
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(3)
+    ids = torch.randint(1, 40, (2, 8), generator=g, device=g.device)
     zeros = torch.zeros_like(ids)
     wte, target = gpt.transformer.wte, 5
     with torch.no_grad():

@@ -61,8 +61,8 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
-__all__ = ["CUTS", "DEFAULT_KEEP", "DEVICE_KERNELS", "CaptureError", "CoreGraph", "UnsupportedOps", "capture",
-           "op_name", "refuse", "where"]
+__all__ = ["CUTS", "DEFAULT_KEEP", "DEVICE_KERNELS", "CaptureError", "CoreGraph",
+           "UnsupportedOps", "capture", "op_name", "refuse", "where"]
 
 aten = torch.ops.aten
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -73,7 +73,6 @@ _TORCH_DIR = os.path.dirname(torch.__file__)
 DEFAULT_KEEP = (aten.native_layer_norm.default, aten._softmax.default,
                 aten._log_softmax.default, aten.gelu.default, aten.softplus.default,
                 aten.detach.default)
-
 
 
 # --- device kernels: one capture whatever kernel the device would pick ------------------
@@ -597,9 +596,10 @@ def capture(model, example_inputs: tuple | torch.Tensor | None = None,
                 "What you can do: compute both branches and pick with torch.where(condition, a, "
                 "b) (or use torch.cond), keep such values as tensors; or, where the branch taken "
                 "is the same at the input and the baseline, fix it in a wrapper whose forward "
-                "has no such `if`, and attribute the wrapper.", why="forward depends on the input's values in Python (an `if` "
-                "on a tensor, or a number read from one with .item()/int()/bool()), while a "
-                "capture holds one path for every input") from error
+                "has no such `if`, and attribute the wrapper.",
+                why="forward depends on the input's values in Python (an `if` on a tensor, or "
+                "a number read from one with .item()/int()/bool()), while a capture holds one "
+                "path for every input") from error
         raise _capture_error(error, f"torch.export could not capture {name}",
                              "What you can do: make forward's control flow independent of the "
                              "input values (see torch.export's documentation), or export the "
