@@ -315,7 +315,7 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
         return _per_item(items, skipped, lambda j: {
             "targets": t[j:j + 1],
             "scores": {m: {k: v[j:j + 1] for k, v in s.items()} for m, s in scores.items()}},
-            {"targets": t[:0], "scores": {m: {k: torch.zeros(0, dtype=torch.float64)
+            {"targets": t[:0], "scores": {m: {k: torch.zeros(0, dtype=torch.float64, device="cpu")
                                               for k in metrics} for m in scores}})
 
     model = _prepare(model, dev)
@@ -472,9 +472,9 @@ def _per_item(items, skipped, result, empty: dict) -> dict:
     """``{index: result}`` of a computed batch: ``result(j)`` for row ``j`` of ``items``
     (with its ``indices``) and, for a skipped item, its reason with the ``empty`` fields
     (no row)."""
-    out = {it.index: {"indices": torch.tensor([it.index], dtype=torch.long), "skipped": [],
+    out = {it.index: {"indices": torch.tensor([it.index], dtype=torch.long, device="cpu"), "skipped": [],
                       **result(j)} for j, it in enumerate(items)}
     for i, reason in skipped:
-        out[int(i)] = {"indices": torch.zeros(0, dtype=torch.long),
+        out[int(i)] = {"indices": torch.zeros(0, dtype=torch.long, device="cpu"),
                        "skipped": [[int(i), reason]], **empty}
     return out
