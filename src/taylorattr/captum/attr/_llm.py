@@ -405,7 +405,7 @@ def _sequence_log_probs(model, input_ids: torch.Tensor, target: torch.Tensor,
         rows = torch.stack([_logits(model, joined[:, :n + k])[0, -1] for k in range(t)])
     else:
         rows = _logits(model, joined)[0, n - 1:n - 1 + t]
-    return torch.log_softmax(rows, -1)[torch.arange(t), target]
+    return torch.log_softmax(rows, -1)[torch.arange(t, device=rows.device), target]
 
 
 class _Outputs:
