@@ -9,7 +9,7 @@ OUT ?= results
 # make bench BENCH_ARGS=--quick: the short run (about 10 minutes on 2 cores)
 BENCH_ARGS ?=
 
-.PHONY: reproduce test bench lint lock
+.PHONY: reproduce test bench bench-gpu lint lock
 
 $(VENV)/.paper: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ $(VENV)/.bench: $(VENV)/.dev
 
 bench: $(VENV)/.bench
 	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
+
+# make bench-gpu: the ratio table against Captum on one CUDA GPU (under 5 minutes);
+# refuses with a message where CUDA is not available. BENCH_GPU_ARGS=--json out.json
+bench-gpu: $(VENV)/.dev
+	$(PY) benchmarks/bench_gpu.py $(BENCH_GPU_ARGS)
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -10,12 +10,50 @@ import socket
 
 import pytest
 import torch
+import torch.utils._device as _torch_device
+from torch.overrides import TorchFunctionMode
 
 _DEVICE = os.environ.get("TAYLORATTR_DEVICE", "").strip()
+
+
+class _HostDraws(TorchFunctionMode):
+    """The tests' own seeded draws under a non-CPU default device: a factory given a CPU
+    ``generator=`` and no device draws on the CPU and moves the result to the default
+    device, so every test sees the same numbers on every device (as the library draws:
+    ``taylorattr._validation.draw``). Without it a CPU generator refuses to draw on CUDA.
+    The library itself never relies on this: tests/test_devices.py checks that it names a
+    device in every factory call."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        gen = kwargs.get("generator")
+        if (gen is not None and gen.device.type == "cpu" and kwargs.get("device") is None
+                and func in _torch_device._device_constructors()):
+            return func(*args, **{**kwargs, "device": "cpu"}).to(torch.get_default_device())
+        return func(*args, **kwargs)
+
+
 if _DEVICE and _DEVICE != "cpu":
     if _DEVICE.startswith("cuda") and not torch.cuda.is_available():
         raise pytest.UsageError(f"TAYLORATTR_DEVICE={_DEVICE} but CUDA is not available here")
     torch.set_default_device(_DEVICE)
+    _HostDraws().__enter__()  # above the default device's mode: sees the calls first
+
+
+def device_tolerance(rtol: float, atol: float = 0.0, dtype=torch.float64) -> dict:
+    """``{"rtol", "atol"}`` for comparing a result of the default device with an independent
+    route: the CPU's own tolerances, widened on CUDA, where the same dtype does not give
+    the same bits. CUDA kernels reduce in another order (parallel tree sums, split-K matrix
+    products, atomic adds in scatter/index_add, cuDNN's algorithm choice by shape), so
+    float64 results agree to about 1e-12 relative, not 1e-15 (measured up to 4e-9 after
+    the many layers of a capture test; the floor below); float32 convolutions run in TF32
+    by default (a 10-bit mantissa: about 1e-3 relative) unless
+    ``torch.backends.cudnn.allow_tf32 = False``. On the CPU the arguments come back as
+    given."""
+    if torch.get_default_device().type != "cuda":
+        return {"rtol": rtol, "atol": atol}
+    floor = {torch.float64: 1e-8, torch.float32: 2e-3}.get(dtype, 2e-2)
+    return {"rtol": max(rtol, floor), "atol": max(atol, floor)}
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from conftest import device_tolerance
 from scipy import stats
 
 from taylorattr import cli
@@ -29,10 +30,12 @@ from taylorattr.registry import METHODS, variants
 
 
 def _digits(n, seed=0):
+    """Random images and labels: drawn on the CPU, on the default device (the same numbers
+    on every device)."""
     g = torch.Generator().manual_seed(seed)
-    x = torch.rand((n, 1, 28, 28), generator=g)
-    y = torch.randint(0, 10, (n,), generator=g)
-    return x, y
+    x = torch.rand((n, 1, 28, 28), generator=g, device="cpu")
+    y = torch.randint(0, 10, (n,), generator=g, device="cpu")
+    return x.to(torch.get_default_device()), y.to(torch.get_default_device())
 
 
 def _manual_movement(model, x, cut_points):
@@ -52,10 +55,11 @@ def test_movement_matches_manual_forward_slices():
         names = [n for n, _ in nonlinear_layers(model)]
         assert names == [str(c) for c in cuts]
         got = preactivation_movement(model, x, 0.0)
-        assert list(got.values()) == pytest.approx(_manual_movement(model, x, cuts), rel=1e-12)
+        assert list(got.values()) == pytest.approx(_manual_movement(model, x, cuts),
+                                                   rel=device_tolerance(1e-12)["rtol"])
         per = preactivation_movement(model, x, 0.0, per_sample=True)
         pooled = [float(v.pow(2).mean().sqrt()) for v in per.values()]
-        assert pooled == pytest.approx(list(got.values()), rel=1e-12)
+        assert pooled == pytest.approx(list(got.values()), rel=device_tolerance(1e-12)["rtol"])
     with pytest.raises(ValueError, match="no nonlinear layer"):
         preactivation_movement(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 2)), x)
 
@@ -114,7 +118,8 @@ def test_weight_decay_shrinks_movement_and_error(tmp_path):
         model = model.double()
         results[wd] = (_manual_movement(model, held, [2, 4]), _eps_bar(model, held))
         got = preactivation_movement(model, held, 0.0)
-        assert list(got.values()) == pytest.approx(results[wd][0], rel=1e-10)
+        assert list(got.values()) == pytest.approx(results[wd][0],
+                                                   rel=device_tolerance(1e-10)["rtol"])
     (move0, err0), (move1, err1) = results[0.0], results[0.05]
     assert move1[0] < move0[0] and move1[1] < move0[1]
     assert err1 < err0
@@ -179,7 +184,7 @@ def test_eg_variants_state_their_baselines_and_around_zero_is_exact():
             p = (xb + d.alphas[b, k] * (x[b] - xb)).requires_grad_(True)
             (g,) = torch.autograd.grad(model(p[None])[0, target[b]], p)
             want[b] += (x[b] - xb) * g / 4
-    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(got, want, **device_tolerance(1e-10, 1e-12))
 
 
 def test_training_digits_follow_the_workspace_source(tmp_path):

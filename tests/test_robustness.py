@@ -180,7 +180,7 @@ def rand(shape, seed: int, dtype=D) -> torch.Tensor:
 
 
 BAD_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool,
-              torch.float16, torch.bfloat16, torch.complex64)
+              torch.complex64)  # float16 and bfloat16 run (issue 34)
 NONFINITE = (float("nan"), float("inf"), float("-inf"))
 INPUT_KINDS = ("not_tensor", "rank", "empty_batch", "no_features", "dtype", "nonfinite")
 
@@ -222,8 +222,7 @@ def malformed_baselines(draw, shape):
     if kind == "nonfinite_tensor":
         return draw(malformed_tensor(shape[1:] if draw(st.booleans()) else shape, ("nonfinite",)))
     if kind == "dtype":  # int32/int64 baselines are accepted (cast), the rest are not
-        dtype = draw(st.sampled_from((torch.float16, torch.bfloat16, torch.complex64,
-                                      torch.bool, torch.int8, torch.uint8)))
+        dtype = draw(st.sampled_from((torch.complex64, torch.bool, torch.int8, torch.uint8)))
         return torch.zeros(shape[1:], dtype=dtype)
     return draw(st.sampled_from(["zero", [0.0], None, True, 1j, {"b": 0}]))
 
@@ -509,7 +508,7 @@ def test_malformed_baselines_are_refused_naming_baselines(name, data):
 
 def test_infidelity_square_removal_refuses_malformed_baselines():
     shape = (2, 1, 3, 3)
-    for bad in [math.nan, torch.zeros(4), torch.zeros(3, dtype=torch.float16), "0"]:
+    for bad in [math.nan, torch.zeros(4), torch.zeros(3, dtype=torch.complex64), "0"]:
         CASES["baselines"] += 1
         expect_error(lambda b=bad: _infidelity(mlp(9), rand(shape, 0), perturbation="square",
                                                baselines=b), "baselines")
@@ -807,7 +806,7 @@ def test_methods_refuse_a_model_that_is_non_finite_away_from_the_inputs(name):
     expect_error(lambda: METHODS[name](model, x, **kw), "model")
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bool, torch.complex64])
+@pytest.mark.parametrize("dtype", [torch.int8, torch.bool, torch.complex64])
 def test_expected_gradients_refuses_a_reference_of_the_wrong_dtype(dtype):
     expect_error(lambda: METHODS["expected_gradients"](
         mlp(4), rand((2, 4), 0), baselines=torch.ones(3, 4, dtype=dtype), n_samples=2),

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 __all__ = [
+    "accumulation_dtype",
     "broadcast_baselines",
     "check_bool",
     "check_inputs",
@@ -29,7 +30,10 @@ __all__ = [
     "tuple_target",
 ]
 
-_FLOAT_DTYPES = (torch.float32, torch.float64)
+#: the dtypes inputs and outputs may have; half precision (float16, bfloat16) runs in every
+#: method, the methods accumulating their sums in float32 (:func:`accumulation_dtype`)
+_FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_HALF = (torch.float16, torch.bfloat16)
 # out-of-memory errors are RuntimeErrors too, but say nothing about the inputs
 _OUT_OF_MEMORY = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
@@ -47,11 +51,13 @@ def check_model(model, name: str = "model") -> None:
 
 
 def check_inputs(inputs, name: str = "inputs") -> torch.Tensor:
-    """A batch-first float32/float64 tensor with at least one sample, all finite."""
+    """A batch-first floating tensor (float64, float32, float16 or bfloat16) with at least
+    one sample, all finite."""
     if not isinstance(inputs, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(inputs).__name__}")
     if inputs.dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"{name} must have dtype float32 or float64, got {inputs.dtype}")
+        raise TypeError(f"{name} must have dtype float32, float64, float16 or bfloat16, got "
+                        f"{inputs.dtype}")
     if inputs.dim() < 2:
         raise ValueError(
             f"{name} must be batch-first with at least 2 dimensions [B, ...], got shape "
@@ -80,8 +86,6 @@ def broadcast_baselines(baselines, inputs: torch.Tensor, name: str = "baselines"
     else:
         if not (baselines.is_floating_point() or baselines.dtype in (torch.int64, torch.int32)):
             raise TypeError(f"{name} must be a float tensor, got dtype {baselines.dtype}")
-        if baselines.dtype in (torch.float16, torch.bfloat16):
-            raise TypeError(f"{name} must have dtype float32 or float64, got {baselines.dtype}")
         try:
             b = torch.broadcast_to(baselines.to(inputs), inputs.shape).clone()
         except RuntimeError:
@@ -96,7 +100,8 @@ def broadcast_baselines(baselines, inputs: torch.Tensor, name: str = "baselines"
 
 
 def model_output(model, inputs: torch.Tensor, name: str = "model") -> torch.Tensor:
-    """Run ``model`` and require a float32/float64 output of shape [B] or [B, C], all finite.
+    """Run ``model`` and require a floating output (float64, float32, float16 or bfloat16) of
+    shape [B] or [B, C], all finite.
 
     A ``RuntimeError`` or ``IndexError`` raised by the model itself (typically inputs of
     a shape or dtype it does not accept) becomes a ``ValueError`` naming the inputs'
@@ -115,7 +120,8 @@ def model_output(model, inputs: torch.Tensor, name: str = "model") -> torch.Tens
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{name} must return a torch.Tensor, got {type(out).__name__}")
     if out.dtype not in _FLOAT_DTYPES:
-        raise TypeError(f"{name} must return a float32 or float64 tensor, got dtype {out.dtype}")
+        raise TypeError(f"{name} must return a floating tensor (float32, float64, float16 or "
+                        f"bfloat16), got dtype {out.dtype}")
     if out.dim() not in (1, 2) or out.shape[0] != inputs.shape[0]:
         raise ValueError(
             f"{name} must map inputs [B, ...] to an output of shape [B] or [B, C]; for B="
@@ -300,3 +306,10 @@ def draw(factory, *args, generator: torch.Generator, device, **kwargs) -> torch.
         raise ValueError(f"generator must be a CPU torch.Generator (draws are made on the CPU "
                          f"and moved), got one on {generator.device}")
     return factory(*args, generator=generator, device="cpu", **kwargs).to(device)
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype sums over many terms are accumulated in for values of ``dtype``: float32
+    for float16 and bfloat16 (8 and 11 significant bits: a sum of ``n`` terms would lose
+    ``log2 n`` of them; bfloat16's eps is 2^-7 = 7.8e-3), else ``dtype`` itself."""
+    return torch.float32 if dtype in _HALF else dtype

@@ -13,6 +13,8 @@ order (baselines, then alphas), so the same seed gives bitwise the same attribut
 Captum's draws this equals ``GradientShap`` (``stdevs=0``).
 
 Cost: ``n_samples * B`` forward+backward rows, in chunks of ``internal_batch_size``.
+The average over the draws is accumulated in float32 for float16/bfloat16 inputs (returned
+in the inputs' dtype).
 """
 from __future__ import annotations
 
@@ -114,8 +116,9 @@ def _reference_rows(ref: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
                          f"(reference rows like the inputs' samples), got {tuple(ref.shape)}")
     if ref.shape[0] == 0:
         raise ValueError("baselines must hold at least one reference row, got none")
-    if ref.dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"baselines must have dtype float32 or float64, got {ref.dtype}")
+    if ref.dtype not in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        raise TypeError(f"baselines must have a floating dtype (float32, float64, float16 or "
+                        f"bfloat16), got {ref.dtype}")
     return check_inputs(ref.to(x.dtype), "baselines").detach()
 
 
@@ -183,7 +186,7 @@ class ExpectedGradients(AttributionMethod):
         feat = tuple(x.shape[1:])
         bcast = (1,) * len(feat)
 
-        total = torch.zeros_like(x)
+        total = torch.zeros_like(x, dtype=V.accumulation_dtype(x.dtype))  # float32 for halves
         for s0, s1, k0, k1 in grid_blocks(batch, n, chunk, show_progress, "expected gradients"):
             # rows (sample s, draw k), sample-major as in Captum's GradientShap
             ref = xb[s0:s1, k0:k1]
@@ -193,8 +196,8 @@ class ExpectedGradients(AttributionMethod):
             tr = None if t is None else t[s0:s1].repeat_interleave(k1 - k0)
             grad, _ = target_gradient(self.model, rows.reshape((-1,) + feat), tr)
             grad = grad.reshape(diff.shape)
-            total[s0:s1] += (grad * diff if multiply_by_inputs else grad).sum(1)
-        return total / n, xb
+            total[s0:s1] += (grad * diff if multiply_by_inputs else grad).to(total.dtype).sum(1)
+        return (total / n).to(x.dtype), xb
 
     def _cost(self, x, options):
         """One gradient row per (sample, draw); the draws are the references."""

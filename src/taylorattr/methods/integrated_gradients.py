@@ -15,14 +15,19 @@ weights here are the rule's own ``1/(n-1)`` (ends halved), summing to 1: Captum 
 ``x_i - x~_i`` (Captum's option).
 
 Cost: ``n_steps * B`` forward+backward rows, run in chunks of ``internal_batch_size``
-rows (default: automatic, 128 rows of 784 features per thread).
+rows (default: grown by measured throughput, :mod:`taylorattr.runtime.batching`).
+
+Precision: the quadrature sum ``sum_k w_k grad_k`` is accumulated in float32 for float16
+and bfloat16 inputs (``_validation.accumulation_dtype``: a half-precision running sum of
+``n_steps`` terms would lose ``log2(n_steps)`` of its 8 or 11 bits), and the result is
+returned in the inputs' dtype.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from .._validation import check_bool, check_positive_int
+from .._validation import accumulation_dtype, check_bool, check_positive_int
 from ._base import AttributionMethod
 from ._passes import (
     check_optional_positive_int,
@@ -86,12 +91,13 @@ class IntegratedGradients(AttributionMethod):
         chunk = check_optional_positive_int(internal_batch_size, "internal_batch_size")
         alphas, weights = quadrature(method, n_steps)
         diff = x - base
+        acc = accumulation_dtype(x.dtype)  # float32 for half-precision inputs
         alphas = alphas.to(x.device, x.dtype)
-        weights = weights.to(x.device, x.dtype)
+        weights = weights.to(x.device, acc)
         batch = x.shape[0]
         chunk = chunk or default_chunk_rows(x, backward=True, model=self.model)
 
-        total = torch.zeros_like(x)
+        total = torch.zeros_like(x, dtype=acc)
         for k0, k1, s0, s1 in grid_blocks(n_steps, batch, chunk, show_progress,
                                           "integrated gradients"):
             # rows (step k, sample s), step-major as in Captum
@@ -102,9 +108,10 @@ class IntegratedGradients(AttributionMethod):
             grad, _ = target_gradient(self.model, rows, tr)
             grad = grad.reshape(k1 - k0, s1 - s0, -1)
             # total[s] += sum_k w_k grad[k, s]
-            total[s0:s1] += torch.einsum("k,kbf->bf", weights[k0:k1], grad).view_as(
+            total[s0:s1] += torch.einsum("k,kbf->bf", weights[k0:k1], grad.to(acc)).view_as(
                 total[s0:s1])
-        return (diff * total if multiply_by_inputs else total), base.unsqueeze(1)
+        out = diff.to(acc) * total if multiply_by_inputs else total
+        return out.to(x.dtype), base.unsqueeze(1)
 
     def _cost(self, x, options):
         """``n_steps`` gradient rows per sample; one reference."""
