@@ -116,11 +116,17 @@ def test_shapley_and_deeplift_shap_check_without_extra_model_calls():
 
 def test_tolerance_follows_the_dtype():
     a = torch.ones(1, 10)
-    fx, fr = torch.tensor([3.0]), torch.tensor([-20.0])
-    # C * eps * max(1, |f(x)|, |f(x~)|) = 1000 * eps * 20 (sum|a| = 10 is not in the scale)
-    assert float(tolerance(a, fx, fr)) == pytest.approx(1000 * torch.finfo(torch.float32).eps * 20)
-    assert float(tolerance(a.double(), fx.double(), fr.double())) == pytest.approx(
-        1000 * torch.finfo(DT).eps * 20)
+    for dt in (torch.float32, DT):
+        eps = torch.finfo(dt).eps
+        # df = 23: half the digits of max(1, |df|) beat the outputs' rounding 1000 eps 20
+        fx, fr = torch.tensor([3.0], dtype=dt), torch.tensor([-20.0], dtype=dt)
+        assert float(tolerance(a.to(dt), fx, fr)) == pytest.approx(eps ** 0.5 / 2 * 23)
+        # df = 0.5 on outputs of 1e6: their rounding 1000 eps 1e6 is the larger
+        fx, fr = torch.tensor([1e6], dtype=dt), torch.tensor([1e6 - 0.5], dtype=dt)
+        assert float(tolerance(a.to(dt), fx, fr)) == pytest.approx(1000 * eps * 1e6)
+    # the acceptance bound of issue 35: float64 misses beyond 1e-8 max(1, |df|) warn
+    assert float(tolerance(a.double(), torch.tensor([5.0], dtype=DT),
+                           torch.tensor([1.0], dtype=DT))) < 1e-8 * 4
 
 
 def test_float32_cnn_is_within_the_tolerance():

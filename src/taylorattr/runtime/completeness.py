@@ -2,7 +2,7 @@
 (``ta.CompletenessWarning``, ``ta.CompletenessError``).
 
 A method whose attributions are complete by construction declares it
-(:attr:`~taylorattr.methods.AttributionMethod.completeness`) and reports the explained
+(:attr:`~taylorattr.methods.AttributionMethod.complete`) and reports the explained
 outputs at its references from the passes it ran anyway
 (:meth:`~taylorattr.methods.AttributionMethod._reference_outputs`): DeepLIFT's baseline
 forward, DeepLiftShap's per-reference forwards, the Shapley coalition ``v(none)``. The base
@@ -12,15 +12,18 @@ class then measures, per sample and without another model call,
 
 and accepts it when ``miss <= tol``, with the tolerance derived from the dtype,
 
-    tol = C * eps(dtype) * max(1, |f(x)|, |mean_k f(x~_k)|),   C = 1000
+    tol = max(sqrt(eps) / 2 * max(1, |df|),  C * eps * max(1, |f(x)|, |f(x~)|)),
+    df = f(x) - mean_k f(x~_k),   C = 1000,   eps = torch.finfo(dtype).eps
 
-(``eps``: ``torch.finfo(dtype).eps``; float64: ``2.2e-13`` times the scale, float32:
-``1.2e-4`` times the scale). The attributions' own size ``sum_i |a_i|`` is not in the
-scale: attributions that cancel to ``f(x) - f(x~)`` only to a few digits (huge multipliers
-from a normaliser at a constant baseline) are reported, not excused. A sample beyond it is
-recomputed once at batch 2 (the sample duplicated): torch's reverse mode can give a wrong
-gradient at batch 1 on some models (timm ``levit_128s``, ``tests/test_upstream_bugs.py``)
-that it gets right at batch 2. What the repair does not mend is reported by a
+(float64: ``7.5e-9 max(1, |df|)``, half the digits, unless the outputs themselves are
+so large that their rounding, ``2.2e-13 |f|``, is more; float32: ``1.7e-4 max(1, |df|)``
+or ``1.2e-4 |f|``). Rounding of a sound computation stays far below it; a rule that is
+not exact, or a wrong gradient, is far above it. The attributions' own size ``sum_i
+|a_i|`` is not in the scale: attributions that cancel to ``df`` only to a few digits
+(huge multipliers from a normaliser at a constant baseline) are reported, not excused.
+A sample beyond the tolerance is recomputed once at batch 2 (the sample duplicated):
+torch's reverse mode can give a wrong gradient at batch 1 on some models (timm
+``levit_128s``, ``tests/test_upstream_bugs.py``) that it gets right at batch 2. What the repair does not mend is reported by a
 :class:`CompletenessWarning` naming the size of the miss, the samples and the likely cause,
 or, with ``strict=True``, raised as :class:`CompletenessError`.
 """
@@ -46,14 +49,17 @@ class CompletenessError(ValueError):
 
 def tolerance(attr: torch.Tensor, fx: torch.Tensor, f_ref: torch.Tensor,
               sums: bool = False) -> torch.Tensor:
-    """``C * eps(dtype) * max(1, |f(x)|, |f(x~)|)`` per sample (module docstring);
+    """``max(sqrt(eps) / 2 * max(1, |df|), C * eps * max(1, |f(x)|, |f(x~)|))`` per sample
+    (module docstring);
     ``sums``: ``sum_i |a_i|`` joins the scale (a check of how the shares of one pass add
     up, where their size is rounding, not the method's error)."""
     eps = torch.finfo(attr.dtype).eps
     parts = [torch.ones_like(fx), fx.abs(), f_ref.abs()]
     if sums:
         parts.append(attr.reshape(attr.shape[0], -1).abs().sum(1))
-    return COMPLETENESS_FACTOR * eps * torch.stack(parts).amax(0)
+    rounding = COMPLETENESS_FACTOR * eps * torch.stack(parts).amax(0)
+    digits = eps ** 0.5 / 2 * (fx - f_ref).abs().clamp(min=1.0)
+    return torch.maximum(rounding, digits)
 
 
 def misses(attr: torch.Tensor, fx: torch.Tensor, f_ref: torch.Tensor, sums: bool = False):
