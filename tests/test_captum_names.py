@@ -386,3 +386,23 @@ def test_kernel_shap_player_values_on_tuple_inputs_equal_captums(mask):
     shaped = T.KernelShap(f).attribute((x, y), target=0, n_samples=30, feature_mask=mask)
     torch.testing.assert_close(out[1][:, :3] if mask is None else out[1][:, [0, 1, 1]],
                                shaped[0], **EXACT)
+
+
+@pytest.mark.parametrize("cls", ["InternalInfluence", "LayerIntegratedGradients",
+                                 "LayerGradientXActivation", "LayerConductance"])
+def test_neutral_grad_kwargs_equal_captums_and_others_are_refused(cls):
+    """Captum's unused-input case: a layer taking two tensors, one unused downstream;
+    materialize_grads (zeros for it) changes no number here."""
+    from captum.testing.helpers.basic_models import BasicModel_MultiLayer
+
+    net = BasicModel_MultiLayer(multi_input_module=True).to(DT)
+    x = torch.tensor([[0.0, 100.0, 0.0], [3.0, -2.0, 1.0]], dtype=DT)
+    kw = {"target": 0, "attribute_to_layer_input": True,
+          "grad_kwargs": {"materialize_grads": True}}
+    ours = getattr(T, cls)(net, net.multi_relu).attribute(x, **kw)
+    theirs = getattr(C, cls)(net, net.multi_relu).attribute(x, **kw)
+    for o, t in zip(ours, theirs):
+        torch.testing.assert_close(o, t, rtol=0, atol=1e-6)  # Captum's float32 steps
+    with pytest.raises(NotImplementedError, match="create_graph"):
+        getattr(T, cls)(net, net.multi_relu).attribute(x, target=0,
+                                                       grad_kwargs={"create_graph": True})

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from ... import methods as native
-from .._mapping import Call, GradientAttribution, LayerAttribution, not_offered
-from ._gradient import GuidedBackprop
+from .._mapping import Call, GradientAttribution, LayerAttribution
+from ._gradient import GuidedBackprop, _grad_kwargs
 
 __all__ = ["Deconvolution", "GuidedGradCam", "LayerGradCam"]
 
@@ -22,9 +22,7 @@ class LayerGradCam(LayerAttribution, GradientAttribution):
     def _call(self, inputs, target=None, additional_forward_args=None,
               attribute_to_layer_input: bool = False, relu_attributions: bool = False,
               attr_dim_summation: bool = True, grad_kwargs=None):
-        if grad_kwargs is not None:
-            raise not_offered("grad_kwargs", "gradients are taken with torch.autograd.grad's "
-                              "defaults")
+        _grad_kwargs(grad_kwargs)
         return Call(self._native, inputs, None, target, additional_forward_args, False,
                     {"conv_layer": self.layer, "upsample": False,
                      "relu_attributions": relu_attributions,

@@ -41,6 +41,26 @@ def _no(value, what: str, why: str) -> None:
         raise not_offered(what, why)
 
 
+# torch.autograd.grad options that change no number here: unused inputs' gradients are
+# zeros already (materialize_grads), and no graph is kept past a call (retain_graph)
+_NEUTRAL_GRAD_KWARGS = {"materialize_grads", "retain_graph"}
+
+
+def _grad_kwargs(value) -> None:
+    """Captum's ``grad_kwargs`` (passed to ``torch.autograd.grad``): the options that change
+    no number are accepted; others (``create_graph`` for differentiable attributions, ...)
+    are refused."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise TypeError(f"grad_kwargs must be a dict, got {type(value).__name__}")
+    other = sorted(set(value) - _NEUTRAL_GRAD_KWARGS)
+    if other:
+        raise not_offered(f"grad_kwargs {other}", "the native methods take their gradients "
+                          "themselves; only materialize_grads and retain_graph (which change "
+                          "no number) are accepted")
+
+
 class IntegratedGradients(GradientAttribution):
     """Captum's ``IntegratedGradients``: :class:`taylorattr.methods.IntegratedGradients`."""
 
@@ -82,7 +102,7 @@ class LayerIntegratedGradients(LayerAttribution, GradientAttribution):
               n_steps: int = 50, method: str = "gausslegendre", internal_batch_size=None,
               return_convergence_delta: bool = False, attribute_to_layer_input: bool = False,
               grad_kwargs=None, *, layer=None):
-        _no(grad_kwargs, "grad_kwargs", "gradients are taken with torch.autograd.grad's defaults")
+        _grad_kwargs(grad_kwargs)
         return self._ig._call(inputs, baselines, target, additional_forward_args, n_steps,
                               method, internal_batch_size, return_convergence_delta,
                               layer=self.layer if layer is None else layer,
@@ -158,7 +178,7 @@ class LayerGradientXActivation(LayerAttribution, GradientAttribution):
 
     def _call(self, inputs, target=None, additional_forward_args=None,
               attribute_to_layer_input: bool = False, grad_kwargs=None, *, layer=None):
-        _no(grad_kwargs, "grad_kwargs", "gradients are taken with torch.autograd.grad's defaults")
+        _grad_kwargs(grad_kwargs)
         options = {"layer": self.layer if layer is None else layer,
                    "attribute_to_layer_input": attribute_to_layer_input}
         if not self._multiply_by_inputs:
@@ -260,7 +280,7 @@ class LayerDeepLift(LayerAttribution, DeepLift):
     def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
                   return_convergence_delta: bool = False, attribute_to_layer_input: bool = False,
                   custom_attribution_func=None, grad_kwargs=None):
-        _no(grad_kwargs, "grad_kwargs", "gradients are taken with torch.autograd.grad's defaults")
+        _grad_kwargs(grad_kwargs)
         return self._call(inputs, baselines, target, additional_forward_args,
                           return_convergence_delta, custom_attribution_func, layer=self.layer,
                           attribute_to_layer_input=attribute_to_layer_input).run()
@@ -509,7 +529,7 @@ class LayerConductance(LayerAttribution, GradientAttribution):
                   n_steps: int = 50, method: str = "gausslegendre", internal_batch_size=None,
                   return_convergence_delta: bool = False, attribute_to_layer_input: bool = False,
                   grad_kwargs=None):
-        _no(grad_kwargs, "grad_kwargs", "gradients are taken with torch.autograd.grad's defaults")
+        _grad_kwargs(grad_kwargs)
         return Call(self._native, inputs, baselines, target, additional_forward_args,
                     return_convergence_delta,
                     {"conductance_layer": self.layer, "layer_input": attribute_to_layer_input,

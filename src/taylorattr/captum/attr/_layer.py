@@ -29,17 +29,16 @@ from .._mapping import (
     for_layers,
     layer_inputs,
 )
-from ._gradient import _no, _rows
+from ._gradient import _grad_kwargs, _rows
 
 __all__ = ["InternalInfluence", "LayerActivation", "NeuronConductance"]
-
-_GRAD_KWARGS = "gradients are taken with torch.autograd.grad's defaults"
-
 
 class LayerActivation(LayerAttribution):
     """Captum's ``LayerActivation``: the layer's output (``attribute_to_layer_input``: its
     input) on ``inputs``, detached; a tuple for a layer returning several tensors, a list
     for a list of layers."""
+
+    _multiply_by_inputs = True  # Captum's LayerActivation says so
 
     def attribute(self, inputs, additional_forward_args=None,
                   attribute_to_layer_input: bool = False):
@@ -88,7 +87,7 @@ class InternalInfluence(LayerAttribution, GradientAttribution):
                   attribute_to_layer_input: bool = False, grad_kwargs=None):
         """``internal_batch_size`` changes only the memory Captum needs; the path's rows run
         together here."""
-        _no(grad_kwargs, "grad_kwargs", _GRAD_KWARGS)
+        _grad_kwargs(grad_kwargs)
         path = _Path(inputs, baselines, target, additional_forward_args, n_steps, method)
 
         def run(layer):
@@ -137,7 +136,7 @@ class NeuronConductance(NeuronAttribution, GradientAttribution):
                   additional_forward_args=None, n_steps: int = 50,
                   method: str = "riemann_trapezoid", internal_batch_size=None,
                   attribute_to_neuron_input: bool = False, grad_kwargs=None):
-        _no(grad_kwargs, "grad_kwargs", _GRAD_KWARGS)
+        _grad_kwargs(grad_kwargs)
         if callable(neuron_selector):
             warnings.warn("The neuron_selector provided is a callable. Please ensure that "
                           "this function only selects neurons from the given layer; "
