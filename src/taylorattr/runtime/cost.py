@@ -220,14 +220,15 @@ def per_row_seconds(call, cap: int, device, probe_seconds: float, repeats: int =
     call, and the largest size timed.
 
     A call costs :math:`t(n) = a + b\,n` (``a`` per call: dispatch, thread start-up;
-    ``b`` per row). After a warm-up call the size grows from 8 rows, four-fold, until one
-    call takes ``probe_seconds`` or the size reaches ``cap``; the least of ``repeats``
-    timings is taken there (``n_2``) and at the size before (``n_1``), and the line through
-    the two gives the cost per row at the run's own call size, :math:`t(\mathrm{cap}) /
-    \mathrm{cap} = a/\mathrm{cap} + b` (measured directly when ``n_2 = cap``). Timing
-    tiny calls and dividing would charge every row the per-call overhead, which on a busy
-    machine (a thread waiting for its descheduled sibling) is milliseconds: estimates ten
-    times too high."""
+    ``b`` per row). After a warm-up call the size grows from 8 rows, four-fold, to at
+    least 32 rows, then on until the rows weigh (a call takes ``probe_seconds`` and twice
+    the call before it) or a call takes ``20 * probe_seconds`` or the size reaches
+    ``cap``; the least of ``repeats`` timings is taken there (``n_2``) and at the size
+    before (``n_1``), and the line through the two gives the cost per row at the run's own
+    call size, :math:`t(\mathrm{cap}) / \mathrm{cap} = a/\mathrm{cap} + b` (measured
+    directly when ``n_2 = cap``). Timing tiny calls and dividing would charge every row the
+    per-call overhead, which on a busy machine (a thread waiting for its descheduled
+    sibling) is milliseconds or more: estimates ten times too high."""
     def timed(n):
         start = time.perf_counter()
         call(n)
@@ -238,8 +239,10 @@ def per_row_seconds(call, cap: int, device, probe_seconds: float, repeats: int =
     call(n)  # warm-up (first-call allocations)
     _sync(device)
     seen = {n: timed(n)}
-    while n < cap and seen[n] < probe_seconds:
-        n = min(cap, 4 * n)
+    last = 0.0
+    while n < cap and (n < 32 or seen[n] < max(probe_seconds, 2 * last)) \
+            and seen[n] < 20 * probe_seconds:
+        last, n = seen[n], min(cap, 4 * n)
         seen[n] = timed(n)
     for size in list(seen)[-2:]:  # the last two sizes, best of `repeats`
         seen[size] = min([seen[size]] + [timed(size) for _ in range(repeats - 1)])
