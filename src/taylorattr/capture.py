@@ -596,7 +596,8 @@ def capture(model, example_inputs: tuple | torch.Tensor | None = None,
                 "What you can do: compute both branches and pick with torch.where(condition, a, "
                 "b) (or use torch.cond), keep such values as tensors; or, where the branch taken "
                 "is the same at the input and the baseline, fix it in a wrapper whose forward "
-                "has no such `if`, and attribute the wrapper.",
+                "has no such `if`, and attribute the wrapper; or use a method that runs the "
+                "model as it is (IntegratedGradients, Occlusion, ShapleyValues).",
                 why="forward depends on the input's values in Python (an `if` on a tensor, or "
                 "a number read from one with .item()/int()/bool()), while a capture holds one "
                 "path for every input") from error
