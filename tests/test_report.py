@@ -1,6 +1,8 @@
 """The report writer, the CLI, and `reproduce` end to end on tiny settings."""
 import base64
 import html
+import json
+import math
 import re
 from html.parser import HTMLParser
 from pathlib import Path
@@ -166,17 +168,35 @@ def test_cli_explain_needs_weights_for_torchvision_models(tmp_path, capsys):
     assert "--weights" in capsys.readouterr().err
 
 
-def test_reproduce_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
-    """Every stage runs and the HTML report carries each table and figure the run produced,
-    with the output folder given as a relative path (as ``make reproduce`` does)."""
-    from taylorattr.experiments.reproduce import ReproduceSettings, reproduce
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """The tiny reproduce (tests/_dist_reproduce.py's settings), run once per session in this
+    process, on one thread (as each rank of the torchrun job of
+    tests/test_distributed_reproduce.py, so that the two runs compare bitwise), with the
+    output folder given as a relative path (as ``make reproduce`` does)."""
+    import os
+
+    from _dist_reproduce import TINY
+
+    from taylorattr.experiments.reproduce import reproduce
+
+    root, here, threads = tmp_path_factory.mktemp("tiny"), os.getcwd(), torch.get_num_threads()
+    os.chdir(root)
+    torch.set_num_threads(1)
+    try:
+        md = reproduce("results", show_progress=False, settings=TINY)
+    finally:
+        torch.set_num_threads(threads)
+        os.chdir(here)
+    return root / md
+
+
+def test_reproduce_end_to_end_on_tiny_settings(tiny_run):
+    """Every stage runs and the HTML report carries each table and figure the run produced;
+    the tables equal the golden ones within :func:`golden_tolerance`."""
     from taylorattr.experiments.validation import validation_methods
 
-    tiny = ReproduceSettings(validation_samples=4, validation_orders=(2, 3), assessment_samples=2,
-                             quick=True, digits=1, photos=(), epochs=0, interaction_samples=2)
-    monkeypatch.chdir(tmp_path)
-    md = reproduce("results", show_progress=False, settings=tiny)
-    tmp_path = tmp_path / "results"
+    md, tmp_path = tiny_run, tiny_run.parent
     page = (tmp_path / "report.html").read_text()
     check_every_table_is_html(md)
     assert ("<em>A Unified Taylor Framework for Revisiting Attribution Methods</em>" in page
@@ -196,7 +216,43 @@ def test_reproduce_end_to_end_on_tiny_settings(tmp_path, monkeypatch):
     _same_tables_as_v01(tmp_path)
 
 
+_FIRST_STAGES = """
+import sys
+sys.path.insert(0, sys.argv[2])
+from _dist_reproduce import TINY
+from taylorattr.experiments import reproduce as R
+from taylorattr.reporting.report import Section
+for name in ("_assessment_section", "_saliency_section", "_interactions_section"):
+    setattr(R, name, lambda ws, cfg: Section("left out", ""))
+R.reproduce(sys.argv[1], show_progress=False, settings=TINY)
+"""
+
+
+def test_golden_tables_hold_with_the_default_cpu_kernels(tiny_run, tmp_path):
+    """The cross-machine promise, checked on one machine: the tiny run's validation and
+    principles once more in a subprocess with ``ATEN_CPU_CAPABILITY=default`` (PyTorch's
+    kernels without AVX2/AVX-512, as on another CPU) equal the golden tables and this
+    session's run within :func:`golden_tolerance` (about 45 s of CPU; the assessment, 85 s
+    more, was measured once so, and its tolerances are derived from that run)."""
+    import os
+    import subprocess
+    import sys
+
+    here = Path(__file__).resolve().parent
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="default", OMP_NUM_THREADS="1",
+               PYTHONPATH=str(here.parent / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", _FIRST_STAGES, str(tmp_path), str(here)],
+                       env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert r.returncode == 0, r.stderr[-4000:]
+    golden = json.loads(GOLDEN.read_text())
+    parts = ("validation", "principles")
+    now = golden_selection(tmp_path, golden, parts)
+    assert _close(now, {k: golden[k] for k in parts})
+    assert _close(now, golden_selection(tiny_run.parent, golden, parts))
+
+
 _VOLATILE = {"seconds", "cached", "train_seconds", "figures", "timings"}
+GOLDEN = Path(__file__).parent / "data" / "reproduce_tiny_v0.1.json"
 
 
 def _clean(v):
@@ -207,26 +263,66 @@ def _clean(v):
     return v
 
 
-def _same_tables_as_v01(out):
-    """The refactor of issue 12 changed no number: the tables equal those that taylorattr 0.1
-    (commit ec398f7, before the method registry) wrote for these tiny settings, stored in
-    tests/data/reproduce_tiny_v0.1.json with times left out (one field renamed since:
-    ``spearman_without_eg`` -> ``spearman_point_baselines``, the same values). Rows of
-    methods registered since then are left out of the comparison."""
-    import json
+def golden_selection(out, golden, parts=("validation", "principles", "assessment")) -> dict:
+    """The tables (``parts``) of the run in ``out`` that ``golden`` holds (its keys; rows of
+    methods registered since taylorattr 0.1 are left out), times left out."""
+    tables = {}
+    if "validation" in parts:
+        validation = json.loads((out / "validation" / "validation.json").read_text())
+        validation["rows"] = [r for r in validation["rows"] if r["method"]
+                              in {g["method"] for g in golden["validation"]["rows"]}]
+        tables["validation"] = {k: validation[k] for k in golden["validation"]}
+    if "principles" in parts:
+        tables["principles"] = [
+            r for r in json.loads((out / "principles" / "principles.json").read_text())
+            if r["method"] in {g["method"] for g in golden["principles"]}]
+    if "assessment" in parts:
+        assess = json.loads((out / "assessment" / "assessment.json").read_text())
+        tables["assessment"] = {k: assess[k] for k in golden["assessment"]}
+    return _clean(tables)
 
-    golden = json.loads((Path(__file__).parent / "data" / "reproduce_tiny_v0.1.json").read_text())
-    assess = json.loads((out / "assessment" / "assessment.json").read_text())
-    validation = json.loads((out / "validation" / "validation.json").read_text())
-    # methods registered since 0.1 add rows; the rows of 0.1's methods must be unchanged
-    validation["rows"] = [r for r in validation["rows"]
-                          if r["method"] in {g["method"] for g in golden["validation"]["rows"]}]
-    now = _clean({
-        "validation": {k: validation[k] for k in golden["validation"]},
-        "principles": [r for r in json.loads((out / "principles" / "principles.json").read_text())
-                       if r["method"] in {g["method"] for g in golden["principles"]}],
-        "assessment": {k: assess[k] for k in golden["assessment"]}})
-    assert _close(now, golden)
+
+def _same_tables_as_v01(out):
+    """The tables equal tests/data/reproduce_tiny_v0.1.json (first written by taylorattr 0.1,
+    commit ec398f7; regenerated by tests/regenerate_golden.py when constraints.txt moves)
+    within :func:`golden_tolerance`."""
+    golden = json.loads(GOLDEN.read_text())
+    assert _close(golden_selection(out, golden), golden)
+
+
+def golden_tolerance(path: str) -> dict | None:
+    """What the golden tables promise across machines, package versions and CPU kernels:
+    ``pytest.approx`` arguments for the number at ``path``, None where no number is promised.
+
+    Measured spread (the tiny run with AVX-512 kernels against ``ATEN_CPU_CAPABILITY=default``,
+    a fresh venv against the versions the file was first written with; the tiny run's models
+    are untrained, epochs=0, so nothing of it comes from training):
+
+    * validation (float64): at most 1.8e-7 relative (percentage changes are differences of
+      near-equal attributions, so round-off is amplified); numbers that are zero up to
+      round-off (1e-30 to 1e-15) move by less than 1e-15: rel 1e-6, abs 1e-12.
+    * principles (float64, probe networks): at most 4e-15 relative: rel 1e-9, abs 1e-12.
+    * infidelity (float32 models): at most 1.8e-2 relative above 1e-9; below, float32
+      round-off of an exact method's zero (2.2e-11 against 1.0e-11): rel 0.05, abs 1e-9.
+    * bounding-box accuracy: a share of the n best-ranked pixels, and near-ties at the cut
+      fall either way: moved by up to 0.051 (its sem, over 2 canvases, by 0.144): abs 0.1
+      (sem 0.25).
+    * Spearman correlations over 6 methods whose scores are near-ties: rank flips moved
+      them by up to 0.32 in [-1, 1]: no promise across machines (they are compared bitwise
+      on one machine, tests/test_distributed_reproduce.py).
+    """
+    leaf = path.rsplit("/", 1)[-1]
+    if path.startswith("tables/validation"):
+        return {"rel": 1e-6, "abs": 1e-12}
+    if leaf in ("infidelity", "infidelity_sem"):
+        return {"rel": 0.05, "abs": 1e-9}
+    if leaf == "bbox_accuracy":
+        return {"abs": 0.1, "rel": 0}
+    if leaf == "bbox_accuracy_sem":
+        return {"abs": 0.25, "rel": 0}
+    if "/correlations[" in path and leaf.startswith("spearman"):
+        return None
+    return {"rel": 1e-9, "abs": 1e-12}
 
 
 def _close(a, b, path="tables"):
@@ -237,10 +333,24 @@ def _close(a, b, path="tables"):
         assert isinstance(a, list) and len(a) == len(b), path
         return all(_close(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b)))
     if isinstance(b, float) and isinstance(a, float):
-        assert a == pytest.approx(b, rel=1e-9, abs=1e-12, nan_ok=True), path
+        tolerance = golden_tolerance(path)
+        assert tolerance is None or a == pytest.approx(b, nan_ok=True, **tolerance), path
         return True
     assert a == b, path
     return True
+
+
+def moved(a, b, path="tables"):
+    """``(path, b's value, a's value)`` for every leaf where ``a`` differs from ``b``."""
+    if isinstance(b, dict) and isinstance(a, dict):
+        for k in sorted(set(a) | set(b)):
+            yield from moved(a.get(k), b.get(k), f"{path}/{k}")
+    elif isinstance(b, list) and isinstance(a, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            yield from moved(x, y, f"{path}[{i}]")
+    elif a != b and not (isinstance(a, float) and isinstance(b, float)
+                         and math.isnan(a) and math.isnan(b)):
+        yield path, b, a
 
 
 def test_readme_operation_tables_are_generated_from_the_rule_tables():
