@@ -21,7 +21,13 @@ chunk size's one-off memory probe (a few rows per model and row shape,
 
 with ``t_f`` the seconds per forward row, ``t_b`` the extra seconds per backward row and
 ``t_T(K)`` the seconds per Taylor-mode row of order ``K``, each timed on a probe batch of
-the actual model, row shape, dtype and device (:func:`measure_rates`).
+the actual model, row shape, dtype and device (:func:`measure_rates`), per row at the
+stage's own call size (:func:`per_row_seconds` fits the per-call overhead), and
+:func:`machine_load` says whether other work slowed the probes.
+
+Why one module: counting rows, timing them and turning both into seconds against a
+budget are one estimate; the counts (:class:`Cost`, :class:`RowCounter`) and the timings
+(:class:`Rates`, :class:`Load`) meet only in :func:`estimate`.
 """
 from __future__ import annotations
 
@@ -32,7 +38,15 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import nn
 
-from .._validation import check_inputs, check_int, check_positive_int, check_real, model_output
+from .._validation import (
+    check_inputs,
+    check_int,
+    check_positive_int,
+    check_real,
+    cpu_generator,
+    draw,
+    model_output,
+)
 from ..inputs import follow_mode
 from .batching import chunk_rows
 
@@ -335,9 +349,8 @@ def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order
                              "that runs one Taylor-mode pass: taylorattr.taylor.mode.timing_pass"
                              "(model)")
         m = check_positive_int(taylor_directions, "taylor_directions")
-        gen = torch.Generator(device=x.device).manual_seed(0)
-        dirs = torch.randn((1, m) + tuple(x.shape[1:]), dtype=x.dtype, device=x.device,
-                           generator=gen)
+        dirs = draw(torch.randn, (1, m) + tuple(x.shape[1:]), generator=cpu_generator(0),
+                    device=x.device, dtype=torch.float64).to(x.dtype)
         t_T, _ = timed(("taylor", taylor_order, m),
                        lambda k: taylor_pass(x[:1], dirs[:, :k], taylor_order), m)
     return Rates(t_f, t_b, t_T, taylor_order, str(x.device), n_f)

@@ -124,7 +124,7 @@ class TextTemplateInput(InterpretableInput):
         self.mask = mask
 
     def to_tensor(self) -> torch.Tensor:
-        return torch.tensor([[1.0] * self.n_itp_features])
+        return torch.tensor([[1.0] * self.n_itp_features], device="cpu")
 
     def _baselines(self) -> list:
         if not callable(self.baselines):
@@ -168,7 +168,7 @@ class TextTokenInput(InterpretableInput):
         if skip_tokens:
             if isinstance(skip_tokens[0], str):
                 skip_tokens = tokenizer.convert_tokens_to_ids(skip_tokens)
-            self.itp_mask = ~torch.isin(ids, torch.tensor(list(skip_tokens)))
+            self.itp_mask = ~torch.isin(ids, torch.tensor(list(skip_tokens), device=ids.device))
             self.itp_tensor = ids[self.itp_mask].unsqueeze(0)
         self.skip_tokens = skip_tokens
         self.values = tokenizer.convert_ids_to_tokens(self.itp_tensor[0].tolist())
@@ -210,7 +210,7 @@ class LLMAttributionResult:
 
     @seq_attr.setter
     def seq_attr(self, value) -> None:
-        value = torch.as_tensor(value)
+        value = torch.as_tensor(value, device=getattr(value, "device", "cpu"))
         if value.dim() != 1 or value.shape[0] != len(self.input_tokens):
             raise ValueError(f"seq_attr must be 1-D with one value per input token "
                              f"({len(self.input_tokens)}), got shape {tuple(value.shape)}")
@@ -222,7 +222,7 @@ class LLMAttributionResult:
 
     @token_attr.setter
     def token_attr(self, value) -> None:
-        value = None if value is None else torch.as_tensor(value)
+        value = None if value is None else torch.as_tensor(value, device=getattr(value, "device", "cpu"))
         want = (len(self.output_tokens), len(self.input_tokens))
         if value is not None and tuple(value.shape) != want:
             raise ValueError(f"token_attr must have shape {want} (output x input tokens), got "
@@ -235,7 +235,7 @@ class LLMAttributionResult:
 
     @output_probs.setter
     def output_probs(self, value) -> None:
-        value = None if value is None else torch.as_tensor(value)
+        value = None if value is None else torch.as_tensor(value, device=getattr(value, "device", "cpu"))
         if value is not None and (value.dim() != 1 or value.shape[0] != len(self.output_tokens)):
             raise ValueError("output_probs must be 1-D with one value per output token")
         self._output_probs = value
@@ -312,7 +312,7 @@ def _pretty_tokens(ids: torch.Tensor, tokenizer) -> list:
     """The target's tokens as text, Captum's way: the spans of the decoded text that the
     tokens cover (``"\\n"`` written out, stripped; a span overlapping the one before marked
     ``" [OVERLAP]"``); token by token when the text does not encode back to ``ids``."""
-    ids = torch.as_tensor(ids).reshape(-1)
+    ids = torch.as_tensor(ids, device=getattr(ids, "device", "cpu")).reshape(-1)
     text = tokenizer.decode(ids)
     want = ids.tolist()
     enc = tokenizer(text, return_offsets_mapping=True, add_special_tokens=False)
@@ -368,7 +368,7 @@ class _LLMBase(Attribution):
             raise ValueError("gen_args is for generating the target: give it only without "
                              "target")
         if isinstance(target, str):
-            return torch.tensor(self.tokenizer.encode(target, add_special_tokens=False))
+            return torch.tensor(self.tokenizer.encode(target, add_special_tokens=False), device="cpu")
         if isinstance(target, torch.Tensor):
             return target
         raise TypeError(f"target must be a str or a tensor of token ids, got "
@@ -601,7 +601,7 @@ class LLMGradientAttribution(_LLMBase):
         ``baselines`` (optional) in the interpretable space: 0 switches a token off."""
         on = inp.to_tensor().to(self.device)
         off = kwargs.pop("baselines", None)
-        off = torch.zeros_like(on) if off is None else torch.as_tensor(off).expand_as(on)
+        off = torch.zeros_like(on) if off is None else torch.as_tensor(off, device=on.device).expand_as(on)
         ids = self._model_input(inp.to_model_input(on))["input_ids"]
         base_ids = self._model_input(inp.to_model_input(off.to(on.dtype)))["input_ids"]
         rows = []
