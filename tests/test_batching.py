@@ -86,8 +86,7 @@ def test_the_chunk_a_budget_allows_matches_the_closed_form(rows_allowed, monkeyp
     model = Recorder()
     x = torch.rand(3, D, dtype=torch.float64)
     budget = rows_allowed * forward_row_bytes()
-    got = Bt.chunk_rows(model, x, backward=False, max_memory=budget)
-    assert int(got) == rows_allowed  # the measured line equals the closed form
+    assert _budget_rows(model, x, False, max_memory=budget) == rows_allowed  # closed form
     # and the model really sees chunks of at most that many rows
     model.rows.clear()
     with Bt.memory_budget(budget):
@@ -103,9 +102,9 @@ def test_backward_rows_cost_more_and_stay_under_the_budget(monkeypatch, overhead
     model = Recorder()
     x = torch.rand(4, D, dtype=torch.float64)
     budget = 200 * forward_row_bytes()
-    fwd = Bt.chunk_rows(model, x, backward=False, max_memory=budget)
-    bwd = Bt.chunk_rows(model, x, backward=True, max_memory=budget)
-    assert 1 <= int(bwd) < int(fwd) == 200
+    fwd = _budget_rows(model, x, False, max_memory=budget)
+    bwd = _budget_rows(model, x, True, max_memory=budget)
+    assert 1 <= bwd < fwd == 200
     # forward+backward keeps x W, its sigmoid (saved), the grad of both and the row's grad
     assert int(bwd) * 8 * (2 * H + 2 + D) <= budget
     model.rows.clear()
@@ -129,13 +128,13 @@ def test_the_glibc_thresholds_no_longer_cap_the_chunk_timing_does(monkeypatch):
     monkeypatch.setattr(Bt, "allocator_info", lambda: _info(False))
     monkeypatch.setattr(Bt, "_pass_timer", faulting)
     budget = 1000 * forward_row_bytes(h=wide)  # growth from 31 rows: 31, 62, 124
-    rows = int(Bt.chunk_rows(model, x, backward=False, max_memory=budget))
+    rows = Bt.chunk_rows(model, x, backward=False, max_memory=budget).plan.grow_to(10**9)
     assert rows <= over < 2 * rows  # the last doubling that stays under the threshold
     Bt.clear_cache()
     monkeypatch.setattr(Bt, "_pass_timer", _overhead_only)
     budget = 2**30
     rows = _budget_rows(model, x, False, max_memory=budget)
-    assert int(Bt.chunk_rows(model, x, backward=False, max_memory=budget)) == rows
+    assert Bt.chunk_rows(model, x, backward=False, max_memory=budget).plan.grow_to(10**9) == rows
     assert rows == budget // forward_row_bytes(h=wide)
 
 
@@ -229,13 +228,13 @@ def test_timed_blocks_cover_the_grid_exactly_once(n_outer, n_inner):
     seen = torch.zeros(n_outer, n_inner, dtype=torch.long)
     for _ in range(4):  # several passes while the plan is timed and after it settled
         seen.zero_()
-        for o0, o1, i0, i1 in grid_blocks(n_outer, n_inner, Bt.ChunkRows(plan)):
+        for o0, o1, i0, i1 in grid_blocks(n_outer, n_inner, Bt.ChunkRows(plan, timed=True)):
             assert (o1 - o0) * (i1 - i0) <= plan.budget_rows
             assert o1 - o0 == 1 or (i0, i1) == (0, n_inner)
             seen[o0:o1, i0:i1] += 1
             time.sleep(2e-4)
         assert torch.equal(seen, torch.ones_like(seen))
-    spans = list(chunk_ranges(n_inner, Bt.ChunkRows(plan)))
+    spans = list(chunk_ranges(n_inner, Bt.ChunkRows(plan, timed=True)))
     assert [a for a, _ in spans] == [0] + [b for _, b in spans[:-1]] and spans[-1][1] == n_inner
 
 
@@ -244,7 +243,7 @@ def test_timing_settles_on_the_fastest_size():
     plan = Bt.ChunkPlan(rows=8, budget_rows=16, bytes_per_row=1.0, fixed_bytes=0.0,
                         candidates=(16, 8, 4, 2))
     while not plan.settled:
-        for _ in grid_blocks(20, 16, Bt.ChunkRows(plan)):
+        for _ in grid_blocks(20, 16, Bt.ChunkRows(plan, timed=True)):
             time.sleep(3e-3)
     assert plan.rows == 16
     assert all(len(plan.times[c]) == 2 for c in plan.candidates)
@@ -383,12 +382,18 @@ def test_the_default_grows_from_a_32nd_of_the_budget_and_max_memory_caps_it(monk
     x = torch.rand(2, D, dtype=torch.float64)
     per_row = 2**20 + 8 * D  # the fake line plus the row itself
     budget = 1000 * per_row
-    assert int(Bt.chunk_rows(model, x, False, max_memory=budget)) == 124  # 31, 62, 124
-    assert seen == [31, 62, 124, 248]
-    seen.clear()
-    assert int(Bt.chunk_rows(model, x, False, max_memory=budget)) == 124 and seen == []  # cached
+    size = Bt.chunk_rows(model, x, False, max_memory=budget)
+    assert int(size) == 31 and seen == []  # the start, nothing timed before a pass needs it
+    assert size.plan.grow_to(50) == 50 and seen == [31, 50]  # never past the 50 rows needed
+    # a pass of more rows continues: 50 -> 100 (50 < 72 gains), 100 -> 200 does not
+    assert size.plan.grow_to(10**6) == 100 and seen == [31, 50, 100, 200]
+    assert size.plan.saturated and size.plan.grow_to(10**6) == 100 and len(seen) == 4
+    # the chunk loops grow the plan to their grid: 20 x 10 rows in blocks of 100
+    blocks = list(grid_blocks(20, 10, Bt.chunk_rows(model, x, False, max_memory=budget)))
+    assert [o1 - o0 for o0, o1, _, _ in blocks] == [10, 10]
     # 100 rows allowed: 3, 6, ..., 96; the last step, to the cap of 100, gains under 10 %
-    assert int(Bt.chunk_rows(model, x, False, max_memory=100 * per_row)) == 96
+    small = Bt.chunk_rows(model, x, False, max_memory=100 * per_row)
+    assert small.plan.grow_to(10**6) == 96
     assert Bt.chunk_rows(model, x, False, internal_batch_size=500) == 500
 
 

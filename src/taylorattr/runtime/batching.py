@@ -23,7 +23,9 @@ The chunk is then grown by measured throughput, not pushed to ``c_max``: startin
 ``c_max / 32`` rows (:data:`START_SHARE`: 64 MiB of a CPU's 2 GiB budget), the kept size
 ``c`` doubles while a pass over ``2c`` copies of the first row runs more than
 :data:`GROWTH_GAIN` (10 %) more rows per second than a pass over ``c``, and never beyond
-``c_max``:
+``c_max`` nor beyond the ``R`` rows of the pass at hand (the chunk loops, which know ``R``,
+grow the plan before they split: :meth:`ChunkPlan.grow_to`; a later pass of more rows
+continues the growth where it stopped short of the gain rule):
 
 .. math::
 
@@ -37,8 +39,10 @@ before its memory is full: ResNet-50 on an H200 took 66 GB with a memory-filling
 Captum's 10.6 GB at ``internal_batch_size=128``, for a 10 % gain; on the CPU the old rule
 (chunks kept under glibc's mmap threshold) was 1.30x slower than one call. The probe's
 passes are flagged (:func:`probing`): they are not part of any planned pass. They cost
-about ``2 (c_0 + ... + 2c) < 8c`` rows once per (model, row shape, ...) key, cached with
-the memory probe.
+about ``2 (c_0 + ... + 2c) < 8c`` rows once per (model, row shape, ...) key (none when
+``c_0`` already holds the pass), cached with the memory probe. An automatic size used as
+a plain ``int`` outside the chunk loops is the plan's current rows (``c_0`` until a loop
+has grown it).
 
 The chosen size is used as it is by default, so repeated calls in a process split the work
 identically and give bitwise identical results (another process may time differently and
@@ -275,25 +279,33 @@ def grow_rows(seconds, cap: int, start: int = 1, gain: float = GROWTH_GAIN,
 
 def _pass_timer(model, row: torch.Tensor, backward: bool):
     """``seconds(c)``: the faster of two passes over ``c`` copies of ``row`` (one warm-up
-    pass before the first size), synchronised on CUDA."""
+    pass before the first size), synchronised on CUDA; the random generators are left as
+    they were. Holds the model weakly where it can (the plan cache is keyed by it)."""
     cuda = row.device.type == "cuda"
+    row = row.detach().clone()
+    try:
+        ref = weakref.ref(model)
+    except TypeError:  # bound methods and the like: held as they are
+        def ref():
+            return model
     warm: list[bool] = []
 
     def once(rows):
         if cuda:
             torch.cuda.synchronize(row.device)
         start = time.perf_counter()
-        _run_probe(model, rows, backward)
+        _run_probe(ref(), rows, backward)
         if cuda:
             torch.cuda.synchronize(row.device)
         return time.perf_counter() - start
 
     def seconds(c: int) -> float:
         rows = row.expand(c, *row.shape[1:]).clone()
-        if not warm:
-            once(rows)
-            warm.append(True)
-        return min(once(rows) for _ in range(_TIMED_PASSES))
+        with torch.random.fork_rng(devices=[row.device] if cuda else []):
+            if not warm:
+                once(rows)
+                warm.append(True)
+            return min(once(rows) for _ in range(_TIMED_PASSES))
 
     return seconds
 
@@ -307,15 +319,19 @@ def probing() -> bool:
 # ----------------------------------------------------------------------------- plans
 
 class ChunkRows(int):
-    """An automatic chunk size: an ``int`` (the current best rows per call) that carries
-    its :class:`ChunkPlan`, so the chunk loops can refine it by timing. An explicit ``int``
-    (``internal_batch_size``) is used as given."""
+    """An automatic chunk size: an ``int`` (the plan's rows per call when it was made) that
+    carries its :class:`ChunkPlan`, so the chunk loops, which know how many rows the pass
+    runs, grow it by throughput up to them (:meth:`ChunkPlan.grow_to`), or refine it by
+    timing within :func:`timed_chunks`. An explicit ``int`` (``internal_batch_size``) is
+    used as given."""
 
     plan: ChunkPlan
+    timed: bool
 
-    def __new__(cls, plan: ChunkPlan):
+    def __new__(cls, plan: ChunkPlan, timed: bool = False):
         obj = super().__new__(cls, plan.rows)
         obj.plan = plan
+        obj.timed = timed
         return obj
 
 
@@ -331,6 +347,32 @@ class ChunkPlan:
     candidates: tuple[int, ...]
     largest_per_row: float = 0.0   # growth of the largest single tensor per row (a_row)
     growth: dict = field(default_factory=dict)  # size -> seconds of one probe pass
+    saturated: bool = False        # growth ended (throughput or the budget): rows are final
+    timer: object = field(default=None, repr=False)  # size -> seconds (the probe's timer)
+
+    def grow_to(self, needed: int) -> int:
+        """Grow ``rows`` by throughput (:func:`grow_rows`) towards the ``needed`` rows of a
+        pass (never beyond them: a chunk that holds them all is one call) and the budget;
+        probe passes already timed are reused. Returns the rows per call."""
+        cap = max(1, min(self.budget_rows, int(needed)))
+        if self.saturated or self.rows >= cap or self.timer is None:
+            return self.rows
+        known = self.growth
+
+        def seconds(c):
+            if c not in known:
+                known[c] = self.timer(c)
+            return known[c]
+
+        _probing.append(True)
+        try:
+            rows, _ = grow_rows(seconds, cap, self.rows)
+        finally:
+            _probing.pop()
+        # stopped short of the cap by the gain rule, or at the budget: no further growth
+        self.saturated = rows < cap or cap == self.budget_rows
+        self.rows = rows
+        return rows
     times: dict = field(default_factory=dict)  # size -> list of seconds per row
     warm: bool = False
     settled: bool = False
@@ -381,19 +423,12 @@ def _plan(model, row: torch.Tensor, backward: bool, budget: int) -> ChunkPlan:
     row_bytes = row.element_size() * row.numel() * (2 if backward else 1)  # rows (+ grads)
     per_row = m_row + row_bytes
     budget_rows = int(max(1, min(MAX_CHUNK_ROWS, (budget - m0) // max(per_row, 1))))
-    devices = [row.device] if row.device.type == "cuda" else []
-    _probing.append(True)
-    try:
-        with torch.random.fork_rng(devices=devices):
-            start = max(1, int(budget_rows * START_SHARE))
-            grown, times = grow_rows(_pass_timer(model, row, backward), budget_rows, start)
-    finally:
-        _probing.pop()
-    cands = sorted({max(1, c) for c in (min(budget_rows, 2 * grown), grown, grown // 2,
-                                        grown // 4)}, reverse=True)
-    return ChunkPlan(rows=grown, budget_rows=budget_rows, bytes_per_row=per_row,
+    start = max(1, int(budget_rows * START_SHARE))
+    cands = sorted({max(1, c) for c in (min(budget_rows, 2 * start), start, start // 2,
+                                        start // 4)}, reverse=True)
+    return ChunkPlan(rows=start, budget_rows=budget_rows, bytes_per_row=per_row,
                      fixed_bytes=m0, candidates=tuple(cands), largest_per_row=a_row,
-                     growth=times)
+                     timer=_pass_timer(model, row, backward))
 
 
 def heuristic_rows(inputs: torch.Tensor, backward: bool) -> int:
@@ -435,7 +470,7 @@ def chunk_rows(model, inputs: torch.Tensor, backward: bool, *, max_memory=None,
     plan = _measured_plan(model, inputs, backward, budget)
     if plan is None:  # a probe would move batch-norm statistics: no measurement
         return heuristic_rows(inputs, backward)
-    return ChunkRows(plan) if _timed else plan.rows
+    return ChunkRows(plan, timed=bool(_timed))
 
 
 def _measured_plan(model, inputs: torch.Tensor, backward: bool, budget: int) -> ChunkPlan | None:
@@ -489,13 +524,23 @@ def series_rows(model, inputs: torch.Tensor, order: int) -> int | None:
     return max(1, int(heap // 2 // (order * plan.largest_per_row)))
 
 
+def _fixed_size(n_outer: int, n_inner: int, size: int) -> int:
+    """The rows per block of a pass over the ``n_outer x n_inner`` grid: an automatic size
+    first grown by throughput up to the grid's rows (:meth:`ChunkPlan.grow_to`)."""
+    plan = getattr(size, "plan", None)
+    if plan is not None and not size.timed:
+        size = plan.grow_to(n_outer * n_inner)
+    return int(size)
+
+
 def planned_blocks(n_outer: int, n_inner: int, size: int):
     """``(o0, o1, i0, i1)`` blocks of the ``n_outer x n_inner`` grid, at most ``size`` rows
-    each: whole inner runs when the size allows, else pieces of one run; a fixed size is
-    evened out first (:func:`balanced_size`). A :class:`ChunkRows` size may change from
-    block to block while its plan is timed."""
-    plan = getattr(size, "plan", None)
-    fixed = None if plan is not None else balanced_size(n_outer, n_inner, size)
+    each: whole inner runs when the size allows, else pieces of one run; a fixed size (an
+    automatic one grown first) is evened out (:func:`balanced_size`). A :class:`ChunkRows`
+    size made within :func:`timed_chunks` may change from block to block while timed."""
+    plan = getattr(size, "plan", None) if getattr(size, "timed", False) else None
+    fixed = None if plan is not None else balanced_size(n_outer, n_inner,
+                                                        _fixed_size(n_outer, n_inner, size))
     o = i = 0
     while o < n_outer:
         s = plan.next_size() if plan is not None else fixed
@@ -513,8 +558,9 @@ def planned_blocks(n_outer: int, n_inner: int, size: int):
 
 
 def count_blocks(n_outer: int, n_inner: int, size: int) -> int:
-    """How many blocks :func:`planned_blocks` gives for a fixed ``size``."""
-    size = balanced_size(n_outer, n_inner, size)
+    """How many blocks :func:`planned_blocks` gives for a fixed ``size`` (or an automatic
+    one, grown first)."""
+    size = balanced_size(n_outer, n_inner, _fixed_size(n_outer, n_inner, size))
     if size >= n_inner:
         return math.ceil(n_outer / (size // n_inner))
     return n_outer * math.ceil(n_inner / size)
