@@ -62,8 +62,17 @@ class Bench:
         if self.cuda:
             torch.cuda.synchronize(self.dev)
 
-    def timed(self, fn):
-        """(median seconds, peak MiB above the start, last result) after one warm-up."""
+    def timed(self, fn0):
+        """(median seconds, peak MiB above the start, last result) after one warm-up. The
+        global generators are reseeded before every call, so both libraries draw the same
+        numbers (Captum draws from them; the drop-in draws as Captum does)."""
+        import numpy as np
+
+        def fn():
+            torch.manual_seed(0)
+            np.random.seed(0)
+            return fn0()
+
         out = fn()
         self.sync()
         times, peak = [], 0.0
@@ -157,7 +166,7 @@ def run_model(bench, name, dtype_name):
     mask = (torch.arange(args.size // patch, device=dev).repeat_interleave(patch)
             [:, None] * (args.size // patch)
             + torch.arange(args.size // patch, device=dev).repeat_interleave(patch)[None])
-    mask = mask.expand(1, 3, args.size, args.size)  # one player per patch, all channels
+    mask = mask.repeat(1, 3, 1, 1)  # [1, 3, H, W]: one player per patch, all channels
     refs = torch.randn(4, *x.shape[1:], device=dev, dtype=dtype,
                        generator=torch.Generator(device=dev).manual_seed(2))
     P = bench.pair
