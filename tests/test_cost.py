@@ -318,13 +318,14 @@ REFS = ReferenceSet(torch.randn(3, 1, 6, 6, dtype=torch.float64,
 # (class, constructor arguments, call options, delta, rows per sample besides the target's
 # forward: (forward, backward), counted by hand from the method's passes)
 OTHER_CASES = [
-    (DeepLift, {}, {}, True, (1 + 1 + 1, 1)),        # baseline pass, main pass, delta ref
+    (DeepLift, {}, {}, True, (1 + 1, 1)),            # baseline pass (its f(x~): the delta's), main
+    (DeepLift, {}, {"multiply_by_inputs": False}, True, (1 + 1 + 1, 1)),  # + the delta's ref
     (DeepLift, {}, {}, False, (1 + 1, 1)),
     (EpsilonLRP, {}, {}, True, (1, 1)),              # no baseline pass, no reference
     (LRP, {"rule": "epsilon_plus_flat"}, {}, True, (1, 1)),
     (LRP, {"rule": "gamma"}, {}, False, (1, 1)),
     (DeepLiftShap, {}, {"baselines": REFS, "internal_batch_size": 4}, True,
-     (3 * 2 + 3, 3)),                                # 3 references: DeepLIFT each, delta each
+     (3 * 2, 3)),                                    # 3 references: DeepLIFT each (f(x~) read)
     (DeepLiftShap, {}, {"noise_std": 0.5, "n_samples": 2}, False, (2 * 2, 2)),
     (GuidedBackprop, {}, {}, True, (1 + 1, 1)),
     (GuidedBackprop, {}, {}, False, (1, 1)),

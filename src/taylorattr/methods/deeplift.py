@@ -60,8 +60,9 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
 
     def _cost(self, x, options):
         """One pass through the plan (:meth:`_propagate_cost`): ``B`` baseline rows forward,
-        ``B`` input rows forward and swept back; the baseline is the one reference."""
-        return self._propagate_cost(x.shape[0]), 1
+        ``B`` input rows forward and swept back. The delta's reference output ``f(x~)`` comes
+        from that pass (no extra forward), except with ``multiply_by_inputs=False``."""
+        return self._propagate_cost(x.shape[0]), int(not options.get("multiply_by_inputs", True))
 
     def layer_records(self, inputs: torch.Tensor, baselines=0.0, target=None
                       ) -> list[LayerRecord]:

@@ -98,8 +98,10 @@ class DeepLiftShap(DeepLift):
     def _cost(self, x, options):
         """DeepLIFT's pass (:meth:`DeepLift._cost`) on the ``B * N`` (sample, reference)
         rows: ``N`` the reference set's rows, or ``n_samples`` drawn from a Noise; the
-        ``N`` references per sample are the delta's."""
+        ``N`` references per sample are the delta's, read from that pass (no extra forward)
+        except with ``multiply_by_inputs=False``."""
         dist = _distribution(options.get("baselines"), options.get("noise_std"))
         n = dist.samples.shape[0] if isinstance(dist, ReferenceSet) else \
             check_positive_int(options.get("n_samples", 50), "n_samples")
-        return self._propagate_cost(x.shape[0] * n), n
+        return self._propagate_cost(x.shape[0] * n), \
+            n * int(not options.get("multiply_by_inputs", True))
