@@ -26,9 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .saliency import smoothed_taylor_model as _smoothed
-from .saliency import taylor_maps as _maps
-
 __all__ = ["SIGNS", "ExplainStage", "Explanation", "canonical_method", "explain",
            "explain_columns", "explain_methods"]
 
@@ -204,7 +201,7 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
 
     from .. import data
     from ..reporting import plotting
-    from .saliency import SaliencyPanel
+    from .saliency import SaliencyPanel, smoothed_taylor_model, taylor_maps
 
     if sign not in SIGNS:
         raise ValueError(f"sign must be one of {', '.join(SIGNS)}, got {sign!r}")
@@ -221,8 +218,8 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
     elif not 0 <= target < probs.shape[0]:
         raise ValueError(f"target must lie in [0, {probs.shape[0]}), got {target}")
     if taylor_model is None and beta is not None:
-        taylor_model = _smoothed(x, target, beta)
-    maps, notes, by_order = _maps(net, x, target, columns, taylor_model, show_progress)
+        taylor_model = smoothed_taylor_model(x, target, beta)
+    maps, notes, by_order = taylor_maps(net, x, target, columns, taylor_model, show_progress)
     pairs_figure = None if not interactions else _interaction_figure(
         net, x, target, taylor_model, Path(out_dir), Path(image).stem, net.unnormalize(x[0]),
         show_progress)

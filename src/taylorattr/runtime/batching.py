@@ -19,8 +19,9 @@ seen). They give the most rows the memory allows,
   default a quarter of the machine's memory, at most 2 GiB, on CPU, and a quarter of the
   free memory on CUDA, where the rest may belong to other processes or a training job).
 
-On the CPU the chunk is the whole pass at hand, up to ``c_max`` (Captum's default of one
-call; no timing: :func:`_pass_timer` says why). On an accelerator the chunk is grown by
+On the CPU the chunk is ``c_max`` from the start, so a pass within the budget is one call
+(Captum's default; no timing: :func:`_pass_timer` says why), split the same way whatever
+ran before it. On an accelerator the chunk is grown by
 measured throughput, not pushed to ``c_max``: starting from
 ``c_max / 32`` rows (:data:`START_SHARE`: 64 MiB of a CPU's 2 GiB budget), the kept size
 ``c`` doubles while a pass over ``2c`` copies of the first row runs more than
@@ -366,11 +367,8 @@ class ChunkPlan:
         pass (never beyond them: a chunk that holds them all is one call) and the budget;
         probe passes already timed are reused. Returns the rows per call."""
         cap = max(1, min(self.budget_rows, int(needed)))
-        if self.saturated or self.rows >= cap:
+        if self.saturated or self.rows >= cap or self.timer is None:
             return self.rows
-        if self.timer is None:  # the CPU: the whole pass, up to the budget (_pass_timer)
-            self.rows, self.saturated = cap, cap == self.budget_rows
-            return cap
         known = self.growth
 
         def seconds(c):
@@ -437,12 +435,15 @@ def _plan(model, row: torch.Tensor, backward: bool, budget: int) -> ChunkPlan:
     row_bytes = row.element_size() * row.numel() * (2 if backward else 1)  # rows (+ grads)
     per_row = m_row + row_bytes
     budget_rows = int(max(1, min(MAX_CHUNK_ROWS, (budget - m0) // max(per_row, 1))))
-    start = max(1, int(budget_rows * START_SHARE))
+    timer = _pass_timer(model, row, backward)
+    # untimed (the CPU): the budget's rows from the start, whatever passes came before, so
+    # a pass splits the same way in every process (torchrun = one process, bitwise)
+    start = budget_rows if timer is None else max(1, int(budget_rows * START_SHARE))
     cands = sorted({max(1, c) for c in (min(budget_rows, 2 * start), start, start // 2,
                                         start // 4)}, reverse=True)
     return ChunkPlan(rows=start, budget_rows=budget_rows, bytes_per_row=per_row,
                      fixed_bytes=m0, candidates=tuple(cands), largest_per_row=a_row,
-                     timer=_pass_timer(model, row, backward))
+                     timer=timer)
 
 
 def heuristic_rows(inputs: torch.Tensor, backward: bool) -> int:
