@@ -122,12 +122,12 @@ def model_output(model, inputs: torch.Tensor, name: str = "model") -> torch.Tens
     if out.dtype not in _FLOAT_DTYPES:
         raise TypeError(f"{name} must return a floating tensor (float32, float64, float16 or "
                         f"bfloat16), got dtype {out.dtype}")
-    if inputs.is_floating_point() and \
+    if out.dtype in _HALF and inputs.is_floating_point() and \
             torch.finfo(out.dtype).eps > torch.finfo(inputs.dtype).eps:
-        raise TypeError(f"{name} returned {out.dtype} for {inputs.dtype} inputs: its output "
-                        "has fewer significant bits than its inputs, so every attribution would "
-                        "carry the output's rounding; run the model in the inputs' dtype "
-                        "(model.to(dtype)) or give inputs of the model's dtype")
+        raise TypeError(f"{name} returned {out.dtype} for {inputs.dtype} inputs: a half-"
+                        "precision output of higher-precision inputs would give every "
+                        "attribution the output's rounding (2^-8 to 2^-11); run the model in "
+                        "the inputs' dtype (model.to(dtype)) or give inputs of the model's dtype")
     if out.dim() not in (1, 2) or out.shape[0] != inputs.shape[0]:
         raise ValueError(
             f"{name} must map inputs [B, ...] to an output of shape [B] or [B, C]; for B="
