@@ -401,3 +401,26 @@ def test_the_cuda_budget_is_a_quarter_of_the_free_memory(monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (40 * 2**30, 80 * 2**30))
     assert Bt._measured_budget.__wrapped__("cuda:0") == 10 * 2**30
     assert Bt.CUDA_FREE_SHARE == 0.25
+
+
+def test_plans_of_a_bound_method_live_with_its_object_and_die_with_it():
+    """The plan cache holds models weakly: every bound method of one object shares the
+    object's plans, another object of the same class never sees them (not even when it is
+    created after the first one died and Python hands it the same ``id()``), and a callable
+    that cannot be weakly referenced gets no cache rather than one keyed by ``id()``."""
+    import gc
+
+    class Scorer:
+        def score(self, x):
+            return x.sum(-1, keepdim=True)
+
+    first = Scorer()
+    plans = Bt._table(first.score)
+    plans["key"] = "first's plan"
+    assert Bt._table(first.score) is plans  # a new bound-method object, the same plans
+    assert "key" not in Bt._table(Scorer().score)
+    del first, plans
+    gc.collect()
+    for _ in range(50):  # new objects, some of them at the dead one's address
+        assert "key" not in Bt._table(Scorer().score)
+    assert Bt._table(abs) is not Bt._table(abs)  # a builtin: not weakly referenceable

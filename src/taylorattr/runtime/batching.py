@@ -361,6 +361,9 @@ class ChunkPlan:
     growth: dict = field(default_factory=dict)  # size -> seconds of one probe pass
     saturated: bool = False        # growth ended (throughput or the budget): rows are final
     timer: object = field(default=None, repr=False)  # size -> seconds (the probe's timer)
+    times: dict = field(default_factory=dict)  # size -> list of seconds per row
+    warm: bool = False
+    settled: bool = False
 
     def grow_to(self, needed: int) -> int:
         """Grow ``rows`` by throughput (:func:`grow_rows`) towards the ``needed`` rows of a
@@ -385,9 +388,6 @@ class ChunkPlan:
         self.saturated = rows < cap or cap == self.budget_rows
         self.rows = rows
         return rows
-    times: dict = field(default_factory=dict)  # size -> list of seconds per row
-    warm: bool = False
-    settled: bool = False
 
     def next_size(self) -> int:
         """The size of the next chunk: a candidate still short of samples, else the best."""
@@ -412,22 +412,27 @@ class ChunkPlan:
 
 
 _plans: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-_plans_by_id: dict = {}  # models that cannot be weakly referenced (bound methods)
 
 
 def clear_cache() -> None:
     """Forget every measured chunk size."""
     _plans.clear()
-    _plans_by_id.clear()
 
 
 def _table(model) -> dict:
+    """The plans of ``model``, held weakly: a bound method's plans live with its object
+    (keyed by the function), and a model that cannot be weakly referenced gets no cache
+    at all, never one keyed by ``id()`` (a new object can reuse a dead one's id)."""
+    owner, key = getattr(model, "__self__", None), getattr(model, "__func__", None)
+    if owner is not None and key is not None:
+        try:
+            return _plans.setdefault(owner, {}).setdefault(("bound", key), {})
+        except TypeError:
+            return {}
     try:
         return _plans.setdefault(model, {})
     except TypeError:
-        if len(_plans_by_id) > 64:
-            _plans_by_id.clear()
-        return _plans_by_id.setdefault(id(model), {})
+        return {}
 
 
 def _plan(model, row: torch.Tensor, backward: bool, budget: int) -> ChunkPlan:
