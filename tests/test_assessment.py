@@ -32,7 +32,8 @@ from taylorattr.experiments.workspace import Workspace
 from taylorattr.methods import UnsupportedModelError
 from taylorattr.metrics import bbox_accuracy, infidelity
 from taylorattr.metrics.statistics import spearman
-from taylorattr.registry import METHODS, principle_count
+from taylorattr.paper_methods import principle_count
+from taylorattr.registry import METHODS
 
 COUNTS = {"GI": 0.0, "Occ-1": 1.0, "Occ-2x2": 0.0, "DL": 1.5, "IG": 2.0, "EG": 3.0}
 

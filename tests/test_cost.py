@@ -38,7 +38,8 @@ from taylorattr.methods import (
 )
 from taylorattr.methods.layerwise import engine
 from taylorattr.metrics import infidelity, infidelity_cost
-from taylorattr.registry import METHODS, variants
+from taylorattr.paper_methods import variants
+from taylorattr.registry import METHODS
 from taylorattr.runtime.cost import (
     Cost,
     CostError,

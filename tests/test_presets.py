@@ -26,7 +26,8 @@ from taylorattr.methods.expected_gradients import draw
 from taylorattr.metrics.statistics import bootstrap_correlation_ci
 from taylorattr.models import c_sg, m_sg
 from taylorattr.models.training import PRESETS, TrainSettings, get_trained, train
-from taylorattr.registry import METHODS, variants
+from taylorattr.paper_methods import variants
+from taylorattr.registry import METHODS
 
 
 def _digits(n, seed=0):

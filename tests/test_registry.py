@@ -1,5 +1,7 @@
 """The method registry (issue 12): one file and one registration make a method appear in
-the audit, the validation table, the assessment and the saliency grid; typed baselines;
+the audit, the validation table, the assessment and the saliency grid (a variant naming the
+paper's experiments, the application's public :data:`~taylorattr.paper_methods.EXPERIMENTS`);
+the library's registry holds no paper facts (issue 37); typed baselines;
 ``bind`` resolves settings the documented way.
 
 Independent routes: a toy method, Gradient*Input halved, must give exactly half of
@@ -23,19 +25,21 @@ from taylorattr.experiments.workspace import Workspace
 from taylorattr.methods import ImplicitBaselineMethod
 from taylorattr.methods._passes import target_gradient
 from taylorattr.methods.reformulations import Reformulation
+from taylorattr.paper_methods import EXPERIMENTS, MARKERS, PAPER, TABLE3, marker
 from taylorattr.taylor.terms import taylor_attribution
 
 DT = torch.float64
 
 
 # ---- the toy method: this class and the one register() call below are all it takes ----
+# (its variant names the paper's experiments, as a user's own method would)
 class HalvedGI(ImplicitBaselineMethod):
     """``a = x * grad f(x) / 2``."""
 
     name = "halved_gi"
 
-    def _attribute(self, x, baselines, target, fx, *, show_progress=False):
-        grad, _ = target_gradient(self.model, x.clone(), target)
+    def _attribute(self, call, x, baselines, target, fx, *, show_progress=False):
+        grad, _ = target_gradient(call.model, x.clone(), target)
         return x * grad / 2, torch.zeros_like(x).unsqueeze(1)
 
 
@@ -46,7 +50,7 @@ def _halved_reformulation(model, inputs, baselines, target, orders):
 @pytest.fixture
 def toy():
     spec = registry.register(registry.MethodSpec(
-        "halved_gi", HalvedGI, label="GI/2", marker="x",
+        "halved_gi", HalvedGI, variants=(registry.Variant("GI/2", experiments=EXPERIMENTS),),
         reformulation=Reformulation(_halved_reformulation, claim="half of Theorem 1")))
     yield spec
     registry.unregister("halved_gi")
@@ -87,6 +91,32 @@ def test_a_registered_method_reaches_every_experiment(toy, tmp_path):
                          principle_counts={"GI": 0.0, "GI/2": 0.0}, plots=False)
     inf = {row["method"]: row["infidelity"] for row in r.infidelity}
     assert inf["GI/2"] == pytest.approx(inf["GI"], rel=1e-6)
+
+
+def test_the_library_registry_holds_no_paper_facts():
+    """The library's rows carry no verdicts, Table 3 numbers, markers or experiments: in a
+    process that never imports the application, every variant takes part in no experiment
+    and the library imports no module of the application (lint-imports checks the same
+    statically); the application's table then tags exactly the paper's variants."""
+    import subprocess
+    import sys
+
+    code = ("import sys, taylorattr.registry as r\n"
+            "app = ('experiments', 'principles', 'reporting', 'cli', 'models', 'data', "
+            "'paper_methods')\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[1:2] and m.split('.')[1] in app"
+            " and m.startswith('taylorattr.')))\n"
+            "print(sum(len(v.experiments) for s in r.METHODS.values() for v in s.variants))\n"
+            "print(sorted(f for f in r.MethodSpec.__dataclass_fields__))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out[0] == "[]" and out[1] == "0"
+    assert not {"paper", "marker", "table3"} & set(eval(out[2]))
+    # in this process the application is loaded: its facts sit in its own tables
+    assert set(PAPER) <= set(ta.METHODS) and set(MARKERS) <= set(ta.METHODS) | {"halved_gi"}
+    assert marker("gradient_input") == "o" and marker("no_such_method") == "o"
+    labels = {s.bind(v).label for s in ta.METHODS.values() for v in s.variants}
+    assert set(TABLE3) <= labels and TABLE3["IG"]["C-sg"] == 40.29
 
 
 def test_register_refuses_duplicates_and_non_specs(toy):

@@ -51,7 +51,8 @@ _EXPORTS = {
 #: Sub-packages by attribute name (``ta.taylor_mode`` and ``ta.plotting`` are their homes'
 #: short names: ``taylorattr.taylor.mode`` and ``taylorattr.reporting.plotting``).
 _SUBMODULES = {name: f"taylorattr.{name}" for name in (
-    "baselines", "data", "experiments", "groups", "metrics", "methods", "models", "principles",
+    "baselines", "data", "experiments", "groups", "metrics", "methods", "models", "paper_methods",
+    "principles",
     "registry", "reporting", "runtime", "series", "taylor")} | {
     "taylor_mode": "taylorattr.taylor.mode", "plotting": "taylorattr.reporting.plotting",
     "reformulations": "taylorattr.methods.reformulations"}

@@ -38,7 +38,8 @@ def explain_columns(patch: int = 16, ig_steps: int = 32, eg_samples: int = 32,
                     eg_noise: float | None = None) -> dict:
     """Method name -> bound method of every column of the grid (the registry's saliency
     methods), named by the slug of its label (``gi``, ``occ-16x16``, ``taylor-2``, ...)."""
-    from ..registry import slug, variants
+    from ..paper_methods import variants
+    from ..registry import slug
 
     context = {"patch": patch, "n_steps": ig_steps, "n_samples": eg_samples}
     if eg_noise is not None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..baselines import Point
-from ..registry import variants
+from ..paper_methods import variants
 from ._units import UnitStore, fingerprint, model_fingerprint
 from .fingerprints import digest
 from .plans import StageCost, architecture, forwards, method_costs

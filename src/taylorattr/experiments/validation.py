@@ -35,7 +35,7 @@ from .. import _io
 from ..baselines import Point
 from ..methods import IntegratedGradients
 from ..metrics.statistics import bootstrap_correlation_ci, pearson
-from ..registry import variants
+from ..paper_methods import TABLE3, variants
 from ..reporting.report import markdown_table
 from ..taylor.terms import taylor_attribution, taylor_attribution_cost
 from . import paper
@@ -236,7 +236,7 @@ def run_validation(ws: Workspace, models=("poly", "m_sg", "c_sg"), orders=(2,),
         mlabel = paper.model_label(m)
         for K in orders:
             for k, method in enumerate(methods):
-                table3 = method.variant.table3 or {}
+                table3 = TABLE3.get(method.label, {})
                 result.rows.append({"model": mlabel, "method": method.label, "order": K,
                                     "percentage_change": float(joined(m, k, f"pct{K}").mean()),
                                     "paper": table3.get(mlabel) if K == 2 else None})

@@ -88,7 +88,7 @@ class Workspace:
         """``{label: {"baselines": TrainingDigits(n, this mnist_dir)}}`` for every registered
         variant of ``experiment`` whose references are the training digits of another source
         (pass it as ``method_kwargs`` so those methods draw from this workspace's data)."""
-        from ..registry import variants
+        from ..paper_methods import variants
 
         out = {}
         for spec, v in variants(experiment):

@@ -19,7 +19,8 @@ from torch import nn
 from .. import _validation as V
 from .._validation import check_seed as _check_seed
 from ..methods import AttributionMethod
-from ..registry import METHODS, MethodSpec, variants
+from ..paper_methods import PAPER, variants
+from ..registry import METHODS, MethodSpec
 from ..reporting.report import markdown_table
 from .measures import _assignment, _completeness, _polarity, _reference_correlation, _target_tensor
 from .probes import _audit_suite
@@ -44,7 +45,7 @@ class _PaperVerdicts(Mapping):
     """The paper's Table 2 by registry name, read from the registry rows."""
 
     def _rows(self):
-        return {n: s.paper.verdicts for n, s in METHODS.items() if s.paper is not None}
+        return {n: PAPER[n].verdicts for n in METHODS if n in PAPER}
 
     def __getitem__(self, name):
         return self._rows()[name]
@@ -333,7 +334,7 @@ def _audited():
 # =======================================================================================
 def principles_table(methods=None, seed: int = 0) -> list[dict]:
     """The measured Table 2: one row per method (default: every registered method that
-    takes part in the audit, see :func:`taylorattr.registry.variants`).
+    takes part in the audit, see :func:`taylorattr.paper_methods.variants`).
 
     Each row: ``method``, ``score_1..3``, ``verdict_1..3`` and ``paper_1..3`` (the
     paper's verdicts, None for methods outside the paper).

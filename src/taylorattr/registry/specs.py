@@ -1,13 +1,18 @@
-"""One row per method: the registry every experiment, the audit and the CLI read.
+"""One row per method: the registry every caller that runs a method by name reads.
 
 A :class:`MethodSpec` carries everything about a method besides its code: its class,
-display label(s), baseline kind (from the class), the paper's verdicts and Table 3
-numbers, its Taylor reformulation, its plot marker and the experiments it takes part
-in. Adding a method is one file under ``taylorattr/methods/`` and one :func:`register`
+display label(s) and labelled settings (:class:`Variant`), baseline kind (from the class),
+its Taylor reformulation, whether it is complete, and the names of the experiments each
+variant takes part in (open-ended: an application names its own, see :func:`variants`).
+Adding a method is one file under ``taylorattr/methods/`` and one :func:`register`
 call (the library's own rows are in :mod:`taylorattr.registry.catalog`); nothing else names it::
 
     from taylorattr import registry
-    registry.register(registry.MethodSpec("halved_gi", HalvedGI, label="GI/2", marker="x"))
+    registry.register(registry.MethodSpec("halved_gi", HalvedGI, label="GI/2"))
+
+The library knows no paper: the paper's verdicts, Table 3 numbers, plot markers and
+experiment membership are registered on top by the application
+(:mod:`taylorattr.paper_methods`) through this same :func:`register`.
 
 Everything that runs a method does it through :meth:`MethodSpec.bind`::
 
@@ -46,55 +51,19 @@ from ..methods import AttributionMethod, Explanation, noise_tunnel
 from ..methods import reformulations as R
 from ..runtime.progress import model_rows_bar
 
-__all__ = ["EXPERIMENTS", "LAYOUT_OPTIONS", "METHODS", "BoundMethod", "MethodSpec", "PaperFacts",
-           "Variant", "of_class", "reformulate", "reformulate_orders", "register", "resolve", "slug",
+__all__ = ["LAYOUT_OPTIONS", "METHODS", "BoundMethod", "MethodSpec", "Variant", "of_class", "reformulate", "reformulate_orders", "register", "resolve", "slug",
            "unregister", "variants"]
-
-#: Where a method can take part: the principle audit, the validation table (needs a
-#: reformulation), the assessment (infidelity, bounding boxes), the saliency grid.
-EXPERIMENTS = frozenset({"audit", "validation", "assessment", "saliency"})
-
-_VERDICT_WEIGHT = {"follows": 1.0, "partially": 0.5, "does not": 0.0}
-
-
-@dataclass(frozen=True)
-class PaperFacts:
-    """What the paper's Table 2 says of a method: ``verdicts[p]`` for principles 1..3."""
-
-    verdicts: Mapping[int, str]
-
-    def __post_init__(self):
-        bad = [v for v in self.verdicts.values() if v not in _VERDICT_WEIGHT]
-        if sorted(self.verdicts) != [1, 2, 3] or bad:
-            raise ValueError(f"verdicts must map 1, 2, 3 to one of {list(_VERDICT_WEIGHT)}, got "
-                             f"{dict(self.verdicts)}")
-
-    @property
-    def principle_count(self) -> float:
-        """``#follows + 0.5 * #partially`` (the x-axis of the paper's Figures 3 and 4)."""
-        return principle_count(self.verdicts)
-
-
-def principle_count(verdicts) -> float:
-    """``#follows + 0.5 * #partially`` over verdicts (a mapping principle -> verdict or a
-    sequence of verdicts)."""
-    values = list(verdicts.values()) if isinstance(verdicts, Mapping) else list(verdicts)
-    bad = [v for v in values if v not in _VERDICT_WEIGHT]
-    if bad:
-        raise ValueError(f"unknown verdict(s) {bad}; expected one of {list(_VERDICT_WEIGHT)}")
-    return float(sum(_VERDICT_WEIGHT[v] for v in values))
-
 
 @dataclass(frozen=True)
 class Variant:
     """A labelled setting of a method. ``label`` may name options in braces
-    (``"Occ-{patch}x{patch}"``), filled from the effective settings. ``table3``: the
-    paper's percentage change per model label; ``experiments``: where it takes part."""
+    (``"Occ-{patch}x{patch}"``), filled from the effective settings. ``experiments``: the
+    names of the experiments it takes part in (an application's own names; none by
+    default), selected by :func:`variants`."""
 
     label: str
     settings: Mapping[str, Any] = field(default_factory=dict)
-    table3: Mapping[str, float] | None = None
-    experiments: frozenset = EXPERIMENTS
+    experiments: frozenset = frozenset()
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,9 +78,7 @@ class MethodSpec:
         defaults: options a direct call ``spec(model, inputs)`` defaults
             (``occlusion_patch``: ``patch=2``, the paper's 2x2).
         init_args: settings routed to the constructor (``epsilon`` for LRP).
-        paper: the paper's verdicts, None for methods outside the paper.
         reformulation: the Taylor reformulation, None where the method has none.
-        marker: matplotlib marker of the method in the trend figures.
         complete: whether the attributions sum to ``f(x) - f(x~)`` (the mean over its
             references) up to float rounding on the models it runs on, one player per
             feature (with groups, per group: each feature carries its group's value);
@@ -125,9 +92,7 @@ class MethodSpec:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     defaults: Mapping[str, Any] = field(default_factory=dict)
     init_args: tuple[str, ...] = ()
-    paper: PaperFacts | None = None
     reformulation: R.Reformulation | None = None
-    marker: str = "o"
     complete: bool = False
 
     def __post_init__(self):
@@ -335,12 +300,13 @@ def unregister(name: str) -> None:
 
 
 def variants(experiment: str) -> list[tuple[MethodSpec, Variant]]:
-    """Every (method, variant) taking part in ``experiment``, in registration order."""
-    if experiment not in EXPERIMENTS:
-        raise ValueError(f"experiment must be one of {sorted(EXPERIMENTS)}, got {experiment!r}")
+    """Every (method, variant) whose ``experiments`` name ``experiment``, in registration
+    order (an application's experiments; :data:`taylorattr.paper_methods.EXPERIMENTS`
+    for the paper's)."""
+    if not isinstance(experiment, str):
+        raise TypeError(f"experiment must be a str, got {type(experiment).__name__}")
     return [(spec, v) for spec in _ROWS.values() for v in spec.variants
-            if experiment in v.experiments
-            and (experiment != "validation" or spec.reformulation is not None)]
+            if experiment in v.experiments]
 
 
 def of_class(cls: type) -> MethodSpec:
@@ -491,4 +457,4 @@ def reformulate_orders(method: str, model, inputs: torch.Tensor, baselines=0.0, 
     return _sweep(method, reform, model, inputs, baselines, target, orders, kwargs)
 
 
-__all__ += ["Point", "principle_count"]
+__all__ += ["Point"]

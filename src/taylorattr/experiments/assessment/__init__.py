@@ -5,7 +5,7 @@ Three experiments (the paper's section "Attribution assessment"), each a table o
 1. ``"infidelity"``: infidelity (Yeh et al. 2019; square removal, every square of side
    1..10 at every position set to the baseline 0, optimal-beta normalisation, output =
    logit of the predicted class) of every method registered for the assessment
-   (:func:`taylorattr.registry.variants`; by default the paper's six) on M-sg, C-sg and C-sp trained on MNIST, averaged over held-out digits;
+   (:func:`taylorattr.paper_methods.variants`; by default the paper's six) on M-sg, C-sg and C-sp trained on MNIST, averaged over held-out digits;
    beside it the number of principles each method follows *as the audit measured it*
    (:func:`taylorattr.principles.principles_table`) and, per model, the Spearman rank
    correlation between infidelity and that number (the paper claims a negative one).
@@ -90,7 +90,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ... import _io
-from ...registry import variants
+from ...paper_methods import marker, variants
 from ..workspace import Workspace
 from .formatting import format_assessment
 from .infidelity import (
@@ -379,7 +379,7 @@ def _markers(bound) -> dict[str, str]:
     one method get distinct fallback markers), so a label keeps its marker in each."""
     from ...reporting.plotting import assign_markers
 
-    return assign_markers([m.label for m in bound], {m.label: m.spec.marker for m in bound})
+    return assign_markers([m.label for m in bound], {m.label: marker(m.name) for m in bound})
 
 
 def _plain(value):

@@ -14,7 +14,7 @@ import math
 
 from ... import principles
 from ...metrics.statistics import spearman
-from ...registry import principle_count
+from ...paper_methods import paper_facts, principle_count
 from .. import paper
 from .._units import UnitStore
 
@@ -52,7 +52,8 @@ def principle_rows(methods, seed: int) -> list[dict]:
 
 
 def _paper_count(method) -> float | None:
-    return None if method.spec.paper is None else method.spec.paper.principle_count
+    facts = paper_facts(method.name)
+    return None if facts is None else facts.principle_count
 
 
 def _source_fingerprint() -> str:

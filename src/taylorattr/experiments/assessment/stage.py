@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from ... import paper_methods
 from .. import paper
 from ..workspace import Workspace
 
@@ -30,7 +31,8 @@ class Stage:
 
     @staticmethod
     def paper_count(method) -> float | None:
-        return None if method.spec.paper is None else method.spec.paper.principle_count
+        facts = paper_methods.paper_facts(method.name)
+        return None if facts is None else facts.principle_count
 
     def point_labels(self) -> set[str]:
         """Labels of the methods that explain the change to a point (or the zero) baseline."""
