@@ -1,10 +1,11 @@
 """The package's layering, checked by import-linter on every run (issue 24).
 
-``pyproject.toml`` holds two contracts: the layers (a module imports only from its own
-layer and below) and no import loop between the children of any package. They are run
-here on the real tree, and on a scratch copy with one upward import and one loop added
-(the contracts must catch both: a test of the test). ``docs/design.md`` shows the same
-layers in the same order.
+``pyproject.toml`` holds three contracts: the layers (a module imports only from its own
+layer and below), the library never importing the paper's application (issue 37) and no
+import loop between the children of any package. They are run here on the real tree, and
+on a scratch copy with one upward import, one library-to-application import the layers
+allow (Captum's drop-in sits beside the CLI) and one loop added (the contracts must catch
+each: a test of the test). ``docs/design.md`` shows the same layers in the same order.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _layers() -> list[str]:
 def test_the_package_keeps_its_layers_and_has_no_import_loops():
     run = _lint(ROOT)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
-    assert "2 kept, 0 broken" in run.stdout
+    assert "3 kept, 0 broken" in run.stdout
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +66,38 @@ def test_an_upward_import_breaks_the_layers(scratch):
     assert run.returncode != 0
     assert "taylorattr.runtime is not allowed to import taylorattr.methods" in run.stdout
     assert "taylorattr.runtime.cost -> taylorattr.methods.occlusion" in run.stdout
+
+
+def test_a_library_import_of_the_application_breaks_the_library_contract(scratch):
+    """``taylorattr.captum`` shares the top layer with the CLI, so the layers contract lets
+    it import the experiments; the library contract does not."""
+    captum = scratch / "src" / "taylorattr" / "captum" / "__init__.py"
+    original = _append(captum, "from ..experiments import paper  # noqa: E402 (scratch)")
+    try:
+        run = _lint(scratch)
+    finally:
+        captum.write_text(original)
+    assert run.returncode != 0
+    assert "Layers import only downward KEPT" in run.stdout
+    assert "The library never imports the application BROKEN" in run.stdout
+    assert "taylorattr.captum is not allowed to import taylorattr.experiments" in run.stdout
+
+
+def _library_and_application() -> tuple[list[str], list[str]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    contract = next(c for c in config["contracts"] if c["id"] == "library")
+    return contract["source_modules"], contract["forbidden_modules"]
+
+
+def test_every_top_level_module_is_library_or_application():
+    """The library contract names every module of the package on one side or the other, so a
+    new one cannot slip between them (``docs/design.md`` says which is which)."""
+    library, application = _library_and_application()
+    names = {f"taylorattr.{p.stem if p.is_file() else p.name}"
+             for p in (ROOT / "src" / "taylorattr").iterdir()
+             if (p.suffix == ".py" and p.stem != "__init__") or (p / "__init__.py").is_file()}
+    assert not set(library) & set(application)
+    assert names == set(library) | set(application), sorted(names ^ (set(library) | set(application)))
 
 
 def test_an_import_loop_inside_a_layer_breaks_the_acyclic_contract(scratch):
@@ -114,4 +147,5 @@ def test_only_the_core_layer_has_loose_top_level_modules():
     core = {layer.split(".")[-1].strip("()") for line in _layers()[-3:]
             for layer in line.split(" | ")}
     loose = {p.stem for p in (ROOT / "src" / "taylorattr").glob("*.py")} - {"__init__"}
-    assert loose <= core | {"__main__"}, sorted(loose - core)
+    # testing: the public home of the common checks (as sklearn.utils.estimator_checks)
+    assert loose <= core | {"__main__", "testing"}, sorted(loose - core)

@@ -23,11 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 
-from .baselines import Noise
-from .data.references import TrainingDigits
-from .registry import METHODS, MethodSpec, Variant, register
-from .registry import variants as _tagged
-from .registry.catalog import EG_NOISE_STD, LRP_RULES
+from ..baselines import Noise
+from ..data.references import TrainingDigits
+from ..registry import METHODS, MethodSpec, Variant, register
+from ..registry import variants as _tagged
+from ..registry.catalog import EG_NOISE_STD, LRP_RULES
 
 __all__ = ["EXPERIMENTS", "MARKERS", "PAPER", "TABLE3", "PaperFacts", "marker", "paper_facts",
            "principle_count", "variants"]
