@@ -39,7 +39,7 @@ def _setup():
 def test_the_layer_convention_and_the_model_convention_measure_their_own_differences():
     model, inputs, base = _setup()
     dl = DeepLift(model)
-    ex = dl._run(inputs, base, 0, {"layer": model.emb}, False, True)
+    ex = dl.explain(inputs, base, 0, layer=model.emb, return_convergence_delta=True)
     assert ex.delta_of == "layer"
     with torch.no_grad():
         fx = model(*inputs)[:, 0]
@@ -50,7 +50,8 @@ def test_the_layer_convention_and_the_model_convention_measure_their_own_differe
     torch.testing.assert_close(total, fx - held, rtol=0, atol=1e-12)
     torch.testing.assert_close(ex.delta, total - (fx - held), rtol=0, atol=1e-12)
     assert (total - (fx - f_base)).abs().min() > 1e-2  # the trap: not f(x) - f(x~)
-    ex = dl._run(inputs, base, 0, {"layer": model.emb, "layer_delta": "model"}, False, True)
+    ex = dl.explain(inputs, base, 0, layer=model.emb, layer_delta="model",
+                    return_convergence_delta=True)
     assert ex.delta_of == "model"
     torch.testing.assert_close(ex.delta, total - (fx - f_base), rtol=0, atol=1e-12)
     with pytest.raises(ValueError, match="layer_delta must be 'layer' or 'model'"):

@@ -52,7 +52,8 @@ def test_batch_1_gradient_bug_is_repaired_at_batch_2():
     x = torch.randn(1, 3, 4, 4, dtype=DT)
     base = torch.zeros_like(x)
     dl = DeepLift(model)
-    raw, _ = dl._attribute(x, base, torch.tensor([0]), None)  # no check: the bug shows
+    call = dl.prepare(x, base, 0)  # the call, normalised; its _attribute runs unchecked
+    raw, _ = dl._attribute(call, x, base, torch.tensor([0]), None)  # the bug shows
     assert _miss(model, x, base, raw, 0) > 1e-3
     with warnings.catch_warnings():
         warnings.simplefilter("error", CompletenessWarning)

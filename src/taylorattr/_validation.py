@@ -19,6 +19,7 @@ __all__ = [
     "check_bool",
     "check_inputs",
     "check_model",
+    "check_output",
     "check_positive_int",
     "check_seed",
     "cpu_generator",
@@ -26,6 +27,7 @@ __all__ = [
     "flat_target",
     "model_output",
     "resolve_target",
+    "run_model",
     "select_output",
     "tuple_target",
 ]
@@ -101,14 +103,16 @@ def broadcast_baselines(baselines, inputs: torch.Tensor, name: str = "baselines"
 
 def model_output(model, inputs: torch.Tensor, name: str = "model") -> torch.Tensor:
     """Run ``model`` and require a floating output (float64, float32, float16 or bfloat16) of
-    shape [B] or [B, C], all finite.
+    shape [B] or [B, C], all finite (:func:`run_model`, then :func:`check_output`)."""
+    return check_output(run_model(model, inputs, name), inputs, name)
 
-    A ``RuntimeError`` or ``IndexError`` raised by the model itself (typically inputs of
-    a shape or dtype it does not accept) becomes a ``ValueError`` naming the inputs'
-    shape and dtype, chained to the original error.
-    """
+
+def run_model(model, inputs: torch.Tensor, name: str = "model"):
+    """``model(inputs)``; a ``RuntimeError`` or ``IndexError`` raised by the model itself
+    (typically inputs of a shape or dtype it does not accept) becomes a ``ValueError``
+    naming the inputs' shape and dtype, chained to the original error."""
     try:
-        out = model(inputs)
+        return model(inputs)
     except _OUT_OF_MEMORY:
         raise
     except (RuntimeError, IndexError) as exc:
@@ -117,6 +121,11 @@ def model_output(model, inputs: torch.Tensor, name: str = "model") -> torch.Tens
             f"(do the inputs have the shape and dtype the model expects?): "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+
+
+def check_output(out, inputs: torch.Tensor, name: str = "model") -> torch.Tensor:
+    """Require ``out``, the model's output at ``inputs``, to be a finite floating tensor
+    (float64, float32, float16 or bfloat16) of shape [B] or [B, C]."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{name} must return a torch.Tensor, got {type(out).__name__}")
     if out.dtype not in _FLOAT_DTYPES:

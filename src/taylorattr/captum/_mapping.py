@@ -53,12 +53,10 @@ def native_call(native_method: AttributionMethod, inputs, baselines=None, target
         baselines = 0.0
     if isinstance(baselines, bool):  # Captum takes True/False for bool inputs
         baselines = float(baselines)
-    options = dict(options)
-    show_progress = options.pop("show_progress", False)
-    if additional_forward_args is not None:
-        options["additional_forward_args"] = additional_forward_args
-    return native_method._run(inputs, baselines, target, options, show_progress,
-                              return_convergence_delta).result()
+    return native_method.explain(inputs, baselines, target,
+                                 additional_forward_args=additional_forward_args,
+                                 return_convergence_delta=return_convergence_delta,
+                                 **options).result()
 
 
 @dataclass

@@ -15,7 +15,7 @@ See :mod:`taylorattr.methods.layerwise` for what the layer-wise rules support.
 """
 from __future__ import annotations
 
-from ._base import AttributionMethod, Explanation, ImplicitBaselineMethod
+from ._base import AttributionMethod, Call, Explanation, ImplicitBaselineMethod
 from .deconvolution import Deconvolution
 from .deeplift import DeepLift
 from .deeplift_shap import DeepLiftShap
@@ -41,6 +41,7 @@ from .taylor_attribution import TaylorAttribution
 
 __all__ = [
     "AttributionMethod",
+    "Call",
     "DeepLift",
     "DeepLiftShap",
     "EGDraws",

@@ -2,8 +2,8 @@
 
 Every method follows one call contract (docs/design.md)::
 
-    Method(model).attribute(inputs, [baselines,] target=None, ...,
-                            return_convergence_delta=False)
+    Method(model).attribute(inputs, [baselines,] target=None, *, <its options>,
+                            return_convergence_delta=False, ...)
 
 * ``inputs`` is a batch-first float tensor ``[B, ...]`` or a tuple of them; attributions
   have its structure and shapes. ``additional_forward_args`` (a value or a tuple) follow the
@@ -16,8 +16,13 @@ Every method follows one call contract (docs/design.md)::
 * With ``return_convergence_delta=True`` the call returns ``(attributions, delta)``,
   ``delta = sum(attributions) - (f(x) - f(baseline))`` per sample (Captum's sign).
 
-This module holds what the methods share: argument checks, the chunked passes and the
-delta. Nothing here repairs an input; every error names the offending argument.
+One call is one pipeline: ``attribute`` binds its arguments to the method's signature
+(:mod:`._call`), :meth:`AttributionMethod.explain` (the public entry point of drivers such
+as :mod:`taylorattr.captum`) normalises them once into a frozen
+:class:`~taylorattr.methods._call.Call` (:meth:`~AttributionMethod.prepare`: the one
+forward of the inputs, Captum's conventions decided from dtypes and shapes) and
+:meth:`~AttributionMethod.run` computes it: the method's ``_attribute`` on the call, the
+completeness check and the delta. Nothing of a call is stored on the method object.
 
 Why one module: the call contract (checks, target, structured inputs, chunked passes,
 delta) is one sequence every method runs; splitting it would scatter that order.
@@ -27,6 +32,7 @@ from __future__ import annotations
 import inspect
 from contextlib import nullcontext
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import torch
 
@@ -35,9 +41,13 @@ from .._validation import (
     check_bool,
     check_inputs,
     check_model,
+    check_output,
+    flat_target,
     model_output,
     resolve_target,
+    run_model,
     select_output,
+    tuple_target,
 )
 from ..baselines import Baseline, Noise, Point, ReferenceSet
 from ..inputs import (
@@ -56,13 +66,14 @@ from ..inputs import (
 from ..runtime import completeness as selfcheck
 from ..runtime.cost import Cost
 from . import _conventions as conventions
+from ._call import CONSTRUCTED, Call, attribute_for
 from ._passes import (
     chunk_ranges,
     default_chunk_rows,
     per_sample_sum,
 )
 
-__all__ = ["AttributionMethod", "Explanation", "ImplicitBaselineMethod", "Several"]
+__all__ = ["AttributionMethod", "Call", "Explanation", "ImplicitBaselineMethod", "Several"]
 
 def _single_input(model) -> bool:
     """True when ``model.forward`` takes exactly one argument without a default."""
@@ -80,18 +91,25 @@ def _single_input(model) -> bool:
 class AttributionMethod:
     """Base class: holds the model and does the work every method shares.
 
-    ``attribute`` checks the flags and the inputs, runs the model once to resolve the
-    target and the explained output ``f(x)``, turns ``baselines`` into what the method's
-    :attr:`baseline_kind` needs, calls the subclass's ``_attribute`` and, on request,
-    computes the convergence delta from the reference points ``_attribute`` reports::
+    ``attribute`` binds its arguments to the method's signature (its own options and the
+    shared arguments, :mod:`taylorattr.methods._call`), :meth:`prepare` checks the flags
+    and the inputs, runs the model once to resolve the target and the explained output
+    ``f(x)``, turns ``baselines`` into what the method's :attr:`baseline_kind` needs and
+    freezes all of it into a :class:`~taylorattr.methods._call.Call`; :meth:`run` calls the
+    subclass's ``_attribute`` and, on request, computes the convergence delta from the
+    reference points ``_attribute`` reports::
 
-        _attribute(x, baselines, target, f_x, *, show_progress, **options)
+        _attribute(call, x, baselines, target, f_x, *, show_progress, **options)
             -> (attributions shaped like x, references [B, n, ...] or None)
 
-    ``references`` are the points the attribution explains the change against
-    (``delta = sum(a) - (f(x) - mean_k f(references_k))``); None means the method explains
-    ``f(x)`` itself (epsilon-LRP). The method's own options are the keyword-only
-    parameters of its ``_attribute``; anything else is refused with a TypeError naming it.
+    ``call.model`` is the model the arithmetic runs (rows shaped like ``x[0]``),
+    ``call.layout`` the layout of ``x``; ``x, baselines, target, f_x`` are the rows this
+    invocation explains (the whole batch, one sample of a structured call, or a sample
+    recomputed by the completeness check). ``references`` are the points the attribution
+    explains the change against (``delta = sum(a) - (f(x) - mean_k f(references_k))``);
+    None means the method explains ``f(x)`` itself (epsilon-LRP). The method's own options
+    are the keyword-only parameters of its ``_attribute``; ``attribute``'s signature names
+    them; anything else is refused with a TypeError naming it.
     Subclasses implement ``_attribute`` only; they are final (not meant to be subclassed).
     """
 
@@ -114,23 +132,27 @@ class AttributionMethod:
     #: (token ids, categorical features) and models whose output is one value (or a few)
     #: for the whole batch, Captum's aggregate mode (:mod:`taylorattr.methods._conventions`).
     perturbation: bool = False
+    #: Whether ``attribute`` takes options its signature cannot name (a NoiseTunnel around
+    #: a method given at construction takes that method's options).
+    open_options: bool = False
     #: The input-side arguments every ``attribute`` takes (not the method's own options).
     INPUT_ARGS = ("additional_forward_args", "layer", "attribute_to_layer_input",
                   "layer_baselines", "layer_delta")
     #: Whether the attributions are complete by construction, ``sum_i a_i = f(x) -
     #: mean_k f(x~_k)``: every call then checks it (:mod:`taylorattr.runtime.completeness`)
-    #: from the explained outputs at the references that ``_attribute`` hands to
-    #: :meth:`_reference_outputs` from its own passes (no extra model call), recomputes a
-    #: failing sample at batch 2 (point baselines) and warns, or raises with ``strict=True``.
+    #: from the explained outputs at the references that ``_attribute`` reports with
+    #: :meth:`Call.report <taylorattr.methods._call.Call.report>` from its own passes (no
+    #: extra model call), recomputes a failing sample at batch 2 (point baselines) and
+    #: warns, or raises with ``strict=True``.
     complete: bool = False
     #: The likely cause a failed completeness check names.
     incomplete_cause: str = ("a rule that is not exact on one of the model's operations, "
                              "or a wrong gradient from torch's autograd; please report it")
 
-    _active = None   # the wrapped model during a structured call
-    _layout = None   # the attributed tensors' layout during a call
-    _strict = False  # strict=True of the call: a failed completeness check raises
-    _ref_out = None  # the explained outputs at the references _attribute reported, [B]
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        if "attribute" not in cls.__dict__:  # its signature names the class's own options
+            cls.attribute = attribute_for(cls)
 
     def __init__(self, model, *, layer=None, attribute_to_layer_input: bool = False) -> None:
         """``layer`` / ``attribute_to_layer_input``: the default of every ``attribute`` call
@@ -146,8 +168,8 @@ class AttributionMethod:
 
     @property
     def model(self):
-        """The user's model (during a call on tuple inputs / a layer: its one-tensor view)."""
-        return self._active if self._active is not None else self._model
+        """The user's model."""
+        return self._model
 
     @model.setter
     def model(self, value) -> None:
@@ -162,53 +184,300 @@ class AttributionMethod:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({type(self.model).__name__})"
 
-    def attribute(self, inputs: torch.Tensor, baselines=0.0, target=None, *,
-                  return_convergence_delta: bool = False, show_progress: bool = False,
-                  **options):
-        """Attributions ``[B, ...]`` shaped like ``inputs``.
-
-        Args:
-            inputs: ``[B, ...]`` float32/float64 batch.
-            baselines: the reference (see :attr:`baseline_kind` and
-                :mod:`taylorattr.baselines`): a scalar, a tensor broadcastable to ``inputs``
-                or one baseline per sample, for point methods.
-            target: None (argmax class), an int, or a ``[B]`` integer tensor.
-            return_convergence_delta: also return ``sum(a) - (f(x) - f(baselines))`` per
-                sample (Captum's sign), averaged over the references a method draws.
-                Its floor is the arithmetic's: about 1e-7 of ``|f(x) - f(baselines)|`` in
-                float32 on the CPU, but on CUDA float32 convolutions run in TF32 by default
-                (a 10-bit mantissa), so a complete method's delta is about 1e-4 relative
-                (ResNet-50 DeepLIFT on an H200: 1.2e-4 of ``|df|``). For float32's own
-                precision set ``torch.backends.cudnn.allow_tf32 = False`` and
-                ``torch.backends.cuda.matmul.allow_tf32 = False`` (or use float64). In
-                float16/bfloat16 (sums accumulated in float32) expect about 1e-2.
-            additional_forward_args (option): a value or tuple passed after the inputs to
-                every model call; tensors in it are batch-first ``[B, ...]``.
-            layer (option): a submodule (or a list of them: a list of results, one per layer);
-                attributions are then w.r.t. its output (input with
-                ``attribute_to_layer_input=True``), ``baselines`` stay input baselines.
-            layer_delta (option): what the delta measures with ``layer=`` (the result's
-                :attr:`Explanation.delta_of`): ``"layer"`` (default, the library's
-                convention) ``f(x) - f(x | layer at its baseline value, every other path
-                at x)``, the change the layer attributions are complete for; ``"model"``
-                (Captum's ``Layer*`` convention) ``f(x) - f(x~)``, the whole model at the
-                input baselines (one forward more). They differ where other paths
-                bypass the layer (RoBERTa's position ids computed from ``input_ids``, a
-                tabular model's columns outside the embedding).
-            (tuple inputs: ``baselines`` is a scalar or a tuple with one entry per input)
-            show_progress: a tqdm bar over the method's chunks.
-            **options: the method's own options (the keyword-only parameters of its
-                ``_attribute``, e.g. ``n_steps`` for Integrated Gradients).
-        """
-        return self._run(inputs, baselines, target, options, show_progress,
-                         return_convergence_delta).result()
-
     @classmethod
     def options(cls) -> dict[str, inspect.Parameter]:
         """The method's own options: keyword-only parameters of ``_attribute``."""
         params = inspect.signature(cls._attribute).parameters
         return {k: p for k, p in params.items()
                 if p.kind is inspect.Parameter.KEYWORD_ONLY and k != "show_progress"}
+
+    def _keep(self, explanation) -> None:
+        """What ``attribute`` keeps of its result beside returning it (nothing here)."""
+
+    # ---- the public entry points ----------------------------------------------------
+    def explain(self, inputs, baselines=None, target=None, *,
+                return_convergence_delta: bool = False, show_progress: bool = False,
+                strict: bool = False, additional_forward_args=None, layer=CONSTRUCTED,
+                attribute_to_layer_input=CONSTRUCTED, layer_baselines=None,
+                layer_delta: str = "layer", model=None, **options) -> Explanation | Several:
+        """``attribute``'s call, returning the whole :class:`Explanation` (references,
+        ``f(x)``, target, delta) rather than its result: the entry point of code driving a
+        method by its options (:mod:`taylorattr.captum`, the registry). ``options`` are the
+        method's own; an unknown one is refused naming it. A list of layers gives
+        :class:`Several`. ``model``: run this model in place of the method's own (a view of
+        it another call prepared: integer inputs cast back, an output flattened)."""
+        self._check_options(options)
+        layer, to_input = self._layer_of(layer, attribute_to_layer_input)
+        shared = {"return_convergence_delta": return_convergence_delta,
+                  "show_progress": show_progress, "strict": strict,
+                  "additional_forward_args": additional_forward_args,
+                  "layer_baselines": layer_baselines, "layer_delta": layer_delta}
+        if isinstance(layer, (list, tuple)):  # several layers: one call each
+            if not layer:
+                raise ValueError("layer must be a submodule or a non-empty list of them")
+            return Several(tuple(self.explain(inputs, baselines, target, **shared, layer=m,
+                                              attribute_to_layer_input=to_input, model=model,
+                                              **options)
+                                 for m in layer))
+        return self.run(self.prepare(inputs, baselines, target, options=options, layer=layer,
+                                     attribute_to_layer_input=to_input, model=model, **shared))
+
+    def _check_options(self, options) -> None:
+        unknown = sorted(set(options) - set(self.options()))
+        if unknown:
+            accepted = ", ".join(sorted(self.options())) or "none"
+            raise TypeError(f"{type(self).__name__}.attribute got unexpected keyword argument(s) "
+                            f"{', '.join(map(repr, unknown))} (method options: {accepted}; "
+                            f"input arguments: {', '.join(self.INPUT_ARGS)})")
+
+    def _layer_of(self, layer, to_input):
+        """``(layer, attribute_to_layer_input)`` of a call: the constructor's unless given."""
+        if layer is CONSTRUCTED:
+            layer = self._layer
+        if to_input is CONSTRUCTED:
+            to_input = self._to_layer_input if layer is self._layer else False
+        return layer, to_input
+
+    def prepare(self, inputs, baselines=None, target=None, *, options=None,
+                additional_forward_args=None, layer=None, attribute_to_layer_input=False,
+                layer_baselines=None, layer_delta: str = "layer",
+                return_convergence_delta: bool = False, show_progress: bool = False,
+                strict: bool = False, model=None) -> Call:
+        """The call normalised once (:class:`~taylorattr.methods._call.Call`): arguments
+        checked, the model run once on the inputs (with the graph when the method reuses
+        its gradient), Captum's conventions decided from the inputs' dtypes and the
+        output's shape (:mod:`._conventions`), target and ``f(x)`` resolved, baselines in
+        the attributed tensor's layout, the model wrapped into the method's one-tensor
+        view. ``model``: run this model instead of the method's own (a wrapper seeing the
+        user's model as another method's call does)."""
+        want_delta = check_bool(return_convergence_delta, "return_convergence_delta")
+        check_bool(show_progress, "show_progress")
+        if check_bool(strict, "strict") and not self.complete:
+            raise ValueError(f"strict applies to the methods that check their "
+                             f"completeness on every call; {type(self).__name__}'s "
+                             "attributions are not complete by construction")
+        _layer_delta(layer_delta)
+        if layer is None and layer_baselines is not None:
+            raise ValueError("layer_baselines applies only with layer=")
+        model = self._model if model is None else model
+        check_layer(model, layer, attribute_to_layer_input)
+        flags = {"options": MappingProxyType(dict(options or {})), "want_delta": want_delta,
+                 "show_progress": show_progress, "strict": strict}
+        if layer is None and additional_forward_args is None and \
+                isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and \
+                not conventions.discrete(inputs):
+            return self._prepare_plain(model, inputs, baselines, target, flags)
+        return self._prepare_structured(model, inputs, baselines, target,
+                                        additional_forward_args, layer,
+                                        attribute_to_layer_input, layer_baselines,
+                                        layer_delta, flags)
+
+    def _prepare_plain(self, model, inputs, baselines, target, flags) -> Call:
+        """One float tensor ``[B, ...]``, no additional arguments, no layer."""
+        x = check_inputs(inputs).detach()
+        if self.gradient_at_inputs:
+            x = x.clone().requires_grad_(True)
+        with torch.set_grad_enabled(self.gradient_at_inputs):
+            out = run_model(model, x)
+        read = self._read_output(out, (x,), target, discrete=False, layer=None)
+        if read.aggregate:
+            return self._aggregate_call(model, (x,), False, baselines, target, (), read, flags)
+        layout = Layout.of((x,), False)
+        return Call(read.wrap(model, (None,)), layout, x, self._baselines(baselines, x.detach()),
+                    read.target, read.fx, inputs=(x.detach(),), **flags)
+
+    def _read_output(self, out, parts, target, discrete: bool, layer, uneven=None):
+        """The model's output at the inputs read by Captum's conventions: whole-batch
+        (aggregate mode), beyond ``[B, C]`` (flattened, tuple targets as columns), integer
+        (carried as float64 for integer inputs), else as it is; then checked."""
+        batch = parts[0].shape[0]
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"model must return a torch.Tensor, got {type(out).__name__}")
+        if self.perturbation and layer is None and (out.dim() == 0 or out.shape[0] != batch):
+            return conventions.Reading(out=out, aggregate=True)
+        if uneven is not None:
+            raise uneven
+        flat = out.dim() > 2
+        if flat or tuple_target(target):
+            target = flat_target(target, out)
+        view = out
+        if (discrete or flat) and not (out.is_floating_point() or out.is_complex()):
+            view = out.double()  # integer outputs of integer inputs: exact in float64
+        if flat:
+            view = view.flatten(1)
+        check_output(view, parts[0] if discrete else next(
+            (p for p in parts if p.is_floating_point()), parts[0]), "model")
+        t = resolve_target(target, view)
+        return conventions.Reading(out=out, target=t, fx=select_output(view, t), flat=flat,
+                                   discrete=discrete)
+
+    def _prepare_structured(self, model, inputs, baselines, target, extra, layer, to_input,
+                            layer_baselines, layer_delta, flags) -> Call:
+        """Tuple inputs, additional forward arguments, layers, ``[B]`` and integer inputs
+        (:mod:`taylorattr.inputs`, :mod:`._conventions`); ``layer_baselines``: point
+        baselines given in the layer's space (Captum's ``LayerFeatureAblation``) instead of
+        input baselines mapped through the model."""
+        if layer_baselines is not None and self.baseline_kind != "point":
+            raise ValueError("layer_baselines applies to point-baseline methods with layer=")
+        against_model = layer_delta == "model" and layer is not None
+        if against_model and flags["want_delta"] and (self.baseline_kind != "point"
+                                                      or layer_baselines is not None):
+            raise ValueError("layer_delta='model' measures f(x) - f(x~) at input baselines: "
+                             "it applies to point-baseline methods without layer_baselines")
+        parts, is_tuple = as_tuple(inputs)
+        discrete = layer is None and any(conventions.discrete(p) for p in parts)
+        if discrete:
+            conventions.check_discrete(self, parts, is_tuple)
+        try:
+            batch, uneven = check_batch(parts, floats=layer is None and not discrete,
+                                        vectors=True), None
+        except ValueError as exc:  # inputs of different lengths: only a whole-batch output
+            if not (self.perturbation and layer is None) or parts[0].dim() == 0 or \
+                    not all(p.dim() for p in parts):
+                raise
+            batch, uneven = parts[0].shape[0], exc
+        extra = check_additional_args(extra, batch)
+        parts = tuple(p.detach() for p in parts)
+        with torch.no_grad():
+            out = run_model(lambda _: model(*parts, *extra), parts[0])
+        read = self._read_output(out, parts, target, discrete, layer, uneven)
+        if read.aggregate:
+            return self._aggregate_call(model, parts, is_tuple, baselines, target, extra, read,
+                                        flags)
+        cast = None
+        if discrete:  # carried as float64 (exact up to 2**53), cast back in every model call
+            cast = tuple(out.dtype if conventions.discrete(p) else p.dtype for p in parts)
+            dtypes = tuple(p.dtype for p in parts)
+            parts = tuple(p.double() if conventions.discrete(p) else p for p in parts)
+            check_batch(parts, vectors=True)
+        else:
+            dtypes = (None,) * len(parts)
+        model = read.wrap(model, dtypes)
+        t, fx = read.target, read.fx
+        input_base = None
+        if layer is None:
+            layout = Layout.of(parts, is_tuple)
+            x = layout.join(parts)
+            base = self._structured_baselines(baselines, parts, layout)
+        else:
+            h, h_tuple = as_tuple(layer_activations(model, layer, parts + extra, to_input))
+            layout = Layout.of(h, h_tuple)
+            x = layout.join(h)
+            # point baselines are the inputs' (mapped below), distributions the layer's
+            base = self._structured_baselines(baselines, h, layout if h_tuple else None) \
+                if self.baseline_kind == "distribution" else \
+                self._structured_baselines(baselines, parts, None)
+            if layer_baselines is not None:
+                base = layout.join(point_baselines(layer_baselines, h, "layer_baselines"))
+            elif self.baseline_kind == "point":
+                input_base = base
+                base = layout.join(as_tuple(layer_activations(model, layer, base + extra,
+                                                              to_input))[0])
+                if base.shape != x.shape:
+                    raise ValueError(f"layer's {'input' if to_input else 'output'} at the "
+                                     f"baselines has shape {tuple(base.shape)}, at the inputs "
+                                     f"{tuple(x.shape)}; give baselines the model maps alike")
+        context = (parts if layer is not None else ()) + tuple(
+            a for a in extra if isinstance(a, torch.Tensor))
+        if layer is None:  # the one-tensor view (a layer's view is made when the call runs)
+            model = InputModel(model, layout, extra)
+        return Call(model, layout, x, base, t, fx, inputs=parts, additional_forward_args=extra,
+                    layer=layer, attribute_to_layer_input=to_input, context=context,
+                    delta_of="model" if against_model or layer is None else "layer",
+                    input_baselines=input_base if against_model else None, cast=cast, **flags)
+
+    def _aggregate_call(self, model, parts, is_tuple, baselines, target, extra, read,
+                        flags) -> Call:
+        """Captum's aggregate mode (:mod:`._conventions`): the call's whole-batch reading."""
+        agg = conventions.Aggregate.of(model, parts, is_tuple, baselines, extra, read.out,
+                                       target, flags["want_delta"])
+        x = parts[0]
+        return Call(model, Layout.of(parts, is_tuple), x, baselines, None, read.out,
+                    inputs=parts, additional_forward_args=extra, aggregate=agg, **flags)
+
+    def run(self, call: Call) -> Explanation:
+        """The :class:`Explanation` of a prepared call (:meth:`prepare`): the method's
+        ``_attribute`` on the whole batch (sample by sample when the model sees per-sample
+        context), the completeness check and the delta, attributions in the inputs'
+        structure."""
+        if call.aggregate is not None:
+            return conventions.run_aggregate(self, call)
+        layer = call.layer
+        swap = swap_layer(call.model, layer, call.attribute_to_layer_input) \
+            if layer is not None else nullcontext()
+        with swap as inject:
+            view = call if layer is None else call.with_model(InputModel(
+                call.model, call.layout, call.additional_forward_args, inject,
+                n_inputs=len(call.inputs)))
+            if not call.context:
+                attr, refs, delta = self._core(view, call.x, call.baselines, call.target,
+                                               call.fx, call.options)
+            else:
+                attr, refs, delta = self._per_sample(view)
+        layout = call.layout
+        if delta is not None and call.input_baselines is not None:  # Captum's: f at x~
+            with torch.no_grad():
+                out = model_output(lambda _: call.model(*call.input_baselines,
+                                                        *call.additional_forward_args),
+                                   call.input_baselines[0], name="model (at the baselines)")
+            delta = per_sample_sum(attr) - (call.fx - select_output(out, call.target)
+                                            ).to(attr.dtype)
+        parts = layout.split(attr)
+        if call.cast is not None:
+            parts = tuple(a.to(d) for a, d in zip(parts, call.cast))
+        refs = None if refs is None else layout.result(layout.split(refs, lead=2))
+        errors = call.notes.get("standard_errors")
+        se = layout.result(layout.split(torch.cat(errors))) if errors and all(
+            e is not None for e in errors) else None
+        return Explanation(layout.result(parts), refs, call.fx.detach(), call.target, delta,
+                           None if delta is None else call.delta_of, se)
+
+    def _per_sample(self, call: Call):
+        """Run the method once per sample, the model seeing that sample's context."""
+        x, base, t, fx = call.x, call.baselines, call.target, call.fx
+        batch = x.shape[0]
+        attrs, refs, deltas = [], [], []
+        for b in range(batch):
+            call.model.set_context(tuple(c[b:b + 1] for c in call.context))
+            base_b = base[b:b + 1] if self.baseline_kind == "point" else base
+            opts = {k: slice_option(v, b, batch) if k in self.batch_options else v
+                    for k, v in call.options.items()}
+            a, r, d = self._core(call, x[b:b + 1], base_b, None if t is None else t[b:b + 1],
+                                 fx[b:b + 1], opts)
+            attrs.append(a)
+            refs.append(r)
+            deltas.append(d)
+        ref = None if refs[0] is None else torch.cat(refs)
+        return torch.cat(attrs), ref, (torch.cat(deltas) if call.want_delta else None)
+
+    def _core(self, call, x, base, t, fx, options):
+        """``(attributions, references, delta or None)`` of these rows."""
+        attr, refs, f_ref = self._attribute_reported(call, x, base, t, fx, options,
+                                                     call.show_progress)
+        want_delta = call.want_delta
+        if f_ref is None:
+            return attr, refs, (self._delta(call, attr, fx.detach(), refs, t) if want_delta
+                                else None)
+        f_ref, total = f_ref
+        if total is not None:  # the players' values are complete, not the features'
+            delta, bad, tol = selfcheck.misses(total[:, None], fx.detach(), f_ref)
+            if bool(bad.any()):
+                selfcheck.report(type(self).__name__, delta, fx, f_ref, bad, tol, False,
+                                 self.incomplete_cause, call.strict)
+            return attr, refs, (self._delta(call, attr, fx.detach(), refs, t) if want_delta
+                                else None)
+        attr, delta = self._self_check(call, x, base, t, fx.detach(), attr, f_ref, options)
+        return attr, refs, (delta if want_delta else None)
+
+    def _attribute_reported(self, call, x, base, t, fx, options, show_progress):
+        """``_attribute``'s ``(attributions, references)`` and the explained outputs at the
+        references it reported (:meth:`Call.report`; None: nothing to check)."""
+        call.reported()  # nothing left over from an earlier invocation
+        attr, refs = self._attribute(call, x, base, t, fx, show_progress=show_progress,
+                                     **options)
+        f_ref = call.reported() if self.complete else None
+        self._finite(attr)
+        return attr, refs, f_ref
 
     # ---- the cost ------------------------------------------------------------------
     def cost(self, inputs: torch.Tensor, baselines=None, target=None, *,
@@ -250,149 +519,21 @@ class AttributionMethod:
                                   "(no _cost); its cost is unknown before running it")
 
     # ---- the shared work ----------------------------------------------------------
-    def _run(self, inputs, baselines, target, options: dict, show_progress,
-             return_convergence_delta) -> Explanation:
-        """Everything ``attribute`` does, with the references kept (the audit needs them)."""
-        check_bool(return_convergence_delta, "return_convergence_delta")
-        check_bool(show_progress, "show_progress")
-        if "strict" in options:
-            options = dict(options)
-            strict = check_bool(options.pop("strict"), "strict")
-            if strict and not self.complete:
-                raise ValueError(f"strict applies to the methods that check their "
-                                 f"completeness on every call; {type(self).__name__}'s "
-                                 "attributions are not complete by construction")
-            previous, self._strict = self._strict, strict
-            try:
-                return self._run(inputs, baselines, target, options, show_progress,
-                                 return_convergence_delta)
-            finally:
-                self._strict = previous
-        unknown = sorted(set(options) - set(self.options()) - set(self.INPUT_ARGS))
-        if unknown:
-            accepted = ", ".join(sorted(self.options())) or "none"
-            raise TypeError(f"{type(self).__name__}.attribute got unexpected keyword argument(s) "
-                            f"{', '.join(map(repr, unknown))} (method options: {accepted}; "
-                            f"input arguments: {', '.join(self.INPUT_ARGS)})")
-        options = dict(options)
-        several = options.get("layer", self._layer)
-        if isinstance(several, (list, tuple)):  # several layers: one call each
-            if not several:
-                raise ValueError("layer must be a submodule or a non-empty list of them")
-            to_input = options.get("attribute_to_layer_input",
-                                   self._to_layer_input if several is self._layer else False)
-            return Several(tuple(self._run(inputs, baselines, target,
-                                           {**options, "layer": m,
-                                            "attribute_to_layer_input": to_input},
-                                           show_progress, return_convergence_delta)
-                                 for m in several))
-        extra = options.pop("additional_forward_args", None)
-        layer = options.pop("layer", self._layer)
-        to_input = options.pop("attribute_to_layer_input",
-                               self._to_layer_input if layer is self._layer else False)
-        def plain():
-            if layer is None and options.pop("layer_baselines", None) is not None:
-                raise ValueError("layer_baselines applies only with layer=")
-            return self._dispatch(inputs, baselines, target, extra, layer, to_input, options,
-                                  show_progress, return_convergence_delta)
-
-        return self._conventional(inputs, baselines, target, extra, layer, options,
-                                  show_progress, return_convergence_delta, plain)
-
-    def _own_layer(self, options: dict, key: str, input_key: str) -> dict:
+    def _own_layer(self, options: dict, layer, to_input, key: str, input_key: str) -> dict:
         """For a method with a layer of its own (Grad-CAM's ``conv_layer``, conductance's
         ``conductance_layer``): ``layer=`` (``attribute_to_layer_input``), here or at
         construction, names that layer (``key``; ``input_key`` its input instead), not the
         base class's layer attribution. Giving both, different, is refused."""
         options = dict(options)
-        layer = options.pop("layer", self._layer)
-        to_input = options.pop("attribute_to_layer_input",
-                               self._to_layer_input if layer is self._layer else False)
+        layer, to_input = self._layer_of(layer, to_input)
         if layer is not None:
             if options.get(key) is not None and options[key] is not layer:
                 raise ValueError(f"give the layer once: {key}= or layer=")
             options[key] = layer
             options[input_key] = options.get(input_key, False) or to_input
-        options["layer"] = None
         return options
 
-    def _conventional(self, inputs, baselines, target, extra, layer, options, show_progress,
-                      want_delta, run) -> Explanation:
-        """``run()`` under Captum's conventions (:mod:`._conventions`): a wrapped call where
-        the inputs or the target ask for one (integer inputs, tuple targets), the output read
-        anew where the plain call refused it (beyond ``[B, C]``, or one for the batch).
-        ``options`` are the method's own (without the arguments passed beside them)."""
-        adapted = conventions.adapt(self, inputs, baselines, target, extra, layer, options,
-                                    want_delta)
-        if adapted is not None:
-            return adapted.run(self, show_progress)
-        try:
-            return run()
-        except (ValueError, TypeError):  # e.g. an output not shaped [B] / [B, C]
-            whole = conventions.after_refusal(self, inputs, baselines, target, extra, layer,
-                                            options, want_delta)
-            if whole is None:
-                raise
-            return whole.run(self, show_progress)
-
-    def _dispatch(self, inputs, baselines, target, extra, layer, to_input, options,
-                  show_progress, return_convergence_delta) -> Explanation:
-        """One tensor without extra arguments or a layer: here; the rest: structured."""
-        if layer is None and extra is None and isinstance(inputs, torch.Tensor) and \
-                inputs.dim() >= 2:
-            _layer_delta(options.pop("layer_delta", "layer"))
-            check_layer(self._model, None, to_input)
-            x, t, fx = self._inputs_and_target(inputs, target, self.gradient_at_inputs)
-            self._layout = Layout.of((x,), False)
-            try:
-                attr, refs, delta = self._core(x, self._baselines(baselines, x.detach()), t, fx,
-                                               options, show_progress, return_convergence_delta)
-            finally:
-                self._layout = None
-            return Explanation(attr, refs, fx.detach(), t, delta,
-                               None if delta is None else "model")
-        return self._run_structured(inputs, baselines, target, extra, layer, to_input, options,
-                                    show_progress, return_convergence_delta,
-                                    options.pop("layer_baselines", None))
-
-    def _core(self, x, base, t, fx, options, show_progress, want_delta):
-        attr, refs, f_ref = self._attribute_reported(x, base, t, fx, options, show_progress)
-        if f_ref is None:
-            return attr, refs, (self._delta(attr, fx.detach(), refs, t) if want_delta else None)
-        f_ref, total = f_ref
-        if total is not None:  # the players' values are complete, not the features'
-            delta, bad, tol = selfcheck.misses(total[:, None], fx.detach(), f_ref)
-            if bool(bad.any()):
-                selfcheck.report(type(self).__name__, delta, fx, f_ref, bad, tol, False,
-                                 self.incomplete_cause, self._strict)
-            return attr, refs, (self._delta(attr, fx.detach(), refs, t) if want_delta
-                                else None)
-        attr, delta = self._self_check(x, base, t, fx.detach(), attr, f_ref, options)
-        return attr, refs, (delta if want_delta else None)
-
-    def _attribute_reported(self, x, base, t, fx, options, show_progress):
-        """``_attribute``'s ``(attributions, references)`` and the explained outputs at the
-        references it reported (:meth:`_reference_outputs`; None: nothing to check)."""
-        self._ref_out = None
-        try:
-            attr, refs = self._attribute(x, base, t, fx, show_progress=show_progress, **options)
-            f_ref = self._ref_out
-        finally:
-            self._ref_out = None
-        self._finite(attr)
-        return attr, refs, f_ref
-
-    def _reference_outputs(self, values: torch.Tensor | None,
-                           total: torch.Tensor | None = None) -> None:
-        """Called by a complete method's ``_attribute``: ``mean_k f(x~_k)`` per sample
-        ``[B]``, read from passes it ran anyway; the base class checks completeness with it
-        and computes the convergence delta from it (no second forward of the references).
-        ``total``: what is complete when it is not the sum of the attributions (the player
-        values, when a group's value is given to each of its features), ``[B]``."""
-        if self.complete and values is not None:
-            self._ref_out = (values.detach(), None if total is None else total.detach())
-
-    def _self_check(self, x, base, t, fx, attr, f_ref, options):
+    def _self_check(self, call, x, base, t, fx, attr, f_ref, options):
         """``(attributions, delta)`` after the completeness check of
         :mod:`taylorattr.runtime.completeness`: failing samples recomputed once at batch 2 (the
         sample duplicated; point baselines), what stays beyond the tolerance warned about
@@ -409,7 +550,7 @@ class AttributionMethod:
                         for k, v in options.items()}
                 try:
                     a2, _, r2 = self._attribute_reported(
-                        x[rows].detach().repeat_interleave(2, 0),
+                        call, x[rows].detach().repeat_interleave(2, 0),
                         base[rows].repeat_interleave(2, 0),
                         None if t is None else t[rows].repeat_interleave(2, 0),
                         fx[rows].repeat_interleave(2, 0), opts, False)
@@ -424,96 +565,8 @@ class AttributionMethod:
             delta, bad, tol = selfcheck.misses(attr, fx, f_ref)
         if bool(bad.any()):
             selfcheck.report(type(self).__name__, delta, fx, f_ref, bad, tol, tried,
-                             self.incomplete_cause, self._strict)
+                             self.incomplete_cause, call.strict)
         return attr, delta
-
-    def _run_structured(self, inputs, baselines, target, extra, layer, to_input, options,
-                        show_progress, want_delta, layer_baselines=None) -> Explanation:
-        """Tuple inputs, additional forward arguments, layers (:mod:`taylorattr.inputs`);
-        ``layer_baselines``: point baselines given in the layer's space (Captum's
-        ``LayerFeatureAblation``) instead of input baselines mapped through the model."""
-        if layer_baselines is not None and (layer is None or self.baseline_kind != "point"):
-            raise ValueError("layer_baselines applies to point-baseline methods with layer=")
-        against_model = _layer_delta(options.pop("layer_delta", "layer")) == "model" and \
-            layer is not None
-        if against_model and want_delta and (self.baseline_kind != "point"
-                                             or layer_baselines is not None):
-            raise ValueError("layer_delta='model' measures f(x) - f(x~) at input baselines: "
-                             "it applies to point-baseline methods without layer_baselines")
-        model = self._model
-        check_layer(model, layer, to_input)
-        parts, is_tuple = as_tuple(inputs)
-        batch = check_batch(parts, floats=layer is None, vectors=True)
-        extra = check_additional_args(extra, batch)
-        parts = tuple(p.detach() for p in parts)
-        with torch.no_grad():
-            out = model_output(lambda _: model(*parts, *extra), parts[0])
-        t = resolve_target(target, out)
-        fx = select_output(out, t)
-        if layer is None:
-            layout = Layout.of(parts, is_tuple)
-            x = layout.join(parts)
-            base = self._structured_baselines(baselines, parts, layout)
-        else:
-            h, h_tuple = as_tuple(layer_activations(model, layer, parts + extra, to_input))
-            layout = Layout.of(h, h_tuple)
-            x = layout.join(h)
-            # point baselines are the inputs' (mapped below), distributions the layer's
-            base = self._structured_baselines(baselines, h, layout if h_tuple else None) \
-                if self.baseline_kind == "distribution" else \
-                self._structured_baselines(baselines, parts, None)
-            if layer_baselines is not None:
-                base = layout.join(point_baselines(layer_baselines, h, "layer_baselines"))
-            elif self.baseline_kind == "point":
-                input_base = base
-                base = layout.join(as_tuple(layer_activations(model, layer, base + extra,
-                                                              to_input))[0])
-                if base.shape != x.shape:
-                    raise ValueError(f"layer's {'input' if to_input else 'output'} at the "
-                                     f"baselines has shape {tuple(base.shape)}, at the inputs "
-                                     f"{tuple(x.shape)}; give baselines the model maps alike")
-        context = (parts if layer is not None else ()) + tuple(
-            a for a in extra if isinstance(a, torch.Tensor))
-        swap = swap_layer(model, layer, to_input) if layer is not None else nullcontext()
-        with swap as inject:
-            wrapped = InputModel(model, layout, extra, inject,
-                                 n_inputs=len(parts) if layer is not None else 0)
-            self._active, self._layout = wrapped, layout
-            try:
-                if not context:
-                    attr, refs, delta = self._core(x, base, t, fx, options, show_progress,
-                                                   want_delta)
-                else:
-                    attr, refs, delta = self._per_sample(wrapped, context, x, base, t, fx,
-                                                         options, show_progress, want_delta)
-            finally:
-                self._active, self._layout = None, None
-        if delta is not None and against_model:  # Captum's: the whole model at x~
-            with torch.no_grad():
-                out = model_output(lambda _: model(*input_base, *extra), input_base[0],
-                                   name="model (at the baselines)")
-            delta = per_sample_sum(attr) - (fx - select_output(out, t)).to(attr.dtype)
-        attr_parts = layout.split(attr)
-        refs = None if refs is None else layout.result(layout.split(refs, lead=2))
-        of = None if delta is None else ("model" if against_model or layer is None else "layer")
-        return Explanation(layout.result(attr_parts), refs, fx, t, delta, of)
-
-    def _per_sample(self, wrapped, context, x, base, t, fx, options, show_progress, want_delta):
-        """Run the method once per sample, the model seeing that sample's context."""
-        batch = x.shape[0]
-        attrs, refs, deltas = [], [], []
-        for b in range(batch):
-            wrapped.set_context(tuple(c[b:b + 1] for c in context))
-            base_b = base[b:b + 1] if self.baseline_kind == "point" else base
-            opts = {k: slice_option(v, b, batch) if k in self.batch_options else v
-                    for k, v in options.items()}
-            a, r, d = self._core(x[b:b + 1], base_b, None if t is None else t[b:b + 1],
-                                 fx[b:b + 1], opts, show_progress, want_delta)
-            attrs.append(a)
-            refs.append(r)
-            deltas.append(d)
-        ref = None if refs[0] is None else torch.cat(refs)
-        return torch.cat(attrs), ref, (torch.cat(deltas) if want_delta else None)
 
     def _structured_baselines(self, baselines, parts: tuple, layout: Layout | None):
         """Baselines for tuple inputs or a layer: point baselines per input (joined when a
@@ -563,41 +616,28 @@ class AttributionMethod:
             return broadcast_baselines(baselines, x)
         return baselines
 
-    def _inputs_and_target(self, inputs, target, keep_graph: bool = False):
-        """Check ``inputs``, run the model once on them and resolve ``target``.
-
-        Returns ``(x, target_index, f_x)``: ``x`` detached and ``f_x`` the explained output
-        per sample ``[B]``; with ``keep_graph`` ``x`` is a leaf requiring grad and ``f_x``
-        keeps its graph, so a method needing the gradient at the inputs reuses this forward.
-        """
-        x = check_inputs(inputs).detach()
-        if keep_graph:
-            x = x.clone().requires_grad_(True)
-        with torch.set_grad_enabled(keep_graph):
-            out = model_output(self.model, x)
-        t = resolve_target(target, out)
-        return x, t, select_output(out, t)
-
-    def _explained(self, rows: torch.Tensor, target: torch.Tensor | None,
+    @staticmethod
+    def _explained(call: Call, rows: torch.Tensor, target: torch.Tensor | None,
                    chunk: int | None = None) -> torch.Tensor:
-        """The explained output of ``rows`` (no grad), in chunks of ``chunk`` rows."""
+        """The explained output of ``rows`` (no grad) under ``call.model``, in chunks of
+        ``chunk`` rows."""
         n = rows.shape[0]
-        chunk = chunk or default_chunk_rows(rows, backward=False, model=self.model)
+        chunk = chunk or default_chunk_rows(rows, backward=False, model=call.model)
         outs = []
         with torch.no_grad():
             for a, b in chunk_ranges(n, chunk):
-                outs.append(select_output(self.model(rows[a:b]),
+                outs.append(select_output(call.model(rows[a:b]),
                                           None if target is None else target[a:b]))
         return torch.cat(outs)
 
-    def _delta(self, attr, fx, refs, t) -> torch.Tensor:
+    def _delta(self, call, attr, fx, refs, t) -> torch.Tensor:
         """``sum(a) - (f(x) - mean_k f(refs_k))`` per sample; ``sum(a) - f(x)`` without refs."""
         if refs is None:
             explained = fx
         else:
             batch, n = refs.shape[:2]
             rows = refs.reshape((batch * n,) + tuple(refs.shape[2:]))
-            f_ref = self._explained(rows, None if t is None else t.repeat_interleave(n))
+            f_ref = self._explained(call, rows, None if t is None else t.repeat_interleave(n))
             explained = fx - f_ref.view(batch, n).mean(1)
         return per_sample_sum(attr) - explained.to(attr.dtype)
 
@@ -610,7 +650,7 @@ class AttributionMethod:
                              "integration-path points or baselines); the attributions are not finite")
         return attributions
 
-    def _attribute(self, x, baselines, target, fx, *, show_progress=False):  # pragma: no cover
+    def _attribute(self, call, x, baselines, target, fx, *, show_progress=False):  # pragma: no cover
         raise NotImplementedError
 
 
@@ -618,14 +658,6 @@ class ImplicitBaselineMethod(AttributionMethod):
     """A method with a fixed reference (the zero input): ``attribute`` takes no baselines."""
 
     baseline_kind = "none"
-
-    def attribute(self, inputs: torch.Tensor, target=None, *,
-                  return_convergence_delta: bool = False, show_progress: bool = False,
-                  **options):
-        """Attributions shaped like ``inputs`` (see :meth:`AttributionMethod.attribute`; the
-        reference is fixed by the method; ``**options`` include the input arguments)."""
-        return self._run(inputs, None, target, options, show_progress,
-                         return_convergence_delta).result()
 
 
 def _layer_delta(value) -> str:
@@ -649,6 +681,8 @@ class Explanation:
     target: torch.Tensor | None
     delta: torch.Tensor | None = None
     delta_of: str | None = None
+    #: standard errors of sampled attributions (ShapleyValues), shaped like them; else None
+    standard_error: object = None
 
     def result(self):
         """``attributions``, or ``(attributions, delta)`` when the delta was asked for."""
@@ -664,3 +698,6 @@ class Several:
     def result(self):
         """One result per layer, in order (Captum's list for a list of layers)."""
         return [e.result() for e in self.explanations]
+
+
+AttributionMethod.attribute = attribute_for(AttributionMethod)

@@ -26,50 +26,41 @@ here, once for all methods, by wrapping the model for the call:
   whose groups span the batch axis, one model call per occluded copy of the batch.
   ``target`` must be None; masks must be shared by the samples (first dimension 1); no
   convergence delta. A model returning ``[B]`` or ``[B, C]`` is read per sample (for
-  ``B = 1`` both readings agree). The mode is entered when the per-sample call refuses the
-  output (no extra forward pass for per-sample models).
+  ``B = 1`` both readings agree).
+
+Which convention applies is decided once per call from the inputs' dtypes and the shape of
+the model's output at the inputs, from the one forward every call runs to resolve the
+target (:meth:`~taylorattr.methods.AttributionMethod.prepare`): no call is retried.
 
 Inputs ``[B]`` (one feature per sample) need no wrapper: :class:`~taylorattr.inputs.Layout`
 shows them to the method as ``[B, 1]``.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 import numpy as np
 import torch
 from torch import nn
 
-from .._validation import check_inputs, flat_target, tuple_target
+from .._validation import check_inputs
 from ..groups import window_shape
-from ..inputs import (
-    ModelWrapper,
-    as_tuple,
-    check_additional_args,
-    check_batch,
-    follow_mode,
-    point_baselines,
-)
+from ..inputs import ModelWrapper, follow_mode, point_baselines
 
-__all__ = ["adapt", "after_refusal"]
+__all__ = ["Aggregate", "Reading", "check_discrete", "discrete", "lift_options", "run_aggregate"]
 
 _EXACT = 2 ** 53
 
 
-def _discrete(t: torch.Tensor) -> bool:
+def discrete(t: torch.Tensor) -> bool:
+    """Integer or bool (not float, not complex)."""
     return not (t.is_floating_point() or t.is_complex())
 
 
-def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
-    """A :class:`_Call` running ``method`` through a wrapped model, or None when the call
-    needs no wrapper. The model runs once here (probe) only when a convention may apply."""
-    if getattr(method, "_adapting", False):
-        return None
-    parts, is_tuple = as_tuple(inputs)
-    discrete = layer is None and any(_discrete(p) for p in parts)
-    ragged = len({p.shape[0] if p.dim() else None for p in parts}) > 1
-    if not (discrete or ragged or tuple_target(target)):
-        return None  # a whole-batch output is found when the call refuses it (:func:`after_refusal`)
-    if discrete and not method.perturbation:
-        i = next(i for i, p in enumerate(parts) if _discrete(p))
+def check_discrete(method, parts: tuple, is_tuple: bool) -> None:
+    """Integer and bool inputs: perturbation methods only, integers float64 carries exactly."""
+    if not method.perturbation:
+        i = next(i for i, p in enumerate(parts) if discrete(p))
         name = f"inputs[{i}]" if is_tuple else "inputs"
         raise TypeError(f"{name} must be float32/float64 for {type(method).__name__} (it "
                         "differentiates the model or follows its layers); integer and bool "
@@ -77,63 +68,28 @@ def adapt(method, inputs, baselines, target, extra, layer, options, want_delta):
                         "ShapleyValues, KernelShap, Lime); for token ids attribute to the "
                         "embedding with layer=")
     for i, p in enumerate(parts):
-        if _discrete(p) and p.dtype != torch.bool and p.numel() and int(p.abs().max()) >= _EXACT:
+        if discrete(p) and p.dtype != torch.bool and p.numel() and int(p.abs().max()) >= _EXACT:
             raise ValueError(f"inputs[{i}] holds integers beyond 2**53, which float64 cannot "
                              "carry exactly")
-    try:
-        batch, uneven = check_batch(parts, floats=False), None
-    except ValueError as exc:  # inputs of different lengths: only a whole-batch output reads them
-        if not (method.perturbation and layer is None) or parts[0].dim() == 0:
-            raise
-        batch, uneven = parts[0].shape[0], exc
-    extra_t = check_additional_args(extra, batch)
-    try:
-        with torch.no_grad():
-            out = method._model(*parts, *extra_t)
-    except (RuntimeError, IndexError) as exc:
-        raise ValueError(
-            f"model failed on inputs of dtype(s) {', '.join(str(p.dtype) for p in parts)} "
-            f"(integer and bool inputs reach the model as they are: does it take them?): "
-            f"{type(exc).__name__}: {exc}") from exc
-    if not isinstance(out, torch.Tensor):
-        return None  # model_output refuses it with its message
-    aggregate = method.perturbation and layer is None and (out.dim() == 0 or out.shape[0] != batch)
-    if aggregate:
-        return _Aggregate(parts, is_tuple, baselines, target, extra_t, options, out, want_delta)
-    if uneven is not None:
-        raise uneven
-    flat = out.dim() > 2
-    if flat or tuple_target(target):
-        target = flat_target(target, out)
-    if not (discrete or flat):
-        return None
-    return _Call(parts, is_tuple, baselines, target, extra, layer, options, discrete, flat,
-                 out.dtype, want_delta)
 
 
-def after_refusal(method, inputs, baselines, target, extra, layer, options, want_delta):
-    """After a call refused the model's output: the call through the convention that reads
-    it (one row per sample beyond ``[B, C]``: flattened; not one row per sample and a
-    perturbation method: aggregate mode), or None (the refusal stands)."""
-    if getattr(method, "_adapting", False) or layer is not None:
-        return None
-    parts, is_tuple = as_tuple(inputs)
-    if not all(isinstance(p, torch.Tensor) and p.dim() for p in parts):
-        return None
-    try:  # the original error stands if the model cannot run on the inputs at all
-        extra_t = check_additional_args(extra, parts[0].shape[0])
-        with torch.no_grad():
-            out = method._model(*parts, *extra_t)
-    except Exception:  # noqa: BLE001
-        return None
-    if not isinstance(out, torch.Tensor):
-        return None
-    if out.dim() > 2 and out.shape[0] == parts[0].shape[0]:
-        return _Call(parts, is_tuple, baselines, flat_target(target, out), extra, None,
-                     options, flat=True, out_dtype=out.dtype, want_delta=want_delta)
-    if method.perturbation and (out.dim() == 0 or out.shape[0] != parts[0].shape[0]):
-        return _Aggregate(parts, is_tuple, baselines, target, extra_t, options, out, want_delta)
-    return None
+@dataclass(frozen=True)
+class Reading:
+    """The model's output at the inputs as a call reads it: ``aggregate`` (one output for
+    the whole batch), else the resolved ``target``, the explained ``fx`` ``[B]``, whether the
+    output is seen ``flat`` and the inputs carried from integers (``discrete``)."""
+
+    out: torch.Tensor
+    target: torch.Tensor | None = None
+    fx: torch.Tensor | None = None
+    flat: bool = False
+    discrete: bool = False
+    aggregate: bool = False
+
+    def wrap(self, model, dtypes: tuple):
+        """``model`` as the method's passes see it: integer inputs cast back to ``dtypes``,
+        the output flattened; the model itself when neither applies."""
+        return _Recast(model, dtypes, self.flat) if self.flat or self.discrete else model
 
 
 class _Recast(ModelWrapper):
@@ -151,47 +107,6 @@ class _Recast(ModelWrapper):
         if isinstance(out, torch.Tensor) and not (out.is_floating_point() or out.is_complex()):
             out = out.double()  # integer outputs of integer inputs: exact in float64
         return out.flatten(1) if self.flat else out
-
-
-class _Call:
-    """The method run through :class:`_Recast` (discrete inputs carried as float64)."""
-
-    def __init__(self, parts, is_tuple, baselines, target, extra, layer, options,
-                 discrete=False, flat=False, out_dtype=None, want_delta=False):
-        self.parts = tuple(p.double() if discrete and _discrete(p) else p for p in parts)
-        # every input cast back to its dtype: a method joining a float32 input with the
-        # float64 carrier of an integer one hands both back as float64
-        self.dtypes = tuple(p.dtype if discrete else None for p in parts)
-        self.carried = tuple(discrete and _discrete(p) for p in parts)
-        self.is_tuple, self.baselines, self.target = is_tuple, baselines, target
-        self.extra, self.layer, self.options = extra, layer, options
-        self.flat, self.discrete, self.out_dtype = flat, discrete, out_dtype
-        self.want_delta = want_delta
-
-    def inputs(self):
-        return self.parts if self.is_tuple else self.parts[0]
-
-    def run(self, method, show_progress):
-        options = {**self.options, "additional_forward_args": self.extra, "layer": self.layer}
-        wrap = self.discrete or self.flat
-        model = method._model
-        method._adapting = True
-        if wrap:
-            method._model = _Recast(model, self.dtypes, self.flat)
-        try:
-            ex = method._run(self.inputs(), self.baselines, self.target, options, show_progress,
-                             self.want_delta)
-        finally:
-            method._model = model
-            method._adapting = False
-        if not self.discrete:
-            return ex
-        attr = ex.attributions
-        parts = attr if isinstance(attr, tuple) else (attr,)
-        parts = tuple(a.to(self.out_dtype if c else d)
-                      for a, c, d in zip(parts, self.carried, self.dtypes))
-        return type(ex)(parts if isinstance(attr, tuple) else parts[0], ex.references,
-                        ex.output, ex.target, ex.delta, ex.delta_of)
 
 
 class _WholeBatch(nn.Module):
@@ -216,10 +131,24 @@ class _WholeBatch(nn.Module):
         return out[:, 0] if self.k == 1 else out
 
 
-class _Aggregate:
-    """Captum's aggregate mode (module docstring)."""
+@dataclass(frozen=True)
+class Aggregate:
+    """Captum's aggregate mode (module docstring): the user's ``model``, the inputs as given
+    (each its own length), their ``baselines``, the tensors of ``extra`` and ``out``, the
+    model's output for the whole batch (integers carried as float64), ``dtype`` that of the
+    attributions."""
 
-    def __init__(self, parts, is_tuple, baselines, target, extra, options, out, want_delta):
+    model: object
+    parts: tuple
+    is_tuple: bool
+    baselines: object
+    extra: tuple
+    out: torch.Tensor
+    dtype: torch.dtype
+
+    @classmethod
+    def of(cls, model, parts, is_tuple, baselines, extra, out, target,
+           want_delta) -> Aggregate:
         if target is not None:
             raise ValueError("target must be None for a model whose output is not one row per "
                              f"sample (it returned shape {tuple(out.shape)} for "
@@ -229,69 +158,70 @@ class _Aggregate:
                              "output is not one row per sample (aggregate mode)")
         if out.is_complex():
             raise TypeError(f"model must return a real tensor, got dtype {out.dtype}")
-        self.dtype = out.dtype  # of the attributions (exact drops of an integer output)
-        out = out if out.is_floating_point() else out.double()  # as _Recast carries it
-        self.parts, self.is_tuple = parts, is_tuple
-        self.baselines, self.extra, self.options, self.out = baselines, extra, options, out
+        dtype = out.dtype  # of the attributions (exact drops of an integer output)
+        out = (out if out.is_floating_point() else out.double()).detach()
+        return cls(model, parts, is_tuple, baselines, extra, out, dtype)
 
-    def run(self, method, show_progress):
-        parts = self.parts  # each input's own length (the batch axis need not agree)
-        shapes = tuple(tuple(p.shape[1:]) for p in parts)
-        dtypes = tuple(p.dtype for p in parts)  # cast back (see _Call)
-        floats = tuple(p.double() if _discrete(p) else p for p in parts)
-        for i, f in enumerate(floats):
-            check_inputs(f.reshape(f.shape[0], -1), "inputs" if len(parts) == 1 else f"inputs[{i}]")
-        whole = tuple(f.reshape((1, f.shape[0]) + (s or (1,))) for f, s in zip(floats, shapes))
-        base = point_baselines(0.0 if self.baselines is None else self.baselines, floats)
-        base = tuple(b.reshape(w.shape) for b, w in zip(base, whole))
-        k = self.out.numel()
-        options = self._options(method, shapes)
-        model = method._model
-        method._model = _WholeBatch(model, shapes, dtypes, self.extra, k)
-        method._adapting = True
-        try:
-            per_output = []
-            for o in range(k):
-                ex = method._run(whole if self.is_tuple else whole[0],
-                                 base if self.is_tuple else base[0], None if k == 1 else o,
-                                 options, show_progress, False)
-                attr = ex.attributions if self.is_tuple else (ex.attributions,)
-                per_output.append(attr)
-        finally:
-            method._model = model
-            method._adapting = False
-        result = tuple(torch.stack([a[i][0, 0].reshape(s) for a in per_output]).to(self.dtype)
-                       for i, s in enumerate(shapes))
-        return type(ex)(result if self.is_tuple else result[0], None,  # an Explanation
-                        self.out.detach().reshape(-1), None, None)
 
-    def _options(self, method, shapes):
-        """Masks and windows spanning the batch axis: masks ``[1, ...]`` gain a batch axis of
-        1; an int window becomes its tuple; without a mask or window every feature is a
-        player shared by the samples."""
-        options = dict(self.options)
-        mask = options.get("feature_mask")
-        if mask is not None:
-            masks = mask if isinstance(mask, (tuple, list)) else (mask,)
-            for m in masks:
-                if isinstance(m, torch.Tensor) and m.dim() == len(shapes[0]) + 1 and m.shape[0] > 1:
-                    raise ValueError("feature_mask must be shared by the samples (first "
-                                     "dimension 1) for a model whose output is not one row "
-                                     "per sample")
-            lifted = tuple(m.reshape((1, 1) + (tuple(m.shape[1:]) or (1,)))
-                           if isinstance(m, torch.Tensor) else m for m in masks)
-            options["feature_mask"] = lifted if isinstance(mask, (tuple, list)) else lifted[0]
-        elif "patch" in options or ("patch" in method.options()
-                                    and method.options()["patch"].default is not None):
-            for key in ("patch", "stride"):
-                value = options.get(key, method.options()[key].default)
-                if isinstance(value, int) and not isinstance(value, bool):
-                    options[key] = window_shape(value, max(1, len(shapes[0])))
-        elif "feature_mask" in method.options():
-            ids, offset = [], 0
-            for s in shapes:
-                n = int(np.prod(s)) if s else 1
-                ids.append(torch.arange(offset, offset + n, device="cpu").reshape((1, 1) + (s or (1,))))
-                offset += n
-            options["feature_mask"] = tuple(ids) if self.is_tuple else ids[0]
-        return options
+def run_aggregate(method, call):
+    """The attributions of an aggregate-mode call: the method on the whole batch as one
+    sample ``[1, B, ...]`` (its groups spanning the batch axis) through :class:`_WholeBatch`,
+    once per output value ``o`` (target ``o``)."""
+    agg = call.aggregate
+    parts = agg.parts  # each input's own length (the batch axis need not agree)
+    shapes = tuple(tuple(p.shape[1:]) for p in parts)
+    dtypes = tuple(p.dtype for p in parts)  # cast back (see _Recast)
+    floats = tuple(p.double() if discrete(p) else p for p in parts)
+    for i, f in enumerate(floats):
+        check_inputs(f.reshape(f.shape[0], -1), "inputs" if len(parts) == 1 else f"inputs[{i}]")
+    whole = tuple(f.reshape((1, f.shape[0]) + (s or (1,))) for f, s in zip(floats, shapes))
+    base = point_baselines(0.0 if agg.baselines is None else agg.baselines, floats)
+    base = tuple(b.reshape(w.shape) for b, w in zip(base, whole))
+    k = agg.out.numel()
+    inner = method.prepare(whole if agg.is_tuple else whole[0],
+                           base if agg.is_tuple else base[0], None,
+                           options=lift_options(method, call.options, shapes, agg.is_tuple),
+                           show_progress=call.show_progress,
+                           model=_WholeBatch(agg.model, shapes, dtypes, agg.extra, k))
+    values = agg.out.reshape(-1).to(inner.fx.dtype)
+    per_output = []
+    for o in range(k):
+        t = None if k == 1 else torch.full((1,), o, dtype=torch.long, device=inner.fx.device)
+        ex = method.run(replace(inner, target=t, fx=values[o:o + 1], notes={}))
+        per_output.append(ex.attributions if agg.is_tuple else (ex.attributions,))
+    result = tuple(torch.stack([a[i][0, 0].reshape(s) for a in per_output]).to(agg.dtype)
+                   for i, s in enumerate(shapes))
+    return type(ex)(result if agg.is_tuple else result[0], None,  # an Explanation
+                    agg.out.reshape(-1), None, None)
+
+
+def lift_options(method, options, shapes, is_tuple):
+    """Masks and windows spanning the batch axis: masks ``[1, ...]`` gain a batch axis of
+    1; an int window becomes its tuple; without a mask or window every feature is a
+    player shared by the samples."""
+    options = dict(options)
+    mask = options.get("feature_mask")
+    if mask is not None:
+        masks = mask if isinstance(mask, (tuple, list)) else (mask,)
+        for m in masks:
+            if isinstance(m, torch.Tensor) and m.dim() == len(shapes[0]) + 1 and m.shape[0] > 1:
+                raise ValueError("feature_mask must be shared by the samples (first "
+                                 "dimension 1) for a model whose output is not one row "
+                                 "per sample")
+        lifted = tuple(m.reshape((1, 1) + (tuple(m.shape[1:]) or (1,)))
+                       if isinstance(m, torch.Tensor) else m for m in masks)
+        options["feature_mask"] = lifted if isinstance(mask, (tuple, list)) else lifted[0]
+    elif "patch" in options or ("patch" in method.options()
+                                and method.options()["patch"].default is not None):
+        for key in ("patch", "stride"):
+            value = options.get(key, method.options()[key].default)
+            if isinstance(value, int) and not isinstance(value, bool):
+                options[key] = window_shape(value, max(1, len(shapes[0])))
+    elif "feature_mask" in method.options():
+        ids, offset = [], 0
+        for s in shapes:
+            n = int(np.prod(s)) if s else 1
+            ids.append(torch.arange(offset, offset + n, device="cpu").reshape((1, 1) + (s or (1,))))
+            offset += n
+        options["feature_mask"] = tuple(ids) if is_tuple else ids[0]
+    return options

@@ -15,7 +15,7 @@ import torch
 
 from .._validation import broadcast_baselines, check_bool, check_inputs
 from ._base import AttributionMethod
-from .layerwise import DEEPLIFT_RESCALE, LayerRecord, LayerwiseMethod, propagate
+from .layerwise import DEEPLIFT_RESCALE, LayerRecord, LayerwiseMethod, get_plan, propagate
 
 __all__ = ["DeepLift"]
 
@@ -49,13 +49,13 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
         super().__init__(model, layer=layer, attribute_to_layer_input=attribute_to_layer_input)
         self._check_plan()
 
-    def _attribute(self, x, b, t, fx, *, multiply_by_inputs: bool = True, show_progress=False):
+    def _attribute(self, call, x, b, t, fx, *, multiply_by_inputs: bool = True, show_progress=False):
         """``multiply_by_inputs=False``: the multipliers ``m`` themselves (Captum's option;
         DeepLIFT's "hypothetical contributions" start from them), not ``(x - x~) * m``."""
         check_bool(multiply_by_inputs, "multiply_by_inputs")
-        prop = self._propagate(x, b, t, records=False)
+        prop = self._propagate(call.model, x, b, t, records=False)
         if multiply_by_inputs:  # complete: checked by the base class (f(x~) from this pass)
-            self._reference_outputs(prop.ref_output)
+            call.report(prop.ref_output)
         return ((x - b) * prop.gradient if multiply_by_inputs else prop.gradient), b.unsqueeze(1)
 
     def _cost(self, x, options):
@@ -73,7 +73,9 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
         local relevances ``a_ij^(l)``.
         """
         x = check_inputs(inputs).detach()
-        return self._propagate(x, broadcast_baselines(baselines, x), target, True).records
+        return self._propagate(self.model, x, broadcast_baselines(baselines, x), target,
+                               True).records
 
-    def _propagate(self, x, b, target, records):
-        return propagate(self.model, self._get_plan(x), self._rules, x, b, target, records)
+    def _propagate(self, model, x, b, target, records):
+        return propagate(model, get_plan(model, self._rules, x), self._rules, x, b, target,
+                         records)

@@ -43,30 +43,18 @@ class DeepLiftShap(DeepLift):
 
     baseline_kind = "distribution"
 
-    def attribute(self, inputs: torch.Tensor, baselines=None, target=None, *,
-                  return_convergence_delta: bool = False, show_progress: bool = False,
-                  **options):
-        """Attributions ``[B, ...]``; with ``return_convergence_delta`` also
-        ``sum(a) - (f(x) - mean_k f(x~_k))`` per sample (zero up to rounding).
-
-        Args:
-            inputs: ``[B, ...]`` float32/float64 batch.
-            baselines: the references: a tensor ``[N, ...]`` or a
-                :class:`~taylorattr.baselines.ReferenceSet` (every row used), or a
-                :class:`~taylorattr.baselines.Noise` (``n_samples`` drawn), or None with
-                ``noise_std``.
-            target: None (argmax class), an int, or a ``[B]`` integer tensor.
-            **options: ``n_samples`` (references drawn per sample from a Noise, 50),
-                ``noise_std`` (shorthand for ``Noise(noise_std)`` around the input),
-                ``seed`` (of the draws, 0), ``internal_batch_size`` (rows per call).
-        """
-        return self._run(inputs, baselines, target, options, show_progress,
-                         return_convergence_delta).result()
-
-    def _attribute(self, x, baselines, t, fx, *, n_samples: int = 50, noise_std=None,
+    def _attribute(self, call, x, baselines, t, fx, *, n_samples: int = 50, noise_std=None,
                    seed: int = 0, internal_batch_size: int | None = None,
                    multiply_by_inputs: bool = True, show_progress: bool = False):
-        """``multiply_by_inputs=False``: the multipliers averaged over the references."""
+        """Options: ``n_samples`` (references drawn per sample from a Noise, 50),
+        ``noise_std`` (shorthand for ``Noise(noise_std)`` around the input), ``seed``
+        (of the draws, 0), ``internal_batch_size`` (rows per call). ``baselines``: the
+        references: a tensor ``[N, ...]`` or a
+        :class:`~taylorattr.baselines.ReferenceSet` (every row used), or a
+        :class:`~taylorattr.baselines.Noise` (``n_samples`` drawn), or None with
+        ``noise_std``.
+
+        ``multiply_by_inputs=False``: the multipliers averaged over the references."""
         chunk = check_optional_positive_int(internal_batch_size, "internal_batch_size")
         check_positive_int(n_samples, "n_samples")
         dist = _distribution(baselines, noise_std)
@@ -85,14 +73,14 @@ class DeepLiftShap(DeepLift):
             ref = ref[:, k0:k1].expand((s1 - s0, k1 - k0) + feat)
             rows = x[s0:s1, None].expand_as(ref).reshape((-1,) + feat)
             tr = None if t is None else t[s0:s1].repeat_interleave(k1 - k0)
-            attr, _ = DeepLift._attribute(self, rows, ref.reshape((-1,) + feat), tr, None,
+            attr, _ = DeepLift._attribute(self, call, rows, ref.reshape((-1,) + feat), tr, None,
                                           multiply_by_inputs=multiply_by_inputs)
             total[s0:s1] += attr.view(ref.shape).sum(1)
-            if self._ref_out is not None:  # DeepLIFT's f(x~) of these rows
-                f_ref[s0:s1] += self._ref_out[0].to(x.dtype).view(s1 - s0, k1 - k0).sum(1)
+            reported = call.reported()
+            if reported is not None:  # DeepLIFT's f(x~) of these rows
+                f_ref[s0:s1] += reported[0].to(x.dtype).view(s1 - s0, k1 - k0).sum(1)
         # complete towards the mean of the references: checked by the base class
-        self._ref_out = None
-        self._reference_outputs(f_ref / n if multiply_by_inputs else None)
+        call.report(f_ref / n if multiply_by_inputs else None)
         return total / n, refs.expand((batch, n) + feat)
 
     def _cost(self, x, options):

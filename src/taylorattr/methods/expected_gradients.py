@@ -138,31 +138,19 @@ class ExpectedGradients(AttributionMethod):
         """Same as :func:`taylorattr.methods.expected_gradients.draw`."""
         return draw(inputs, baselines, n_samples, noise_std, seed)
 
-    def attribute(self, inputs: torch.Tensor, baselines=None, target=None, *,
-                  return_convergence_delta: bool = False, show_progress: bool = False,
-                  **options):
-        """Attributions ``[B, ...]``; with ``return_convergence_delta`` also
-        ``sum(a) - mean_k (f(x) - f(x~_k))`` per sample (a Monte-Carlo error).
-
-        Args:
-            inputs: ``[B, ...]`` float32/float64 batch.
-            baselines: the reference distribution: a :class:`~taylorattr.baselines.ReferenceSet`
-                or reference tensor ``[N, ...]``, a :class:`~taylorattr.baselines.Noise`, or
-                None with ``noise_std`` (or ``draws``).
-            target: None (argmax class), an int, or a ``[B]`` integer tensor.
-            **options: ``n_samples`` (draws per sample, 50), ``noise_std`` (shorthand for
-                ``Noise(noise_std)`` around the input), ``seed`` (of all draws, 0),
-                ``draws`` (precomputed :class:`EGDraws`; then give neither baselines nor
-                noise_std), ``internal_batch_size`` (rows per call; default automatic).
-        """
-        return self._run(inputs, baselines, target, options, show_progress,
-                         return_convergence_delta).result()
-
-    def _attribute(self, x, baselines, t, fx, *, n_samples: int = 50, noise_std=None,
+    def _attribute(self, call, x, baselines, t, fx, *, n_samples: int = 50, noise_std=None,
                    seed: int = 0, draws: EGDraws | None = None,
                    internal_batch_size: int | None = None, multiply_by_inputs: bool = True,
                    show_progress: bool = False):
-        """``multiply_by_inputs=False``: the gradients at the path points averaged, without
+        """Options: ``n_samples`` (draws per sample, 50), ``noise_std`` (shorthand for
+        ``Noise(noise_std)`` around the input), ``seed`` (of all draws, 0), ``draws``
+        (precomputed :class:`EGDraws`; then give neither baselines nor noise_std),
+        ``internal_batch_size`` (rows per call; default automatic). ``baselines``: the
+        reference distribution: a :class:`~taylorattr.baselines.ReferenceSet` or
+        reference tensor ``[N, ...]``, a :class:`~taylorattr.baselines.Noise`, or None
+        with ``noise_std`` (or ``draws``).
+
+        ``multiply_by_inputs=False``: the gradients at the path points averaged, without
         the factor ``x - x~_k`` (Captum's option; not a share of the output change)."""
         check_bool(multiply_by_inputs, "multiply_by_inputs")
         chunk = check_optional_positive_int(internal_batch_size, "internal_batch_size")
@@ -182,7 +170,7 @@ class ExpectedGradients(AttributionMethod):
         n = draws.n_samples
         xb = draws.baselines.to(x.device, x.dtype)
         alphas = draws.alphas.to(x.device, x.dtype)
-        chunk = chunk or default_chunk_rows(x, backward=True, model=self.model)
+        chunk = chunk or default_chunk_rows(x, backward=True, model=call.model)
         feat = tuple(x.shape[1:])
         bcast = (1,) * len(feat)
 
@@ -194,7 +182,7 @@ class ExpectedGradients(AttributionMethod):
             a = alphas[s0:s1, k0:k1]
             rows = torch.addcmul(ref, a.view(a.shape + bcast), diff)
             tr = None if t is None else t[s0:s1].repeat_interleave(k1 - k0)
-            grad, _ = target_gradient(self.model, rows.reshape((-1,) + feat), tr)
+            grad, _ = target_gradient(call.model, rows.reshape((-1,) + feat), tr)
             grad = grad.reshape(diff.shape)
             total[s0:s1] += (grad * diff if multiply_by_inputs else grad).to(total.dtype).sum(1)
         return (total / n).to(x.dtype), xb

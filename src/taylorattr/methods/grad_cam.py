@@ -31,9 +31,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .._validation import check_bool, model_output, resolve_target, select_output
+from .._validation import check_bool, run_model, select_output
 from ..inputs import as_tuple, check_additional_args, check_batch
 from ._base import Explanation, ImplicitBaselineMethod
+from ._call import CONSTRUCTED, SHARED_NAMES
 from ._passes import gradient_pass_cost
 from .layerwise import UnsupportedModelError
 
@@ -133,49 +134,46 @@ class GradCAM(ImplicitBaselineMethod):
 
     name = "grad_cam"
 
-    def _run(self, inputs, baselines, target, options, show_progress, want_delta):
+    def explain(self, inputs, baselines=None, target=None, *, layer=CONSTRUCTED,
+                attribute_to_layer_input=CONSTRUCTED, model=None, **kw):
         """``upsample=False``: the layer's map for any inputs (not shaped like them), from one
         forward and backward of the user's model; else the base class's call. ``layer=`` (and
         ``attribute_to_layer_input``, here or at construction) name Grad-CAM's layer, as
         ``conv_layer=`` (``conv_layer_input``) do: Grad-CAM has no other use for a layer."""
-        options = self._own_layer(options, "conv_layer", "conv_layer_input")
+        own = {k: kw.pop(k) for k in tuple(kw) if k not in SHARED_NAMES}
+        self._check_options(own)
+        own = self._own_layer(own, layer, attribute_to_layer_input, "conv_layer",
+                              "conv_layer_input")
         for key in ("upsample", "sum_channels"):
-            check_bool(options.get(key, True), key)
-        if options.get("upsample", True):
+            check_bool(own.get(key, True), key)
+        if own.get("upsample", True):
             if not isinstance(inputs, torch.Tensor):
                 raise ValueError("Grad-CAM upsamples its map to the spatial size of one input; "
                                  "for tuple inputs pass upsample=False (the map at the layer's "
                                  "resolution) and upsample it to each input yourself")
-            return super()._run(inputs, baselines, target, options, show_progress, want_delta)
-        if want_delta:
+            return super().explain(inputs, baselines, target, layer=None,
+                                   attribute_to_layer_input=False, model=model, **kw, **own)
+        if check_bool(kw.get("return_convergence_delta", False), "return_convergence_delta"):
             raise ValueError("return_convergence_delta: the layer-resolution Grad-CAM map "
                              "(upsample=False) is not shaped like the inputs; no delta")
-        if not all(p.is_floating_point() for p in as_tuple(inputs)[0]):
-            # token ids and other integer inputs reach the model as they are: the map is
-            # differentiated at the layer, never at the inputs
-            return self._layer_map(inputs, target, options)
-        own = {k: v for k, v in options.items() if k != "additional_forward_args"}
-        return self._conventional(  # tuple targets, outputs beyond [B, C]
-            inputs, baselines, target, options.get("additional_forward_args"), None, own,
-            show_progress, want_delta, lambda: self._layer_map(inputs, target, options))
+        return self._layer_map(inputs, target, kw.get("additional_forward_args"), own,
+                               self._model if model is None else model)
 
-    def _layer_map(self, inputs, target, options) -> Explanation:
+    def _layer_map(self, inputs, target, extra, opts, model) -> Explanation:
         """The map at the layer's resolution for any inputs, from one forward and backward
-        of the user's model."""
-        opts = dict(options)
-        opts.pop("layer")
-        extra = opts.pop("additional_forward_args", None)
+        of the user's model. Token ids and other integer inputs reach the model as they are:
+        the map is differentiated at the layer, never at the inputs."""
         parts, _ = as_tuple(inputs)
         batch = check_batch(parts, floats=False)
         extra = check_additional_args(extra, batch)
         parts = tuple(p.detach().clone().requires_grad_(p.is_floating_point()) for p in parts)
         with torch.no_grad():
-            out = model_output(lambda _: self._model(*parts, *extra), parts[0])
-        t = resolve_target(target, out)
+            out = run_model(lambda _: model(*parts, *extra), parts[0])
+        read = self._read_output(out, parts, target, discrete=False, layer=None)
         module, relu = self._settings(opts)
-        m = cam(self._model, module, parts + extra, t, relu, opts.get("conv_layer_input", False),
-                opts.get("sum_channels", True))
-        return Explanation(m, None, select_output(out, t).detach(), t, None)
+        m = cam(read.wrap(model, (None,) * len(parts)), module, parts + extra, read.target, relu,
+                opts.get("conv_layer_input", False), opts.get("sum_channels", True))
+        return Explanation(m, None, read.fx.detach(), read.target, None)
 
     def _settings(self, opts):
         relu = check_bool(opts.get("relu_attributions", False), "relu_attributions")
@@ -190,7 +188,7 @@ class GradCAM(ImplicitBaselineMethod):
                             f"{', '.join(map(repr, unknown))}")
         return find_layer(self._model, opts.get("conv_layer")), relu
 
-    def _attribute(self, x, baselines, target, fx, *, conv_layer=None, relu_attributions: bool = False,
+    def _attribute(self, call, x, baselines, target, fx, *, conv_layer=None, relu_attributions: bool = False,
                    interpolate_mode: str = "nearest", upsample: bool = True,
                    conv_layer_input: bool = False, sum_channels: bool = True,
                    show_progress: bool = False):
@@ -204,7 +202,7 @@ class GradCAM(ImplicitBaselineMethod):
         module, relu = self._settings({"conv_layer": conv_layer, "relu_attributions":
                                        relu_attributions, "interpolate_mode": interpolate_mode,
                                        "conv_layer_input": conv_layer_input})
-        m = cam(self.model, module, (x.clone().requires_grad_(True),), target, relu,
+        m = cam(call.model, module, (x.clone().requires_grad_(True),), target, relu,
                 conv_layer_input, sum_channels)
         if isinstance(m, tuple):  # a valid layer; upsampling is what does not fit it
             raise ValueError(f"conv_layer ({type(module).__name__}) returns {len(m)} tensors, "  # noqa: TRY004

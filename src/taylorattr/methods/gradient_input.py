@@ -26,8 +26,8 @@ class GradientInput(ImplicitBaselineMethod):
     name = "gradient_input"
     gradient_at_inputs = True
 
-    def _attribute(self, x, baselines, target, fx, *, show_progress=False):
-        grad = input_gradient(self.model, x, target, fx)
+    def _attribute(self, call, x, baselines, target, fx, *, show_progress=False):
+        grad = input_gradient(call.model, x, target, fx)
         x = x.detach()
         return x * grad, torch.zeros_like(x).unsqueeze(1)
 

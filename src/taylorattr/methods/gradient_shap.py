@@ -110,29 +110,16 @@ class GradientShap(AttributionMethod):
 
     draw = staticmethod(draw)
 
-    def attribute(self, inputs: torch.Tensor, baselines=None, target=None, *,
-                  return_convergence_delta: bool = False, show_progress: bool = False,
-                  **options):
-        """Attributions ``[B, ...]``; with ``return_convergence_delta`` also
-        ``sum(a) - (f(x) - mean_k f(x~_k))`` per sample (a Monte-Carlo error).
-
-        Args:
-            inputs: ``[B, ...]`` float32/float64 batch.
-            baselines: the reference distribution, as for
-                :class:`~taylorattr.methods.ExpectedGradients`.
-            target: None (argmax class), an int, or a ``[B]`` integer tensor.
-            **options: ``n_samples`` (draws per sample, 50), ``stdevs`` (input noise, 0.0,
-                Captum's default), ``noise_std`` (references from ``N(x, noise_std^2)``),
-                ``seed`` (0), ``draws`` (precomputed :class:`GSDraws`; then give neither
-                baselines nor noise_std), ``internal_batch_size`` (rows per call).
-        """
-        return self._run(inputs, baselines, target, options, show_progress,
-                         return_convergence_delta).result()
-
-    def _attribute(self, x, baselines, t, fx, *, n_samples: int = 50, stdevs: float = 0.0,
+    def _attribute(self, call, x, baselines, t, fx, *, n_samples: int = 50, stdevs: float = 0.0,
                    noise_std=None, seed: int = 0, draws: GSDraws | None = None,
                    internal_batch_size: int | None = None, multiply_by_inputs: bool = True,
                    show_progress: bool = False):
+        """Options: ``n_samples`` (draws per sample, 50), ``stdevs`` (input noise, 0.0,
+        Captum's default), ``noise_std`` (references from ``N(x, noise_std^2)``),
+        ``seed`` (0), ``draws`` (precomputed :class:`GSDraws`; then give neither
+        baselines nor noise_std), ``internal_batch_size`` (rows per call).
+        ``baselines``: the reference distribution, as for
+        :class:`~taylorattr.methods.ExpectedGradients`."""
         chunk = check_optional_positive_int(internal_batch_size, "internal_batch_size")
         if draws is None:
             draws = draw(x, baselines, n_samples, stdevs, noise_std, seed)
@@ -143,8 +130,8 @@ class GradientShap(AttributionMethod):
         noisy, refs, alphas = noisy_rows(x, draws)
         tr = None if t is None else t.repeat_interleave(n)
         # each row is a one-draw Expected Gradients estimate at its noisy input
-        rows_attr, _ = ExpectedGradients(self.model)._attribute(
-            noisy, None, tr, None, draws=EGDraws(refs.unsqueeze(1), alphas),
+        rows_attr, _ = ExpectedGradients(call.model)._attribute(
+            call, noisy, None, tr, None, draws=EGDraws(refs.unsqueeze(1), alphas),
             internal_batch_size=chunk, multiply_by_inputs=multiply_by_inputs,
             show_progress=show_progress)
         attr = rows_attr.view(draws.baselines.shape).mean(1)

@@ -88,8 +88,8 @@ class GuidedBackprop(ImplicitBaselineMethod):
     #: the ReLU's replacement in the backward pass (Deconvolution: its own rule)
     relu_function = None
 
-    def _attribute(self, x, baselines, target, fx, *, show_progress: bool = False):
-        relus = [m for m in self.model.modules() if isinstance(m, nn.ReLU)]
+    def _attribute(self, call, x, baselines, target, fx, *, show_progress: bool = False):
+        relus = [m for m in call.model.modules() if isinstance(m, nn.ReLU)]
         function = self.relu_function or _GuidedReLU
 
         def gate(module, args, output):
@@ -99,7 +99,7 @@ class GuidedBackprop(ImplicitBaselineMethod):
 
         hooks = [m.register_forward_hook(gate) for m in relus]
         try:
-            grad, _ = target_gradient(self.model, x.clone(), target)
+            grad, _ = target_gradient(call.model, x.clone(), target)
         finally:
             for h in hooks:
                 h.remove()

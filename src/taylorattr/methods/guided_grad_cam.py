@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from ..inputs import as_tuple
 from ._base import Explanation, ImplicitBaselineMethod
+from ._call import SHARED_NAMES
 from ._passes import gradient_pass_cost
 from .grad_cam import GradCAM
 from .guided_backprop import GuidedBackprop
@@ -39,24 +40,27 @@ class GuidedGradCam(ImplicitBaselineMethod):
         self._guided = GuidedBackprop(model)
         self._cam = GradCAM(model)
 
-    def _run(self, inputs, baselines, target, options, show_progress, want_delta):
+    def explain(self, inputs, baselines=None, target=None, *, model=None, **kw):
         """One tensor without extra arguments: the base class's call; else per input
         (module docstring)."""
-        if isinstance(inputs, torch.Tensor) and options.get("additional_forward_args") is None:
-            return super()._run(inputs, baselines, target, options, show_progress, want_delta)
-        if want_delta:
+        extra = kw.get("additional_forward_args")
+        if isinstance(inputs, torch.Tensor) and extra is None:
+            return super().explain(inputs, baselines, target, model=model, **kw)
+        own = {k: kw.pop(k) for k in tuple(kw) if k not in SHARED_NAMES}
+        self._check_options(own)
+        if kw.get("return_convergence_delta", False):
             raise ValueError("return_convergence_delta: Guided Grad-CAM has no delta")
-        opts = dict(options)
-        mode = opts.pop("interpolate_mode", "nearest")
-        unmatched = opts.pop("unmatched", "raise")
+        mode = own.pop("interpolate_mode", "nearest")
+        unmatched = own.pop("unmatched", "raise")
         if unmatched not in ("raise", "empty"):
             raise ValueError(f"unmatched must be 'raise' or 'empty', got {unmatched!r}")
-        extra = {"additional_forward_args": opts.pop("additional_forward_args", None)}
         self._cam._settings({"interpolate_mode": mode})  # checks the mode
-        guided = self._guided._run(inputs, None, target, dict(extra), show_progress, False)
-        cam = self._cam._run(inputs, None, target, {
-            **extra, **opts, "upsample": False, "relu_attributions": True}, show_progress,
-            False).attributions
+        show = kw.get("show_progress", False)
+        guided = self._guided.explain(inputs, None, target, additional_forward_args=extra,
+                                      show_progress=show, model=model)
+        cam = self._cam.explain(inputs, None, target, additional_forward_args=extra,
+                                show_progress=show, model=model, **own, upsample=False,
+                                relu_attributions=True).attributions
         parts, is_tuple = as_tuple(guided.attributions)
         out = []
         for i, g in enumerate(parts):
@@ -77,7 +81,7 @@ class GuidedGradCam(ImplicitBaselineMethod):
         return Explanation(tuple(out) if is_tuple else out[0], None, guided.output,
                            guided.target, None)
 
-    def _attribute(self, x, baselines, target, fx, *, conv_layer=None,
+    def _attribute(self, call, x, baselines, target, fx, *, conv_layer=None,
                    interpolate_mode: str = "nearest", conv_layer_input: bool = False,
                    unmatched: str = "raise", show_progress: bool = False):
         """Options: ``conv_layer`` (default the last convolution), ``interpolate_mode``,
@@ -85,25 +89,13 @@ class GuidedGradCam(ImplicitBaselineMethod):
         inputs: what an input without the map's spatial axes gets; module docstring)."""
         if unmatched not in ("raise", "empty"):
             raise ValueError(f"unmatched must be 'raise' or 'empty', got {unmatched!r}")
-        model = self.model
-        guided, refs = GuidedBackprop._attribute(_View(self._guided, model), x, None, target, fx)
-        cam, _ = GradCAM._attribute(_View(self._cam, model), x, None, target,
-                                    fx, conv_layer=conv_layer, relu_attributions=True,
-                                    interpolate_mode=interpolate_mode,
-                                    conv_layer_input=conv_layer_input)
+        guided, refs = self._guided._attribute(call, x, None, target, fx)
+        cam, _ = self._cam._attribute(call, x, None, target, fx, conv_layer=conv_layer,
+                                      relu_attributions=True,
+                                      interpolate_mode=interpolate_mode,
+                                      conv_layer_input=conv_layer_input)
         return guided * cam, refs
 
     def _cost(self, x, options):
         """Two gradient passes of the batch (Guided Backprop, Grad-CAM); the zero input."""
         return gradient_pass_cost(2 * x.shape[0]), 1
-
-
-class _View:
-    """``method`` seen with ``model`` (during a call on tuple inputs or a layer: the base
-    class's one-tensor view of the user's model) as its model."""
-
-    def __init__(self, method, model):
-        self._method, self.model, self._model = method, model, model
-
-    def __getattr__(self, name):
-        return getattr(self._method, name)

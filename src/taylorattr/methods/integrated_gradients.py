@@ -78,7 +78,7 @@ class IntegratedGradients(AttributionMethod):
 
     name = "integrated_gradients"
 
-    def _attribute(self, x, base, t, fx, *, n_steps: int = 50, method: str = "gausslegendre",
+    def _attribute(self, call, x, base, t, fx, *, n_steps: int = 50, method: str = "gausslegendre",
                    internal_batch_size: int | None = None, multiply_by_inputs: bool = True,
                    show_progress: bool = False):
         """Options: ``n_steps`` quadrature nodes (gradient evaluations per sample);
@@ -95,7 +95,7 @@ class IntegratedGradients(AttributionMethod):
         alphas = alphas.to(x.device, x.dtype)
         weights = weights.to(x.device, acc)
         batch = x.shape[0]
-        chunk = chunk or default_chunk_rows(x, backward=True, model=self.model)
+        chunk = chunk or default_chunk_rows(x, backward=True, model=call.model)
 
         total = torch.zeros_like(x, dtype=acc)
         for k0, k1, s0, s1 in grid_blocks(n_steps, batch, chunk, show_progress,
@@ -105,7 +105,7 @@ class IntegratedGradients(AttributionMethod):
             rows = torch.addcmul(base[None, s0:s1], a, diff[None, s0:s1])
             rows = rows.reshape((-1,) + tuple(x.shape[1:]))
             tr = None if t is None else t[s0:s1].repeat(k1 - k0)
-            grad, _ = target_gradient(self.model, rows, tr)
+            grad, _ = target_gradient(call.model, rows, tr)
             grad = grad.reshape(k1 - k0, s1 - s0, -1)
             # total[s] += sum_k w_k grad[k, s]
             total[s0:s1] += torch.einsum("k,kbf->bf", weights[k0:k1], grad.to(acc)).view_as(

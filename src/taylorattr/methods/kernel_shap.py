@@ -162,7 +162,7 @@ class KernelShap(SampledShapley):
 
     name = "kernel_shap"
 
-    def _attribute(self, x, base, t, fx, *, feature_mask=None, patch=None,
+    def _attribute(self, call, x, base, t, fx, *, feature_mask=None, patch=None,
                    n_samples: int | None = None, seed: int = 0, sampler: str = "paired",
                    num_features: int | None = None, return_input_shape: bool = True,
                    perturbations_per_eval: int | None = None, show_progress: bool = False):
@@ -180,7 +180,7 @@ class KernelShap(SampledShapley):
             raise ValueError(f"sampler must be one of {list(SAMPLERS)}, got {sampler!r}")
         if num_features is not None:  # checked before any model row runs
             check_positive_int(num_features, "num_features")
-        layout = self._layout
+        layout = call.layout
         if not return_input_shape and layout is not None and layout.flat:
             raise ValueError("return_input_shape=False gives one [B, G] tensor of player values; "
                              "it is for one-tensor inputs (tuple inputs get their input shapes)")
@@ -190,16 +190,16 @@ class KernelShap(SampledShapley):
             if num_features is not None:
                 raise ValueError("num_features is for sampler='paired'")
             coal = draw_coalitions(G, n, x.shape[0], seed).to(x.device)
-            v = coalition_values(self.model, x, base, t, ids, coal, chunk, show_progress,
+            v = coalition_values(call.model, x, base, t, ids, coal, chunk, show_progress,
                                  "kernel shap")
             w = torch.ones(n, dtype=torch.float64, device=x.device)
             w[:2] = END_POINT_WEIGHT
             phi = _captum_fit(coal, v, w).to(x.device, x.dtype)
             se = None
         else:
-            phi, se = self._paired(x, base, t, fx, ids, G, n, seed, num_features, chunk,
+            phi, se = self._paired(call.model, x, base, t, fx, ids, G, n, seed, num_features, chunk,
                                    show_progress)
-        self._record(se if se is None else self._spread(se, ids, x, return_input_shape))
+        self._record(call, se if se is None else self._spread(se, ids, x, return_input_shape))
         return self._spread(phi, ids, x, return_input_shape), base.unsqueeze(1)
 
     @staticmethod
@@ -223,11 +223,11 @@ class KernelShap(SampledShapley):
                           "Shapley values. Raise n_samples or group features.", stacklevel=4)
         return n
 
-    def _paired(self, x, base, t, fx, ids, G, n, seed, num_features, chunk, show_progress):
+    def _paired(self, model, x, base, t, fx, ids, G, n, seed, num_features, chunk, show_progress):
         batch = x.shape[0]
         z, w, unit, stratum = paired_design(G, max(n - 1, 0), batch, seed)
         z = torch.cat([torch.zeros(batch, 1, G, dtype=torch.bool, device="cpu"), z], 1).to(x.device)
-        v = coalition_values(self.model, x, base, t, ids, z, chunk, show_progress,
+        v = coalition_values(model, x, base, t, ids, z, chunk, show_progress,
                              "kernel shap").double().cpu()
         z, v0 = z[:, 1:].cpu(), v[:, 0]
         y = v[:, 1:] - v0[:, None]

@@ -35,6 +35,7 @@ from ..inputs import (
     point_baselines,
 )
 from ._base import AttributionMethod, Explanation
+from ._call import CONSTRUCTED, SHARED_NAMES
 from ._passes import check_optional_positive_int, default_chunk_rows, gradient_pass_cost
 from .integrated_gradients import quadrature
 
@@ -92,45 +93,44 @@ class LayerConductance(AttributionMethod):
     Captum's ``LayerConductance`` with the same ``n_steps`` and ``method``."""
 
     name = "layer_conductance"
-    _parts = None  # the layer's tensors' shapes during a call on a layer giving several
 
-    def _run(self, inputs, baselines, target, options, show_progress, want_delta):
+    def explain(self, inputs, baselines=None, target=None, *, layer=CONSTRUCTED,
+                attribute_to_layer_input=CONSTRUCTED, additional_forward_args=None,
+                model=None, **kw):
         """``layer=`` (``attribute_to_layer_input``), here or at construction, name the
-        conductance layer, as ``conductance_layer=`` (``layer_input``) do."""
-        options = self._own_layer(options, "conductance_layer", "layer_input")
-        extra = options.pop("additional_forward_args", None)
-        self._parts = None
-        if isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and extra is None:
-            return self._split(super()._run(inputs, baselines, target, options, show_progress,
-                                            want_delta))
-        parts, is_tuple = as_tuple(inputs)
-        batch = check_batch(parts, vectors=True)
-        layout = Layout.of(parts, is_tuple)
-        base = layout.join(point_baselines(0.0 if baselines is None else baselines, parts))
-        model = self._model
-        self._model = _Joined(model, layout, check_additional_args(extra, batch), batch)
-        try:
-            return self._split(super()._run(layout.join(parts), base, target, options,
-                                            show_progress, want_delta))
-        finally:
-            self._model = model
-
-    def _split(self, ex: Explanation) -> Explanation:
-        """The joined conductances of a layer giving several tensors as their tuple."""
-        if self._parts is None:
+        conductance layer, as ``conductance_layer=`` (``layer_input``) do. Tuple inputs and
+        ``additional_forward_args``: the joined rows through :class:`_Joined`."""
+        own = {k: kw.pop(k) for k in tuple(kw) if k not in SHARED_NAMES}
+        self._check_options(own)
+        own = self._own_layer(own, layer, attribute_to_layer_input, "conductance_layer",
+                              "layer_input")
+        model = self._model if model is None else model
+        if not (isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and
+                additional_forward_args is None):
+            parts, is_tuple = as_tuple(inputs)
+            batch = check_batch(parts, vectors=True)
+            layout = Layout.of(parts, is_tuple)
+            baselines = layout.join(point_baselines(0.0 if baselines is None else baselines,
+                                                    parts))
+            model = _Joined(model, layout, check_additional_args(additional_forward_args,
+                                                                 batch), batch)
+            inputs = layout.join(parts)
+        call = self.prepare(inputs, baselines, target, options=own, model=model, **kw)
+        ex = self.run(call)
+        shapes = call.notes.get("layer_shapes")
+        if shapes is None:  # the joined conductances of a layer giving several tensors
             return ex
-        layout = Layout(self._parts, True)
-        return Explanation(layout.split(ex.attributions), ex.references, ex.output, ex.target,
-                           ex.delta)
+        return Explanation(Layout(shapes, True).split(ex.attributions), ex.references,
+                           ex.output, ex.target, ex.delta)
 
-    def _attribute(self, x, base, t, fx, *, conductance_layer=None, layer_input: bool = False,
+    def _attribute(self, call, x, base, t, fx, *, conductance_layer=None, layer_input: bool = False,
                    n_steps: int = 50, method: str = "gausslegendre",
                    internal_batch_size: int | None = None, show_progress: bool = False):
         """Options: ``conductance_layer`` (a submodule), ``layer_input`` (its input instead
         of its output), ``n_steps`` (intervals; ``n_steps + 1`` path points), ``method``
         (the nodes' rule), ``internal_batch_size`` (rows per call)."""
         if not isinstance(conductance_layer, nn.Module) or \
-                not any(m is conductance_layer for m in self.model.modules()):
+                not any(m is conductance_layer for m in call.model.modules()):
             raise ValueError("conductance_layer must be a submodule of the model (the layer "
                              "whose neurons' conductance is computed)")
         check_bool(layer_input, "layer_input")
@@ -139,20 +139,20 @@ class LayerConductance(AttributionMethod):
         alphas, _ = quadrature(method, n + 1)
         alphas = alphas.to(x.device, x.dtype)
         batch = x.shape[0]
-        per = max(1, (chunk or default_chunk_rows(x, backward=True, model=self.model)) // batch)
+        per = max(1, (chunk or default_chunk_rows(x, backward=True, model=call.model)) // batch)
         hs, gs = [], []
         for k0 in range(0, n + 1, per):
             a = alphas[k0:k0 + per].view((-1,) + (1,) * x.dim())
             rows = (base[None] + a * (x - base)[None]).reshape((-1,) + tuple(x.shape[1:]))
             tr = None if t is None else t.repeat(a.shape[0])
-            h, g, shapes, several = _layer_and_gradient(self.model, conductance_layer, rows,
+            h, g, shapes, several = _layer_and_gradient(call.model, conductance_layer, rows,
                                                         tr, layer_input)
             hs.append(h.view(a.shape[0], batch, -1))
             gs.append(g.view(a.shape[0], batch, -1))
         h, g = torch.cat(hs), torch.cat(gs)
         attr = (g[:-1] * (h[1:] - h[:-1])).sum(0)
-        # a layer of several tensors: joined here, split by _run (which reads self._parts)
-        self._parts = shapes if several else None
+        # a layer of several tensors: joined here, split by explain (from the call's notes)
+        call.notes["layer_shapes"] = shapes if several else None
         if not several:
             attr = attr.view((batch,) + shapes[0])
         return attr.to(x.dtype), base.unsqueeze(1)

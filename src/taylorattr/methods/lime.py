@@ -64,7 +64,7 @@ class Lime(AttributionMethod):
     perturbation = True
     batch_options = ("feature_mask", "coalitions")
 
-    def _attribute(self, x, base, t, fx, *, feature_mask=None, n_samples: int = 50,
+    def _attribute(self, call, x, base, t, fx, *, feature_mask=None, n_samples: int = 50,
                    seed: int = 0, coalitions=None, kernel_width: float = 1.0,
                    interpretable_model=None, perturbations_per_eval: int | None = None,
                    show_progress: bool = False):
@@ -74,7 +74,7 @@ class Lime(AttributionMethod):
         ``interpretable_model`` ``fit(z, y, weights) -> phi`` (default weighted least
         squares); ``perturbations_per_eval`` rows per model call."""
         chunk = check_optional_positive_int(perturbations_per_eval, "perturbations_per_eval")
-        ids, G = player_ids(feature_mask, x, None, self._layout)  # [1 or B, n_features]
+        ids, G = player_ids(feature_mask, x, None, call.layout)  # [1 or B, n_features]
         batch = x.shape[0]
         if coalitions is None:
             coal = draw_coalitions(G, check_positive_int(n_samples, "n_samples"), batch, seed)
@@ -89,7 +89,7 @@ class Lime(AttributionMethod):
                             "callable fit(z, y, weights) -> coefficients, got "
                             f"{type(interpretable_model).__name__}")
         coal = coal.to(x.device)
-        v = coalition_values(self.model, x, base, t, ids, coal, chunk, show_progress, "lime")
+        v = coalition_values(call.model, x, base, t, ids, coal, chunk, show_progress, "lime")
         index = ids[:, None, :].expand(batch, coal.shape[1], -1)
         keep = torch.gather(coal, 2, index).view(coal.shape[:2] + tuple(x.shape[1:]))
         sims = cosine_kernel(x, torch.where(keep, x[:, None], base[:, None]), kernel_width)

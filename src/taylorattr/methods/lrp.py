@@ -20,7 +20,7 @@ import torch
 
 from .._validation import check_inputs, check_nonnegative_real
 from ._base import ImplicitBaselineMethod
-from .layerwise import LayerRecord, LayerwiseMethod, epsilon_rule, propagate
+from .layerwise import LayerRecord, LayerwiseMethod, epsilon_rule, get_plan, propagate
 
 __all__ = ["EpsilonLRP"]
 
@@ -51,13 +51,14 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
         self._rules = epsilon_rule(self.epsilon)
         self._check_plan()
 
-    def _attribute(self, x, base, t, fx, *, show_progress=False):
+    def _attribute(self, call, x, base, t, fx, *, show_progress=False):
         """Relevances of ``f(x)`` itself. The convergence delta is ``sum(a) - f(x)`` (not zero
         with biases): the sign of the other methods here (attributions minus the explained
         change), the *opposite* of Captum's ``LRP.compute_convergence_delta``, which returns
         ``f(x) - sum(a)`` for LRP (while its DeepLift and IntegratedGradients return
         ``sum(a) - (f(x) - f(x~))`` like this library)."""
-        prop = propagate(self.model, self._get_plan(x), self._rules, x, None, t, False)
+        prop = propagate(call.model, get_plan(call.model, self._rules, x), self._rules, x, None, t,
+                         False)
         return x * prop.gradient, None
 
     def _cost(self, x, options):
@@ -71,5 +72,5 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
         see :func:`~taylorattr.methods.layerwise.local_relevance`.
         """
         x = check_inputs(inputs).detach()
-        return propagate(self.model, self._get_plan(x), self._rules, x, None, target,
+        return propagate(self.model, get_plan(self.model, self._rules, x), self._rules, x, None, target,
                          True).records

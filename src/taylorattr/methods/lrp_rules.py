@@ -32,7 +32,7 @@ from functools import cache
 
 from .._validation import check_nonnegative_real
 from ._base import ImplicitBaselineMethod
-from .layerwise import LayerwiseMethod, propagate
+from .layerwise import LayerwiseMethod, get_plan, propagate
 from .layerwise.relevance import COMPOSITES, RULES, composite_rules
 
 __all__ = ["LRP", "rule_class"]
@@ -79,9 +79,10 @@ class LRP(LayerwiseMethod, ImplicitBaselineMethod):
                                       stabilizer=float(stabilizer), gamma=float(gamma),
                                       layer_rules=layer_rules)
 
-    def _attribute(self, x, base, t, fx, *, show_progress=False):
+    def _attribute(self, call, x, base, t, fx, *, show_progress=False):
         """Relevances of ``f(x)``; the convergence delta is ``sum(a) - f(x)``."""
-        prop = propagate(self.model, self._get_plan(x), self._rules, x, None, t, False)
+        prop = propagate(call.model, get_plan(call.model, self._rules, x), self._rules, x, None, t,
+                         False)
         scale = prop.output.to(x.dtype).view((-1,) + (1,) * (x.dim() - 1))
         return prop.gradient * scale, None
 

@@ -57,6 +57,8 @@ from .._validation import check_seed as _check_seed
 from ..inputs import as_tuple, check_additional_args, check_batch, point_baselines, repeat_option
 from ..runtime.cost import Cost
 from ._base import AttributionMethod, Explanation
+from ._call import CONSTRUCTED
+from ._conventions import check_discrete, discrete
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 from .integrated_gradients import IntegratedGradients
 from .saliency import Saliency
@@ -159,10 +161,16 @@ class NoiseTunnel(AttributionMethod):
 
     options = _InnerOptions()
 
+    #: ``attribute``'s default ``baselines``: None (the inner method's reading of it)
+    baselines_default = None
+    #: the inner method is given at construction: ``attribute`` takes its options too
+    open_options = True
+
     def __init_subclass__(cls, **kw):
-        super().__init_subclass__(**kw)
-        if cls.inner is not None:
+        if cls.inner is not None:  # before the signature of its attribute is built
             cls.baseline_kind = cls.inner.baseline_kind
+            cls.open_options = False  # its signature names the inner method's options
+        super().__init_subclass__(**kw)
 
     def __init__(self, model, inner=None, **inner_init) -> None:
         super().__init__(model)
@@ -185,70 +193,43 @@ class NoiseTunnel(AttributionMethod):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({type(self.model).__name__}, inner={self._inner_cls.__name__})"
 
-    def attribute(self, inputs: torch.Tensor, baselines=None, target=None, *,
-                  return_convergence_delta: bool = False, show_progress: bool = False,
-                  **options):
-        """Attributions ``[B, ...]`` shaped like ``inputs``.
-
-        Args:
-            inputs: ``[B, ...]`` float32/float64 batch.
-            baselines: what the inner method takes: None for an implicit-baseline method
-                (Saliency), a point (default 0.0) or a distribution.
-            target: None (argmax class of the clean input), an int, or a ``[B]`` tensor.
-            **options: ``nt_type`` (``"smoothgrad"``, ``"smoothgrad_sq"``, ``"vargrad"``),
-                ``nt_samples`` (noisy copies per sample, 5 as Captum), ``stdevs`` (noise
-                standard deviation, 1.0 as Captum), ``seed`` (0), ``nt_samples_batch_size``
-                (noisy copies per sample in one inner call, default automatic) and the
-                inner method's own options.
-        """
+    def explain(self, inputs, baselines=None, target=None, *, model=None, **kw):
+        """Plain ``[B, ...]`` tensors go through the base class (:meth:`_attribute`); tuple
+        inputs, ``additional_forward_args``, ``layer=``, given ``noise`` and per-copy deltas
+        through :meth:`_run_copies`, which hands the inner method the noisy copies of the
+        user's inputs (the inner method then does its own input handling). ``baselines``:
+        what the inner method takes (None for an implicit baseline; None is 0.0 for a
+        point baseline)."""
         if self.baseline_kind == "none" and baselines is not None:
             raise TypeError(f"baselines: {self._inner_cls.__name__} has an implicit baseline; "
                             "give none")
         if self.baseline_kind == "point" and baselines is None:
             baselines = 0.0
-        return self._run(inputs, baselines, target, options, show_progress,
-                         return_convergence_delta).result()
-
-    def _run(self, inputs, baselines, target, options, show_progress, want_delta):
-        """Plain ``[B, ...]`` tensors go through the base class (:meth:`_attribute`); tuple
-        inputs, ``additional_forward_args``, ``layer=``, given ``noise`` and per-copy deltas
-        through :meth:`_run_copies`, which hands the inner method the noisy copies of the
-        user's inputs (the inner method then does its own input handling)."""
+        layer, to_input = self._layer_of(kw.pop("layer", CONSTRUCTED),
+                                         kw.pop("attribute_to_layer_input", CONSTRUCTED))
         plain = isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and \
-            inputs.is_floating_point() and \
-            options.get("additional_forward_args") is None and \
-            options.get("layer", self._layer) is None and \
-            not options.get("attribute_to_layer_input", False) and \
-            options.get("noise") is None and not options.get("copy_deltas", False)
+            inputs.is_floating_point() and kw.get("additional_forward_args") is None and \
+            layer is None and not to_input and kw.get("noise") is None and \
+            not kw.get("copy_deltas", False)
         if plain:
-            return super()._run(inputs, baselines, target, options, show_progress, want_delta)
-        own = {k: v for k, v in options.items() if k not in ("additional_forward_args", "layer")}
-        return self._conventional(
-            inputs, baselines, target, options.get("additional_forward_args"),
-            options.get("layer", self._layer), own, show_progress, want_delta,
-            lambda: self._run_copies(inputs, baselines, target, dict(options), show_progress,
-                                     want_delta))
+            return super().explain(inputs, baselines, target, model=model, layer=None,
+                                   attribute_to_layer_input=False, **kw)
+        return self._run_copies(inputs, baselines, target, layer, to_input, model, kw)
 
-    def _inner_run(self, *args) -> Explanation:
-        """The inner method's ``_run`` on noisy rows, seeing the model as the tunnel sees it
-        (during a call a convention converted, e.g. a tuple target, the wrapper that flattens
-        the output or casts integer inputs back)."""
-        inner, saved = self.inner_method, self.inner_method._model
-        if getattr(self, "_adapting", False):
-            inner._model = self._model
-        try:
-            return inner._run(*args)
-        finally:
-            inner._model = saved
-
-    def _run_copies(self, inputs, baselines, target, options, show_progress, want_delta):
+    def _run_copies(self, inputs, baselines, target, layer, to_input, model, options):
         """The tunnel on the user's inputs (module docstring): the noise of every input
         (drawn as :func:`draw_noise`, in input order, or ``noise``: one ``[B, n, ...]`` per
         input), the inner method on the noisy copies with their sample's target, baselines
         and ``additional_forward_args``; ``copy_deltas``: the inner method's delta of every
         noisy copy ``[B, n]``."""
-        check_bool(want_delta, "return_convergence_delta")
-        check_bool(show_progress, "show_progress")
+        options = dict(options)
+        want_delta = check_bool(options.pop("return_convergence_delta", False),
+                                "return_convergence_delta")
+        check_bool(options.pop("show_progress", False), "show_progress")
+        extra = options.pop("additional_forward_args", None)
+        shared = {k: options.pop(k) for k in ("strict", "layer_baselines", "layer_delta")
+                  if k in options}
+        self._check_options(options)
         nt_type = check_nt_type(options.pop("nt_type", "smoothgrad"))
         n = check_positive_int(options.pop("nt_samples", 5), "nt_samples")
         stdevs = options.pop("stdevs", 1.0)
@@ -262,27 +243,24 @@ class NoiseTunnel(AttributionMethod):
                              "additional_forward_args, layer= or given noise the tunnel "
                              "returns the inner method's delta of every noisy copy; pass "
                              "copy_deltas=True")
-        extra = options.pop("additional_forward_args", None)
-        layer = options.pop("layer", self._layer)
-        to_input = options.pop("attribute_to_layer_input",
-                               self._to_layer_input if layer is self._layer else False)
         parts, is_tuple = as_tuple(inputs)
+        if layer is None and any(discrete(p) for p in parts):
+            check_discrete(self, parts, is_tuple)
         batch = check_batch(parts, vectors=True)
         extra = check_additional_args(extra, batch)
+        model = self._model if model is None else model
         with torch.no_grad():
-            out = V.model_output(lambda _: self._model(*parts, *extra), parts[0])
-        t = V.resolve_target(target, out)
+            out = V.run_model(lambda _: model(*parts, *extra), parts[0])
+        read = self._read_output(out, parts, target, discrete=False, layer=layer)
+        t, model = read.target, read.wrap(model, (None,) * len(parts))
         noise = self._copy_noise(noise, parts, n, stdevs, gen)
         n = noise[0].shape[1]
         kind = self.baseline_kind
         base = point_baselines(baselines, parts) if kind == "point" else baselines
-        unknown = sorted(set(options) - set(self._inner_cls.options()))
-        if unknown:
-            raise TypeError(f"{type(self).__name__}.attribute got unexpected keyword "
-                            f"argument(s) {', '.join(map(repr, unknown))}")
         opts = {**self._defaults, **options, **self._fixed}
         totals = totals_sq = None
-        deltas = torch.zeros(batch, n, dtype=out.dtype, device=out.device) if want_delta else None
+        fx = read.fx.detach()
+        deltas = torch.zeros(batch, n, dtype=fx.dtype, device=fx.device) if want_delta else None
         for k0 in range(0, n, per_call):
             k1 = min(n, k0 + per_call)
 
@@ -298,9 +276,11 @@ class NoiseTunnel(AttributionMethod):
                        "layer": layer, "attribute_to_layer_input": to_input})
             if "seed" in self._inner_cls.options():
                 kw["seed"] = int(V.draw(torch.randint, 2**62, (1,), generator=gen, device="cpu"))
-            ex = self._inner_run(noisy if is_tuple else noisy[0],
-                                 (b if is_tuple else b[0]) if kind == "point" else b,
-                                 None if t is None else rows(t), kw, False, want_delta)
+            ex = self.inner_method.explain(
+                noisy if is_tuple else noisy[0],
+                (b if is_tuple else b[0]) if kind == "point" else b,
+                None if t is None else rows(t), model=model, return_convergence_delta=want_delta,
+                **shared, **kw)
             as_parts = isinstance(ex.attributions, tuple)
             attrs = ex.attributions if as_parts else (ex.attributions,)
             attrs = [a.view((batch, k1 - k0) + tuple(a.shape[1:])) for a in attrs]
@@ -313,8 +293,7 @@ class NoiseTunnel(AttributionMethod):
             if want_delta:
                 deltas[:, k0:k1] = ex.delta.view(batch, k1 - k0)
         result = tuple(combine(a, sq, n, nt_type) for a, sq in zip(totals, totals_sq))
-        return Explanation(result if as_parts else result[0], None,
-                           V.select_output(out, t).detach(), t, deltas)
+        return Explanation(result if as_parts else result[0], None, fx, t, deltas)
 
     @staticmethod
     def _copy_noise(noise, parts, n, stdevs, gen) -> tuple:
@@ -336,7 +315,7 @@ class NoiseTunnel(AttributionMethod):
                                  f"{getattr(z, 'shape', type(z).__name__)}")
         return tuple(z.to(p.device, p.dtype) for z, p in zip(noise, parts))
 
-    def _attribute(self, x, base, t, fx, *, nt_type: str = "smoothgrad", nt_samples: int = 5,
+    def _attribute(self, call, x, base, t, fx, *, nt_type: str = "smoothgrad", nt_samples: int = 5,
                    stdevs: float = 1.0, seed: int = 0, nt_samples_batch_size: int | None = None,
                    noise=None, copy_deltas: bool = False, show_progress: bool = False,
                    **inner_options):
@@ -370,7 +349,7 @@ class NoiseTunnel(AttributionMethod):
                   if k in self.inner_method.batch_options else v for k, v in opts.items()}
             if seeds is not None:
                 kw["seed"] = seeds[i]
-            ex = self._inner_run(rows, b, tr, kw, False, False)
+            ex = self.inner_method.explain(rows, b, tr, model=call.model, **kw)
             a = ex.attributions.view((s1 - s0, k1 - k0) + feat)
             total[s0:s1] += a.sum(1)
             total_sq[s0:s1] += (a * a).sum(1)
@@ -420,15 +399,6 @@ class SmoothGrad(NoiseTunnel):
 
     def __init__(self, model) -> None:
         super().__init__(model)
-
-    def attribute(self, inputs: torch.Tensor, target=None, *,
-                  return_convergence_delta: bool = False, show_progress: bool = False,
-                  **options):
-        """Attributions ``[B, ...]`` (see :meth:`NoiseTunnel.attribute`; no baselines)."""
-        return super().attribute(inputs, None, target,
-                                 return_convergence_delta=return_convergence_delta,
-                                 show_progress=show_progress, **options)
-
 
 class SmoothIntegratedGradients(NoiseTunnel):
     """NoiseTunnel around :class:`~taylorattr.methods.IntegratedGradients` (a point

@@ -65,7 +65,7 @@ class Occlusion(AttributionMethod):
     name = "occlusion"
     perturbation = True
 
-    def _attribute(self, x, base, t, fx, *, patch=1, stride=None, feature_mask=None,
+    def _attribute(self, call, x, base, t, fx, *, patch=1, stride=None, feature_mask=None,
                    perturbations_per_eval: int | None = None, show_progress: bool = False):
         """Options: ``patch`` window size, an int or a tuple (``(h, w)`` for images; one entry
         per input for tuple inputs); ``stride`` window step, same form as ``patch`` (default
@@ -74,16 +74,16 @@ class Occlusion(AttributionMethod):
         across samples and windows; Captum counts windows per sample instead), default
         automatic."""
         chunk = check_optional_positive_int(perturbations_per_eval, "perturbations_per_eval")
-        chunk = chunk or default_chunk_rows(x, backward=False, model=self.model)
-        layout = self._layout or Layout.of((x,), False)
+        chunk = chunk or default_chunk_rows(x, backward=False, model=call.model)
+        layout = call.layout or Layout.of((x,), False)
         if feature_mask is not None:
             if not (isinstance(patch, int) and patch == 1) or stride is not None:
                 raise ValueError("give either feature_mask (groups) or patch/stride (windows), "
                                  "not both")
             ids, _ = player_ids(feature_mask, x, None, layout)  # Captum's mask reader
-            return self._ablate(x, base, t, fx, ids, chunk, show_progress), base.unsqueeze(1)
+            return self._ablate(call.model, x, base, t, fx, ids, chunk, show_progress), base.unsqueeze(1)
         if not layout.flat:
-            return self._windows(x, base, t, fx, patch, stride, chunk, show_progress), \
+            return self._windows(call.model, x, base, t, fx, patch, stride, chunk, show_progress), \
                 base.unsqueeze(1)
         patches = layout.per_input(patch, "patch", lambda v: isinstance(v, int))
         strides = layout.per_input(stride, "stride", lambda v: v is None or isinstance(v, int))
@@ -92,7 +92,7 @@ class Occlusion(AttributionMethod):
             if n == 0:  # an input without features: no window to occlude
                 parts.append(x.new_zeros(x.shape[0], 0))
                 continue
-            parts.append(self._windows(x, base, t, fx, patches[i], strides[i], chunk,
+            parts.append(self._windows(call.model, x, base, t, fx, patches[i], strides[i], chunk,
                                        show_progress, (o, n, shape)).reshape(x.shape[0], n))
         return torch.cat(parts, 1), base.unsqueeze(1)
 
@@ -108,7 +108,7 @@ class Occlusion(AttributionMethod):
         return Cost(forward_rows=x.shape[0] * count_windows(tuple(x.shape[1:]), patch,
                                                              stride)), 1
 
-    def _windows(self, x, base, t, fx, patch, stride, chunk, show_progress, part=None):
+    def _windows(self, model, x, base, t, fx, patch, stride, chunk, show_progress, part=None):
         """Window drops of one input (``part = (offset, size, shape)`` inside the flat
         tensor of tuple inputs; None: ``x`` itself), spread back to its features."""
         shape = tuple(x.shape[1:]) if part is None else (part[2] or (1,))  # [B]: one feature
@@ -139,7 +139,7 @@ class Occlusion(AttributionMethod):
             full[:, 0, offset:offset + n] = inner
             return full
 
-        drops = _drops(self.model, x, base, t, fx, n_windows, member, chunk, show_progress)
+        drops = _drops(model, x, base, t, fx, n_windows, member, chunk, show_progress)
         # Spread the drops back: sum over the windows covering a feature, / their count.
         attr = drops.t().reshape((batch,) + tuple(counts))
         for m in masks:
@@ -149,7 +149,7 @@ class Occlusion(AttributionMethod):
         attr = attr.view((batch,) + (1,) * len(lead) + sizes).expand((batch,) + shape)
         return attr.to(x.dtype).contiguous()
 
-    def _ablate(self, x, base, t, fx, ids, chunk, show_progress):
+    def _ablate(self, model, x, base, t, fx, ids, chunk, show_progress):
         """Group drops; each feature gets its group's drop (``ids``: ``[1 or B, N]``)."""
         values, inverse = torch.unique(ids, return_inverse=True)
         per_sample = ids.shape[0] > 1
@@ -160,7 +160,7 @@ class Occlusion(AttributionMethod):
             g = torch.arange(g0, g1, device=x.device).view(-1, 1, 1)
             return (rows.unsqueeze(0) == g).view((g1 - g0, rows.shape[0]) + tuple(x.shape[1:]))
 
-        drops = _drops(self.model, x, base, t, fx, values.numel(), member, chunk,
+        drops = _drops(model, x, base, t, fx, values.numel(), member, chunk,
                        show_progress, per_sample)
         index = inverse.expand(batch, -1)
         return drops.t().gather(1, index).view_as(x).to(x.dtype).contiguous()

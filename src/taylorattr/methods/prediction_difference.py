@@ -41,24 +41,19 @@ class PredictionDifference(AttributionMethod):
     name = "prediction_difference"
     baseline_kind = "distribution"
 
-    def attribute(self, inputs: torch.Tensor, baselines=None, target=None, *,
-                  return_convergence_delta: bool = False, show_progress: bool = False,
-                  **options):
-        """Attributions ``[B, ...]``; ``baselines`` is the reference distribution (a
-        ``ReferenceSet``, a reference tensor ``[N, ...]``, a ``Noise``) or None with
-        ``noise_std``. Options: ``patch``, ``stride``, ``n_samples`` (None: every reference
-        row), ``noise_std``, ``seed``, ``perturbations_per_eval`` (module docstring)."""
-        return self._run(inputs, baselines, target, options, show_progress,
-                         return_convergence_delta).result()
-
-    def _attribute(self, x, baselines, t, fx, *, patch=1, stride=None,
+    def _attribute(self, call, x, baselines, t, fx, *, patch=1, stride=None,
                    n_samples: int | None = None, noise_std=None, seed: int = 0,
                    perturbations_per_eval: int | None = None, show_progress: bool = False):
+        """Attributions ``[B, ...]``; ``baselines`` is the reference distribution (a
+        ``ReferenceSet``, a reference tensor ``[N, ...]``, a ``Noise``) or None with
+        ``noise_std``. Options: ``patch``, ``stride``, ``n_samples`` (None: every
+        reference row), ``noise_std``, ``seed``, ``perturbations_per_eval`` (module
+        docstring)."""
         refs = self.references(x, baselines, n_samples, noise_std, seed)
-        occlusion = Occlusion(self.model)
+        occlusion = Occlusion(call.model)
         total = torch.zeros_like(x)
         for k in range(refs.shape[1]):
-            attr, _ = occlusion._attribute(x, refs[:, k], t, fx, patch=patch, stride=stride,
+            attr, _ = occlusion._attribute(call, x, refs[:, k], t, fx, patch=patch, stride=stride,
                                            perturbations_per_eval=perturbations_per_eval,
                                            show_progress=show_progress)
             total += attr

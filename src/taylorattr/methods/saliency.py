@@ -30,11 +30,11 @@ class Saliency(ImplicitBaselineMethod):
 
     name = "saliency"
 
-    def _attribute(self, x, baselines, target, fx, *, abs: bool = True,
+    def _attribute(self, call, x, baselines, target, fx, *, abs: bool = True,
                    show_progress: bool = False):
         """Options: ``abs`` (default True) takes the absolute value of the gradient."""
         check_bool(abs, "abs")
-        grad = input_gradient(self.model, x, target, fx)
+        grad = input_gradient(call.model, x, target, fx)
         return (grad.abs() if abs else grad), torch.zeros_like(x.detach()).unsqueeze(1)
 
     def _cost(self, x, options):

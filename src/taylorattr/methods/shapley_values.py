@@ -89,26 +89,17 @@ class SampledShapley(AttributionMethod):
     #: Coalition values are model calls on copies of the inputs with players replaced:
     #: integer/bool inputs and whole-batch outputs are taken (``AttributionMethod``).
     perturbation = True
-    _errors = None  # the passes' standard errors during an ``attribute`` call
 
-    def attribute(self, inputs, baselines=0.0, target=None, **kwargs):
-        """As :meth:`AttributionMethod.attribute`; also sets :attr:`standard_error`."""
-        self._errors, self._error_layout, self.standard_error = [], None, None
-        try:
-            out = super().attribute(inputs, baselines, target, **kwargs)
-            errors, layout = self._errors, self._error_layout
-            if errors and all(e is not None for e in errors):
-                se = torch.cat(errors)
-                self.standard_error = se if layout is None else layout.result(layout.split(se))
-        finally:
-            self._errors = None
-        return out
+    def _keep(self, explanation) -> None:
+        """``attribute`` keeps the call's standard errors as :attr:`standard_error` (also in
+        :attr:`Explanation.standard_error`; with one object called from several threads,
+        read them there: the attribute holds the last call's)."""
+        self.standard_error = explanation.standard_error
 
-    def _record(self, se) -> None:
-        """Keep one pass's standard errors (``None``: not estimated) during ``attribute``."""
-        if self._errors is not None:
-            self._errors.append(se)
-            self._error_layout = self._layout
+    @staticmethod
+    def _record(call, se) -> None:
+        """Keep one pass's standard errors (``None``: not estimated) on the call's record."""
+        call.notes.setdefault("standard_errors", []).append(se)
 
 
 def _exact(model, x, base, t, ids, G, chunk, show_progress) -> torch.Tensor:
@@ -177,7 +168,7 @@ class ShapleyValues(SampledShapley):
                         "differs between calls: dropout in training mode, or a batch-dependent "
                         "layer)")
 
-    def _attribute(self, x, base, t, fx, *, feature_mask=None, patch=None, method: str = "auto",
+    def _attribute(self, call, x, base, t, fx, *, feature_mask=None, patch=None, method: str = "auto",
                    n_samples: int = 25, seed: int = 0, permutations=None,
                    antithetic: bool = False, perturbations_per_eval: int | None = None,
                    show_progress: bool = False):
@@ -193,7 +184,7 @@ class ShapleyValues(SampledShapley):
         check_bool(antithetic, "antithetic")
         if method not in _METHODS:
             raise ValueError(f"method must be one of {list(_METHODS)}, got {method!r}")
-        ids, G = player_ids(feature_mask, x, patch, self._layout)
+        ids, G = player_ids(feature_mask, x, patch, call.layout)
         se = None
         exact = method == "exact" or (method == "auto" and G <= MAX_EXACT_PLAYERS
                                       and permutations is None)
@@ -205,7 +196,7 @@ class ShapleyValues(SampledShapley):
             if permutations is not None:
                 raise ValueError("permutations are for method='sampling'; the exact method "
                                  "draws nothing")
-            phi, f_base = _exact(self.model, x, base, t, ids, G, chunk, show_progress)
+            phi, f_base = _exact(call.model, x, base, t, ids, G, chunk, show_progress)
         else:
             if permutations is None:
                 perms = draw_permutations(G, check_positive_int(n_samples, "n_samples"), seed)
@@ -213,13 +204,13 @@ class ShapleyValues(SampledShapley):
                 perms = _check_permutations(permutations, G)
             if antithetic:
                 perms = torch.stack([perms, perms.flip(1)], 1).reshape(-1, G)
-            phi, se, f_base = _sampled(self.model, x, base, t, fx, ids, G, perms, chunk,
+            phi, se, f_base = _sampled(call.model, x, base, t, fx, ids, G, perms, chunk,
                                        show_progress, 2 if antithetic else 1)
         index = ids.expand(x.shape[0], -1)
         # a group's value goes to each of its features: the players' values are complete
-        self._reference_outputs(f_base, None if G == ids.shape[-1] and bool(
+        call.report(f_base, None if G == ids.shape[-1] and bool(
             (ids == torch.arange(G, device=ids.device)).all()) else phi.sum(1))
-        self._record(None if se is None else se.gather(1, index).view_as(x))
+        self._record(call, None if se is None else se.gather(1, index).view_as(x))
         return phi.gather(1, index).view_as(x), base.unsqueeze(1)
 
 

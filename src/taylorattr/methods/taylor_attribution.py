@@ -25,10 +25,10 @@ class TaylorAttribution(AttributionMethod):
 
     name = "taylor"
 
-    def _attribute(self, x, base, t, fx, *, order: int = 2, show_progress: bool = False):
+    def _attribute(self, call, x, base, t, fx, *, order: int = 2, show_progress: bool = False):
         """Options: ``order`` K >= 1 of the expansion."""
         check_positive_int(order, "order")
-        return taylor_attribution(self.model, x, base, t, order), base.unsqueeze(1)
+        return taylor_attribution(call.model, x, base, t, order), base.unsqueeze(1)
 
     def _cost(self, x, options):
         """What :func:`~taylorattr.taylor.terms.taylor_attribution` runs

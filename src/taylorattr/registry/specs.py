@@ -210,12 +210,13 @@ class BoundMethod:
         method, opts = self._built(model)
         baselines = self._baselines(baseline)
         if not show_progress:
-            return method._run(inputs, baselines, target, opts, False, False)
+            return method.explain(inputs, baselines, target, **opts)
 
         label = f"{desc}: {self.label}" if desc else self.label
         with model_rows_bar(model, label, _planned_rows(method, inputs, baselines, opts)) as bar:
             # no hook on this model: the method's own per-chunk bar instead
-            return method._run(inputs, baselines, target, opts, bar is None, False)
+            return method.explain(inputs, baselines, target, show_progress=bar is None,
+                                  **opts)
 
     def cost(self, model, inputs, baseline=0.0):
         """The rows a call runs on ``inputs`` (:meth:`AttributionMethod.cost

@@ -4,7 +4,7 @@
 A method whose attributions are complete by construction declares it
 (:attr:`~taylorattr.methods.AttributionMethod.complete`) and reports the explained
 outputs at its references from the passes it ran anyway
-(:meth:`~taylorattr.methods.AttributionMethod._reference_outputs`): DeepLIFT's baseline
+(:meth:`Call.report <taylorattr.methods._call.Call.report>`): DeepLIFT's baseline
 forward, DeepLiftShap's per-reference forwards, the Shapley coalition ``v(none)``. The base
 class then measures, per sample and without another model call,
 
