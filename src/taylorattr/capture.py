@@ -306,11 +306,18 @@ class CoreGraph:
     parameters/buffers/constants, then the user inputs), ``program`` (the decomposed
     ``ExportedProgram``), ``inputs`` (the user-input placeholder nodes), ``nodes`` (the
     ``call_function`` nodes in execution order), ``batch_dynamic`` (whether the first
-    input's axis 0 is symbolic: the capture serves every batch size).
+    input's axis 0 is symbolic: the capture serves every batch size), ``passed`` (names of
+    the once-per-graph checks its users have run on it, e.g. Taylor mode's) and
+    ``rewritten`` (whether a rewrite, ``ta.smooth``'s, changed it from the captured model).
     """
+
+    passed: set[str]
+    rewritten: bool
 
     def __init__(self, program, source: nn.Module | None):
         self.program = program
+        self.passed = set()
+        self.rewritten = False
         # the module whose live parameters feed the graph; held weakly, so that caches of
         # captures keyed by the module do not keep it alive
         self._source = None if source is None else weakref.ref(source)

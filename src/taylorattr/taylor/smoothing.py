@@ -32,7 +32,7 @@ Example::
 
 Why one module: the surrogate modules, the module swap, the torch.fx and captured-graph
 rewrites and ``beta="auto"`` all build and tune the same surrogate classes; the Taylor
-rules for them live with the engine (``taylor/mode/rules_surrogates.py``).
+rules for them live with the engine (``taylor/mode/rules/surrogates.py``).
 """
 from __future__ import annotations
 
@@ -138,7 +138,7 @@ class SmoothMaxPool(nn.Module):
     with ``s`` the window maximum, held constant: the value does not depend on ``s``, which
     only keeps ``exp`` in range. Each offset of the window is a strided slice of the input.
     Taylor mode runs the same :meth:`log_sum_exp` on Jets (its rule in
-    :mod:`taylorattr.taylor.mode.rules_surrogates`)."""
+    :mod:`taylorattr.taylor.mode.rules.surrogates`)."""
 
     def __init__(self, beta: float, dims: int, kernel_size, stride=None, padding=0, dilation=1,
                  ceil_mode: bool = False):

@@ -27,7 +27,6 @@ that gives every share at once build on one prepared expansion (``_prepare``).
 """
 from __future__ import annotations
 
-import os
 import warnings
 import weakref
 from dataclasses import dataclass, replace
@@ -156,20 +155,21 @@ def _group_orders(gm, inputs, delta, target, groups, order, chunk_size, show_pro
 
 
 def _prepare(model, inputs, baselines, target, order, chunk_size=None):
-    """Shared argument checks; returns the traced model, inputs, delta, target and f(x~)."""
+    """Shared argument checks; returns the traced model, inputs, delta, target and None (no
+    ``f(x~)``: :func:`_prepare_inputs` computes it only when asked)."""
     return _prepare_inputs(model, inputs, baselines, target, order, chunk_size)[:5]
 
 
-def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, structure=None):
-    """:func:`_prepare` that also returns the layout of the inputs (tuple inputs, ``additional_forward_args`` and ``layer`` in
+def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, structure=None,
+                    baseline_output: bool = False):
+    """:func:`_prepare` that also returns ``f(x~)`` (with ``baseline_output``, else None) and
+    the layout of the inputs (tuple inputs, ``additional_forward_args`` and ``layer`` in
     ``structure`` are mapped to one tensor by :func:`taylorattr.inputs.whole_batch_view`: the
-    expansion direction is all inputs' deltas together)."""
-    if isinstance(model, (str, os.PathLike)) and not os.path.isfile(model):
-        raise TypeError(f"model must be a callable (an nn.Module), a torch.export program or "
-                        f"the path of a .pt2 file saved with torch.export.save; got {model!r}, "
-                        "which is no file")
-    if isinstance(model, (str, os.PathLike, torch.export.ExportedProgram)):
-        model = trace(model)  # a torch.export program (.pt2 file): its own module
+    expansion direction is all inputs' deltas together). The kind of model (module,
+    ``ExportedProgram``, ``.pt2`` path) is decided once, by :func:`~.mode.trace`; the model
+    runs once at ``inputs`` (the target) and, only when asked, once at the baselines."""
+    program = trace(model)
+    model = program.model
     V.check_model(model)
     V.check_positive_int(order, "order")
     if chunk_size is not None:
@@ -179,19 +179,23 @@ def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, st
         view = whole_batch_view(model, inputs, baselines, **(structure or {}))
         with view.active():
             gm = trace(view.model, view.x)
-        model, inputs, baselines, layout = gm, view.x, view.baselines, view.layout
+        run, inputs, baselines, layout = gm, view.x, view.baselines, view.layout
         V.check_inputs(inputs, "inputs" if structure is None or "layer" not in structure
                        else "the layer's activations")
     else:
         V.check_inputs(inputs)
         baselines = V.broadcast_baselines(baselines, inputs)
-        gm = trace(model, inputs)
+        gm = trace(program, inputs)
+        run = program
     if order >= 2:
         _warn_piecewise(model, gm, order)
     inputs = inputs.detach()
+    f_base = None
     with torch.no_grad():
-        target = V.resolve_target(target, V.model_output(model, inputs))
-        f_base = V.select_output(V.model_output(model, baselines, name="model (at baselines)"), target)
+        target = V.resolve_target(target, V.model_output(run, inputs))
+        if baseline_output:
+            f_base = V.select_output(V.model_output(run, baselines, name="model (at baselines)"),
+                                     target)
     return gm, inputs, inputs - baselines, target, f_base, layout
 
 
@@ -396,7 +400,7 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
     V.check_bool(show_progress, "show_progress")
     gm, inputs, delta, target, f_base, layout = _prepare_inputs(
         model, inputs, baselines, target, order, chunk_size,
-        _structure(additional_forward_args, layer, attribute_to_layer_input))
+        _structure(additional_forward_args, layer, attribute_to_layer_input), baseline_output=True)
     groups = _resolve_groups(groups, feature_mask, delta, layout)
     sizer = model if layout is None else gm
     f_x, first, attribution, orders = _ig_shares(gm, inputs, delta, target, order)

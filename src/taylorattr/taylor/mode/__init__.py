@@ -13,9 +13,10 @@ its coefficients. Ops linear in the input (views, permutes, convolutions, poolin
 where) act on the coefficients through torch.vmap, so shapes, static batch sizes and
 permutes or unbinds that move the batch axis mean what they mean for the value; products
 are Cauchy products; nonlinearities use the exact recurrences of taylorattr.series;
-LayerNorm and softmax keep their own exact rules. The cost grows like K (linear ops) plus
-K^2 (recurrences and products), not the ~2.5x per order of nested jvp. One first-order
-check per capture refuses a model in which one sample's output depends on another's input.
+LayerNorm and softmax keep their own exact rules (taylor/mode/rules/, one module per
+family). The cost grows like K (linear ops) plus K^2 (recurrences and products), not the
+~2.5x per order of nested jvp. One first-order check per capture refuses a model in which
+one sample's output depends on another sample's input.
 
 Supported: the core operations listed by supported_ops() (docs/supported_ops.md) and
 everything registered with register_taylor_rule; anything PyTorch decomposes into them
@@ -24,52 +25,55 @@ scaled_dot_product_attention, ...) needs nothing more. Piecewise-linear ops (ReL
 max-pool) are exact inside their linear region, so their terms of order >= 2 vanish;
 taylorattr.smooth(model, beta) (or beta="auto" with inputs=) replaces them by smooth
 surrogates. Operations without a rule are refused in one UnsupportedOperation listing
-each op, its count, its first source line and what to do. A model that uses a module type,
-function or tensor method with a user rule runs on the older torch.fx route, whose module,
-function and method rules are listed in the other families below.
+each op, its count, its first source line and what to do.
 
-Registering a rule for your own module (kept whole while tracing), function or tensor
-method: the rule receives Jets for input-dependent arguments and returns a Jet built
-from Jet arithmetic (+ - * /), jet.unary(series_fn) and jet.linear(fn):
+Registering a rule: on an ATen operation (torch.ops.aten.<op>.<overload>, or the packet
+torch.ops.aten.<op> for all overloads) or on a torch.library custom op, which is how a
+module or function of your own is kept whole (torch.export leaves a custom op as one
+node). The rule receives CoreJets for input-dependent arguments and returns a CoreJet
+built from CoreJet arithmetic (+ - * /), jet.unary(series_fn) and jet.linear(fn):
 
     import torch, taylorattr as ta
     from taylorattr import series as S
 
-    class Asinh(torch.nn.Module):          # d/dx asinh(x) = (1 + x^2)^(-1/2)
-        def forward(self, x):
-            return torch.asinh(x)
+    @torch.library.custom_op("mylib::asinh", mutates_args=())
+    def asinh(x: torch.Tensor) -> torch.Tensor:   # d/dx asinh(x) = (1 + x^2)^(-1/2)
+        return torch.asinh(x)
 
-    def asinh_rule(module, x):
+    asinh.register_fake(torch.empty_like)          # its output's shape, for torch.export
+
+    def asinh_rule(x):
         def series_fn(c):
             slope = S.power(S.polynomial(c, [1.0, 0.0, 1.0]), -0.5)
             return S.compose(c, torch.asinh(c[0]), lambda k, _: slope[k])
         return x.unary(series_fn)
 
-    remove = ta.register_taylor_rule(Asinh, asinh_rule, pointwise=True)
-    terms = ta.taylor_terms(model_using_Asinh, x, order=3)
-    remove()                               # forget the rule again
+    remove = ta.register_taylor_rule(asinh, asinh_rule)
+    terms = ta.taylor_terms(model_calling_asinh, x, order=3)
+    remove()                                       # forget the rule again
 
-The same rule registered for the core op, ta.register_taylor_rule(torch.ops.aten.asinh.default,
-lambda x: asinh_rule(None, x)), serves every model on the default route.
+The same rule registered for torch.ops.aten.asinh.default serves models that call
+torch.asinh directly.
 """
 from __future__ import annotations
 
 import torch
 
-from . import (  # noqa: F401 (they register their rules)
-    rules_affine,
-    rules_attention,
-    rules_norm,
-    rules_pointwise,
-    rules_surrogates,
+from . import rules  # noqa: F401 (the families register their rules)
+from .core import (
+    CoreJet,
+    Jet,
+    TaylorProgram,
+    UnsupportedOperation,
+    piecewise_linear_ops,
+    propagate,
+    trace,
 )
-from .interpreter import TaylorProgram, piecewise_linear_ops, propagate, trace, trace_fx
-from .jet import BatchSecond, Jet, UnsupportedOperation
 from .registry import register_taylor_rule, supported_ops, supported_ops_markdown
 
-__all__ = ["BatchSecond", "Jet", "TaylorProgram", "UnsupportedOperation", "piecewise_linear_ops",
+__all__ = ["CoreJet", "Jet", "TaylorProgram", "UnsupportedOperation", "piecewise_linear_ops",
            "propagate", "register_taylor_rule", "supported_ops", "supported_ops_markdown",
-           "timing_pass", "trace", "trace_fx"]
+           "timing_pass", "trace"]
 
 
 def timing_pass(model):

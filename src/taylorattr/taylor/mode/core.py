@@ -1,4 +1,5 @@
-"""Taylor mode on a model captured as core ATen operations (:mod:`taylorattr.capture`).
+"""The Taylor-mode interpreter: a model captured as core ATen operations
+(:mod:`taylorattr.capture`) run on truncated Taylor series.
 
 Each input-dependent node of the captured graph gets a :class:`CoreJet`: its value
 ``x_0`` (the node's own tensor, any shape: no axis is singled out as the batch) and the
@@ -6,62 +7,73 @@ coefficients ``x_1..x_K`` stacked as ``series[k-1, r]`` for ``m`` directions ``r
 
     x(t) = x_0 + sum_{k=1..K} x_k t^k     (the node's value along f(x + t v_r))
 
-Rules per core operation:
+Each node is dispatched to its rule in :mod:`.registry` (user rules first, then the
+families of :mod:`taylorattr.taylor.mode.rules`); an op whose result is not a floating
+tensor (comparisons, masks, sizes) is locally constant and evaluated on the values. The
+shared builders every rule uses live here: CoreJet arithmetic (``+ - * /``, Cauchy
+products ``(ab)_k = sum_j a_j b_{k-j}`` and the quotient recurrence), ``unary`` (a
+recurrence of :mod:`taylorattr.series`), ``linear`` / :func:`joint_linear` (a map linear in
+its input-dependent arguments, ``y_k = L(x_k)``, run by ``torch.vmap`` over the stacked
+coefficients so every shape argument means what it meant for ``x_0``) and
+:func:`bilinear`.
 
-* linear in its input-dependent arguments (view, permute, convolution, pooling, cat, where
-  with a constant condition, ...): ``y_k = L(x_k)``, computed by ``torch.vmap`` of the op
-  over the stacked coefficients, so every shape argument (also a static batch size, a
-  permute or unbind that moves the batch axis) means what it meant for ``x_0``; additive
-  constants (bias, pad value, a constant branch of ``where``) go to ``y_0`` only;
-* products (``mul``, ``mm``, ``bmm``, ``addmm`` of two input-dependent operands):
-  Cauchy products ``(ab)_k = sum_j a_j b_{k-j}``; quotients by the quotient recurrence;
-* smooth elementwise functions: the exact recurrences of :mod:`taylorattr.series`;
-* softmax, log-softmax and LayerNorm kept whole (exp / sum / quotient; centred variance and
-  power -1/2); BatchNorm in eval mode is affine;
-* piecewise-linear ops (relu, hardtanh, clamp, leaky_relu, max-pool, abs, maximum):
-  ``y_k = x_k phi'(x_0)``, exact off the kinks (their higher derivatives vanish there);
-* an op whose result is not a floating tensor (comparisons, masks, sizes) is locally
-  constant: it is evaluated on the values.
-
-Rules registered with ``ta.register_taylor_rule(torch.ops.aten.<op>.<overload>, rule)``
-come first; they receive CoreJets, which offer the same arithmetic, ``unary`` and
-``linear`` as :class:`~taylorattr.taylor.mode.jet.Jet`.
-
-Why one module: the CoreJet, its arithmetic and the rule table are one unit (every rule
-builds CoreJets with the shared ``joint_linear`` / ``bilinear`` / ``binary`` helpers, and
-the runner and the sample-separation check dispatch through the same table); split by
-family, each file would import the others' private helpers.
+:func:`trace` decides what kind of model it is given (an ``nn.Module``, an
+``ExportedProgram``, a ``.pt2`` path, a :class:`TaylorProgram`) in one place and keeps one
+capture per input signature; :func:`propagate` runs it. Per graph, two checks run once
+(recorded in ``CoreGraph.passed``): every input-dependent op has a rule, and one sample's
+output does not depend on another sample's input.
 """
 from __future__ import annotations
 
-import functools
-import math
 import operator
+import os
+import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
+from torch import nn
 from torch.utils import _pytree as pytree
 
 from ... import series as S
 from ..._validation import cpu_generator, draw
-from ...capture import CoreGraph, op_name, refuse, where
+from ...capture import CaptureError, CoreGraph, capture, op_name, refuse, where
 from . import registry as R
-from .jet import Jet, SeriesArithmetic, UnsupportedOperation
 
-__all__ = ["CORE_RULES", "PIECEWISE_CORE", "CoreJet", "check", "constant_pad", "core_rule",
-           "piecewise_nodes", "propagate_core"]
+__all__ = ["CoreJet", "Jet", "TaylorProgram", "UnsupportedOperation", "bilinear", "binary",
+           "check", "is_jet", "joint_linear", "piecewise_linear_ops", "piecewise_nodes",
+           "propagate", "propagate_core", "rank", "trace"]
 
 aten = torch.ops.aten
 
 
-class CoreJet(SeriesArithmetic):
+class UnsupportedOperation(TypeError):
+    """An operation the Taylor-mode interpreter has no exact rule for."""
+
+
+@dataclass
+class Jet:
+    """What :func:`propagate` returns: the truncated Taylor series of the model output.
+
+    ``primal``: ``[B, *s]``, ``f(x)``; ``series``: ``[K, B, m, *s]``, the coefficients of
+    ``t^1..t^K`` of ``f(x + t v_r)`` for the ``m`` directions of each sample. ``affine``:
+    the output is affine in ``t`` (coefficients 2..K are zero)."""
+
+    primal: torch.Tensor
+    series: torch.Tensor
+    affine: bool = False
+
+    @property
+    def order(self) -> int:
+        return self.series.shape[0]
+
+
+class CoreJet:
     """Truncated Taylor series of one node of a captured graph (module docstring).
 
     ``primal``: the value; ``series``: ``[K', m, *primal.shape]`` with ``K' = K`` or, for an
     ``affine`` node (coefficients 2..K are zero, as between the input and the first
     nonlinearity), ``K' = 1``."""
-
-    _binary = staticmethod(lambda a, b, op: binary(a, b, op))  # the module's, below
 
     def __init__(self, primal: torch.Tensor, series: torch.Tensor, order: int,
                  affine: bool = False):
@@ -109,7 +121,7 @@ class CoreJet(SeriesArithmetic):
         return CoreJet(primal, out.reshape(self.series.shape[:2] + out.shape[1:]), self._order,
                        self.affine)
 
-    def with_rank(self, n: int) -> CoreJet:
+    def withrank(self, n: int) -> CoreJet:
         """The same series with leading axes of size 1 added up to rank ``n`` (broadcasting)."""
         d = self.primal.dim()
         if d >= n:
@@ -121,20 +133,45 @@ class CoreJet(SeriesArithmetic):
     def __neg__(self):
         return CoreJet(-self.primal, -self.series, self._order, self.affine)
 
+    # exact arithmetic with CoreJets, tensors or numbers, on both sides (:func:`binary`)
+    def __add__(self, other):
+        return binary(self, other, "add")
+
+    def __radd__(self, other):
+        return binary(other, self, "add")
+
+    def __sub__(self, other):
+        return binary(self, other, "sub")
+
+    def __rsub__(self, other):
+        return binary(other, self, "sub")
+
+    def __mul__(self, other):
+        return binary(self, other, "mul")
+
+    def __rmul__(self, other):
+        return binary(other, self, "mul")
+
+    def __truediv__(self, other):
+        return binary(self, other, "div")
+
+    def __rtruediv__(self, other):
+        return binary(other, self, "div")
+
 
 def is_jet(v) -> bool:
     return isinstance(v, CoreJet)
 
 
-def _rank(v) -> int:
+def rank(v) -> int:
     return v.primal.dim() if is_jet(v) else (v.dim() if isinstance(v, torch.Tensor) else 0)
 
 
 def binary(a, b, op: str) -> CoreJet:
     """``a op b`` (add/sub/mul/div) with broadcasting, at least one a :class:`CoreJet`."""
-    n = max(_rank(a), _rank(b))
-    a = a.with_rank(n) if is_jet(a) else a
-    b = b.with_rank(n) if is_jet(b) else b
+    n = max(rank(a), rank(b))
+    a = a.withrank(n) if is_jet(a) else a
+    b = b.withrank(n) if is_jet(b) else b
     jet = a if is_jet(a) else b
     if op in ("add", "sub"):
         fn = torch.add if op == "add" else torch.sub
@@ -170,43 +207,6 @@ def binary(a, b, op: str) -> CoreJet:
         return CoreJet(primal, series.expand(series.shape[:2] + primal.shape), a.order, a.affine)
     raise AssertionError(op)
 
-
-# ----------------------------------------------------------------------------- rule table
-
-CORE_RULES: dict = {}
-
-
-def core_rule(*ops):
-    """Decorator: the rule for ATen overloads or packets (a packet covers every overload)."""
-    def deco(rule):
-        for op in ops:
-            CORE_RULES[op] = rule
-            _name(op)
-        return rule
-    return deco
-
-
-def _name(op) -> None:
-    """Record a core op with a rule for the support table (surrogate module types are
-    listed under their own family)."""
-    if isinstance(op, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
-        R.CORE_NAMES.add(str(op).replace("aten::", "aten.") if "::" in str(op)
-                         else f"aten.{op.__name__}")
-
-
-def _entry(target):
-    if isinstance(target, torch.nn.Module):  # a surrogate put in by ta.smooth
-        for cls in type(target).__mro__:
-            if cls in CORE_RULES:
-                return functools.partial(CORE_RULES[cls], target)
-        return None
-    user = R.FUNCTION_RULES.get(target)
-    if user is not None and user.family == "user":
-        return user.rule
-    rule = CORE_RULES.get(target)
-    if rule is None and isinstance(target, torch._ops.OpOverload):
-        rule = CORE_RULES.get(target.overloadpacket)
-    return rule
 
 
 def _jets(tree) -> list[CoreJet]:
@@ -268,406 +268,7 @@ def bilinear(op, a, b, *rest, **kw) -> CoreJet:
     return CoreJet(primal, torch.stack(terms), like.order)
 
 
-# ---------------------------------------------------------------- linear ops
 
-_LINEAR = [aten.view, aten._unsafe_view, aten.reshape, aten.permute, aten.transpose, aten.t,
-           aten.expand, aten.squeeze, aten.unsqueeze, aten.select, aten.slice, aten.clone,
-           aten.alias, aten.sum, aten.mean, aten.avg_pool1d, aten.avg_pool2d, aten.avg_pool3d,
-           aten._adaptive_avg_pool2d, aten.adaptive_avg_pool1d, aten._adaptive_avg_pool3d,
-           aten.upsample_bilinear2d, aten.upsample_nearest2d, aten.upsample_nearest1d,
-           aten.upsample_linear1d, aten.upsample_bicubic2d, aten.upsample_nearest3d,
-           aten.upsample_trilinear3d, aten.repeat, aten.flip, aten.roll, aten.unfold,
-           aten.pixel_shuffle, aten.pixel_unshuffle, aten.index_select, aten.gather, aten.index,
-           aten.cumsum, aten.diagonal, aten.narrow, aten.unbind, aten.split, aten.split_with_sizes,
-           aten.chunk, aten.neg, aten.reflection_pad1d, aten.reflection_pad2d,
-           aten.reflection_pad3d, aten.replication_pad1d, aten.replication_pad2d,
-           aten.replication_pad3d, aten.channel_shuffle, aten.as_strided, aten.lift_fresh_copy,
-           aten.contiguous, aten.movedim, aten.tile]
-
-
-def _reshape_rule(x, shape):
-    return joint_linear(lambda t, s: aten.reshape(t, s), (x, shape), {})
-
-
-core_rule(aten.view, aten._unsafe_view, aten.reshape)(_reshape_rule)
-def _linear_rule(op):
-    return lambda *a, **k: joint_linear(op, a, k)
-
-
-for _op in _LINEAR:
-    if _op not in CORE_RULES:
-        core_rule(_op)(_linear_rule(_op))
-
-def _make_additive(op):
-    return lambda *a, **k: joint_linear(op, a, k, additive=True)
-
-
-for _op in (aten.cat, aten.stack, aten.where, aten.slice_scatter, aten.select_scatter,
-            aten.copy, aten.index_put, aten.masked_scatter, aten.diagonal_scatter):
-    core_rule(_op)(_make_additive(_op))
-
-
-@core_rule(aten._to_copy)
-def _to_copy(x, dtype=None, **kwargs):
-    if dtype is not None and dtype != x.primal.dtype and not dtype.is_floating_point:
-        return aten._to_copy(x.primal, dtype=dtype, **kwargs)
-    return joint_linear(lambda t: aten._to_copy(t, dtype=dtype, **kwargs), (x,), {})
-
-
-@core_rule(aten.detach)
-def _detach(x):
-    """``detach`` makes a constant, as it does for autograd."""
-    return x.primal.detach()
-
-
-@core_rule(aten.convolution)
-def _convolution(x, weight, bias, *rest):
-    if is_jet(weight):
-        out = bilinear(lambda a, w: aten.convolution(a, w, None, *rest), x, weight)
-        return out if bias is None else out + bias.view(-1, *[1] * (out.primal.dim() - 2))
-    return joint_linear(aten.convolution, (x, weight, bias) + rest, {},
-                        strip=lambda a, k: ((a[0], a[1], None) + a[3:], k))
-
-
-@core_rule(aten.constant_pad_nd)
-def constant_pad(x, pad, value=0.0):
-    """Padding is affine: the pad value goes to the value only."""
-    return joint_linear(aten.constant_pad_nd, (x, pad, value), {},
-                        strip=lambda a, k: ((a[0], a[1], 0.0), k))
-
-
-@core_rule(aten.masked_fill)
-def _masked_fill(x, mask, value):
-    if is_jet(value) or is_jet(mask):
-        raise UnsupportedOperation("masked_fill with an input-dependent mask or value")
-    return joint_linear(aten.masked_fill, (x, mask, value), {},
-                        strip=lambda a, k: ((a[0], a[1], 0.0), k))
-
-
-def _bilinear_rule(op):
-    return lambda a, b: bilinear(op, a, b)
-
-
-for _op in (aten.mm, aten.bmm, aten.matmul):
-    core_rule(_op)(_bilinear_rule(_op))
-
-
-@core_rule(aten.addmm, aten.baddbmm)
-def _addmm(bias, a, b, *, beta=1, alpha=1):
-    prod = bilinear(aten.mm if a is not None and _rank(a) == 2 else aten.bmm, a, b)
-    if alpha != 1:
-        prod = prod * alpha
-    return prod + (bias * beta if beta != 1 else bias)
-
-
-def _add_rule(op):
-    def rule(a, b, alpha=1):
-        if alpha != 1:
-            b = b * alpha
-        if op == "rsub":
-            return binary(b, a, "sub")
-        return binary(a, b, op)
-    return rule
-
-
-core_rule(aten.add)(_add_rule("add"))
-core_rule(aten.sub)(_add_rule("sub"))
-core_rule(aten.rsub)(_add_rule("rsub"))
-core_rule(aten.mul)(lambda a, b: binary(a, b, "mul"))
-
-
-@core_rule(aten.div)
-def _div(a, b, rounding_mode=None):
-    if rounding_mode is not None:  # floor/trunc: piecewise constant
-        return aten.div(a.primal if is_jet(a) else a, b.primal if is_jet(b) else b,
-                        rounding_mode=rounding_mode)
-    return binary(a, b, "div")
-
-
-@core_rule(aten._native_batch_norm_legit_no_training)
-def _batch_norm_eval(x, weight, bias, mean, var, momentum, eps):
-    shape = (-1,) + (1,) * (x.primal.dim() - 2)
-    scale = torch.rsqrt(var + eps)
-    if weight is not None:
-        scale = scale * weight
-    shift = -mean * scale + (bias if bias is not None else 0)
-    out = x * scale.view(shape) + shift.view(shape)
-    empty = x.primal.new_zeros((0,))
-    return out, empty, empty
-
-
-@core_rule(aten.native_batch_norm, aten._native_batch_norm_legit)
-def _batch_norm(x, weight, bias, mean, var, training, momentum, eps):
-    if training:
-        raise UnsupportedOperation("batch_norm with batch statistics (training mode mixes the "
-                                   "samples): call model.eval()")
-    return _batch_norm_eval(x, weight, bias, mean, var, momentum, eps)
-
-
-@core_rule(aten.dropout)
-def _dropout(x, p, train):
-    if train and p > 0:
-        raise UnsupportedOperation("dropout in training mode (call model.eval())")
-    return x
-
-
-@core_rule(aten.native_dropout)
-def _native_dropout(x, p, train):
-    return _dropout(x, p, train), torch.ones_like(x.primal, dtype=torch.bool)
-
-
-# ---------------------------------------------------------------- elementwise
-
-_SMOOTH = {aten.exp: S.exp, aten.log: S.log, aten.sigmoid: S.sigmoid, aten.tanh: S.tanh,
-           aten.erf: S.erf, aten.sqrt: lambda c: S.power(c, 0.5),
-           aten.rsqrt: lambda c: S.power(c, -0.5), aten.reciprocal: lambda c: S.power(c, -1)}
-def _unary_rule(series_rule):
-    return lambda x: x.unary(series_rule)
-
-
-for _op, _rule in _SMOOTH.items():
-    core_rule(_op)(_unary_rule(_rule))
-
-
-@core_rule(aten.log1p)
-def _log1p(x):
-    return (x + 1.0).unary(S.log)
-
-
-@core_rule(aten.expm1)
-def _expm1(x):
-    return x.unary(S.exp) - 1.0
-
-
-core_rule(aten.log2)(lambda x: x.unary(S.log) * (1 / math.log(2)))
-core_rule(aten.log10)(lambda x: x.unary(S.log) * (1 / math.log(10)))
-core_rule(aten.gelu)(lambda x, approximate="none": x.unary(lambda c: S.gelu(c, approximate)))
-core_rule(aten.silu)(lambda x: x * x.unary(S.sigmoid))
-core_rule(aten.softplus)(lambda x, beta=1, threshold=20: x.unary(
-    lambda c: S.softplus(c, float(beta), float(threshold))))
-core_rule(aten.mish)(lambda x: x * x.unary(lambda c: S.tanh(S.softplus(c))))
-
-
-@core_rule(aten.pow)
-def _pow(a, b):
-    if is_jet(b):
-        if is_jet(a):
-            return (a.unary(S.log) * b).unary(S.exp)
-        return (b * math.log(float(a))).unary(S.exp) if not isinstance(a, torch.Tensor) \
-            else (b * torch.log(a)).unary(S.exp)
-    if isinstance(b, torch.Tensor):
-        if b.dim() == 0 and not b.is_floating_point():
-            b = int(b)
-        else:
-            return (a.unary(S.log) * b).unary(S.exp)
-    return a.unary(lambda c: S.power(c, float(b)))
-
-
-def _masked(x: CoreJet, slope: torch.Tensor, value: torch.Tensor) -> CoreJet:
-    slope = slope.to(x.primal.dtype)
-    return CoreJet(value, x.series * slope, x.order, x.affine)
-
-
-@core_rule(aten.relu)
-def _relu(x):
-    return _masked(x, x.primal > 0, torch.relu(x.primal))
-
-
-@core_rule(aten.hardtanh)
-def _hardtanh(x, lo=-1.0, hi=1.0):
-    return _masked(x, (x.primal > lo) & (x.primal < hi), aten.hardtanh(x.primal, lo, hi))
-
-
-@core_rule(aten.clamp)
-def _clamp(x, lo=None, hi=None):
-    if is_jet(lo) or is_jet(hi):  # clamp(x, min=y) = maximum(x, y)
-        out = x
-        if lo is not None:
-            out = _select_max(out, lo, True)
-        if hi is not None:
-            out = _select_max(out, hi, False)
-        return out
-    keep = torch.ones_like(x.primal, dtype=torch.bool)
-    if lo is not None:
-        keep = keep & (x.primal > lo)
-    if hi is not None:
-        keep = keep & (x.primal < hi)
-    return _masked(x, keep, torch.clamp(x.primal, lo, hi))
-
-
-core_rule(aten.clamp_min)(lambda x, lo: _clamp(x, lo, None))
-core_rule(aten.clamp_max)(lambda x, hi: _clamp(x, None, hi))
-
-
-@core_rule(aten.leaky_relu)
-def _leaky_relu(x, slope=0.01):
-    factor = torch.where(x.primal > 0, 1.0, float(slope)).to(x.primal.dtype)
-    return _masked(x, factor, aten.leaky_relu(x.primal, slope))
-
-
-@core_rule(aten.abs)
-def _abs(x):
-    return _masked(x, torch.sign(x.primal), x.primal.abs())
-
-
-def _select_max(a, b, take_max: bool):
-    pa = a.primal if is_jet(a) else a
-    pb = b.primal if is_jet(b) else b
-    first = pa >= pb if take_max else pa <= pb
-    return joint_linear(lambda u, v: torch.where(first, u, v), (a, b), {}, additive=True)
-
-
-core_rule(aten.maximum)(lambda a, b: _select_max(a, b, True))
-core_rule(aten.minimum)(lambda a, b: _select_max(a, b, False))
-
-
-def _pool_with_indices(op, spatial: int):
-    """Max pooling: each output takes the coefficients of its window's arg-max (indices
-    into the flattened spatial axes)."""
-    def rule(x, *args):
-        primal, idx = op(x.primal, *args)
-        start = x.primal.dim() - spatial
-
-        def pick(t):
-            return t.flatten(start).gather(start, idx.flatten(start)).view(idx.shape)
-        out = joint_linear(pick, (x,), {})
-        return CoreJet(primal, out.series, x.order, x.affine), idx
-    return rule
-
-
-core_rule(aten.max_pool2d_with_indices)(_pool_with_indices(aten.max_pool2d_with_indices, 2))
-core_rule(aten.max_pool3d_with_indices)(_pool_with_indices(aten.max_pool3d_with_indices, 3))
-
-
-def _extreme(take_max: bool):
-    def rule(x, dim=(), keepdim=False):
-        dims = [d % x.primal.dim() for d in (dim if dim else range(x.primal.dim()))]
-        rest = [d for d in range(x.primal.dim()) if d not in dims]
-        perm = rest + dims
-
-        def flat(t):
-            return t.permute(perm).reshape([t.shape[d] for d in rest] + [-1])
-        values = flat(x.primal)
-        idx = (values.argmax(-1) if take_max else values.argmin(-1)).unsqueeze(-1)
-        out = joint_linear(lambda t: flat(t).gather(-1, idx).squeeze(-1), (x,), {})
-        if keepdim:
-            out = out.linear(lambda t: t.reshape([1 if d in dims else x.primal.shape[d]
-                                                  for d in range(x.primal.dim())]))
-        return out
-    return rule
-
-
-core_rule(aten.amax)(_extreme(True))
-core_rule(aten.amin)(_extreme(False))
-
-
-def _max_rule(take_max: bool):
-    def rule(x, dim=None, keepdim=False):
-        if dim is None:
-            return _extreme(take_max)(x)
-        out = _extreme(take_max)(x, [dim], keepdim)
-        return out, (x.primal.argmax if take_max else x.primal.argmin)(dim, keepdim)
-    return rule
-
-
-core_rule(aten.max)(_max_rule(True))
-core_rule(aten.min)(_max_rule(False))
-
-# ---------------------------------------------------------------- softmax and norms
-
-
-def _shifted_exp(x: CoreJet, dim: int):
-    shift = x.primal.amax(dim, keepdim=True).detach()
-    shift = torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
-    e = CoreJet(x.primal - shift, x.series, x.order, x.affine).unary(S.exp)
-    return e, e.linear(lambda t: t.sum(dim, keepdim=True)), shift
-
-
-@core_rule(aten._softmax)
-def _softmax(x, dim, half_to_float=False):
-    e, total, _ = _shifted_exp(x, dim)
-    return e / total
-
-
-@core_rule(aten._log_softmax)
-def _log_softmax(x, dim, half_to_float=False):
-    _, total, shift = _shifted_exp(x, dim)
-    return (x - shift) - total.unary(S.log)
-
-
-def _moments(x: CoreJet, dims, correction: float = 0.0, keepdim: bool = True):
-    mean = x.linear(lambda t: t.mean(dims, keepdim=True))
-    c = x - mean
-    n = math.prod(x.primal.shape[d] for d in dims) - correction
-    var = (c * c).linear(lambda t: t.sum(dims, keepdim=True) / n)
-    if not keepdim:
-        mean = mean.linear(lambda t: t.squeeze(dims))
-        var = var.linear(lambda t: t.squeeze(dims))
-    return c, mean, var
-
-
-@core_rule(aten.native_layer_norm)
-def _layer_norm(x, normalized_shape, weight, bias, eps):
-    dims = tuple(range(x.primal.dim() - len(normalized_shape), x.primal.dim()))
-    c, mean, var = _moments(x, dims)
-    rstd = (var + eps).unary(lambda s: S.power(s, -0.5))
-    y = c * rstd
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
-    return y, mean, rstd
-
-
-@core_rule(aten.native_group_norm)
-def _group_norm(x, weight, bias, N, C, HxW, group, eps):
-    grouped = x.linear(lambda t: t.reshape(t.shape[0], group, -1))
-    c, mean, var = _moments(grouped, (2,))
-    rstd = (var + eps).unary(lambda s: S.power(s, -0.5))
-    shape = (-1,) + (1,) * (x.primal.dim() - 2)
-    y = (c * rstd).linear(lambda t: t.reshape(x.primal.shape))
-    if weight is not None:
-        y = y * weight.view(shape)
-    if bias is not None:
-        y = y + bias.view(shape)
-    return y, mean.linear(lambda t: t.reshape(t.shape[0], group)), \
-        rstd.linear(lambda t: t.reshape(t.shape[0], group))
-
-
-def _dims(x, dim):
-    n = x.primal.dim()
-    if dim is None or (isinstance(dim, (list, tuple)) and not dim):
-        return tuple(range(n))
-    return tuple(d % n for d in (dim if isinstance(dim, (list, tuple)) else (dim,)))
-
-
-@core_rule(aten.var)
-def _var(x, dim=None, *, correction=None, keepdim=False):
-    return _moments(x, _dims(x, dim), 1.0 if correction is None else float(correction), keepdim)[2]
-
-
-@core_rule(aten.var_mean)
-def _var_mean(x, dim=None, *, correction=None, keepdim=False):
-    _, mean, var = _moments(x, _dims(x, dim), 1.0 if correction is None else float(correction),
-                            keepdim)
-    return var, mean
-
-
-@core_rule(aten.linalg_vector_norm)
-def _vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):
-    if ord != 2:
-        raise UnsupportedOperation(f"linalg_vector_norm with ord={ord} (only ord=2)")
-    dims = _dims(x, dim)
-    return (x * x).linear(lambda t: t.sum(dims, keepdim=keepdim)).unary(lambda s: S.power(s, 0.5))
-
-
-# ----------------------------------------------------------------------------- running
-
-#: Piecewise-linear core ops: exact off their kinks, higher derivatives zero there.
-PIECEWISE_CORE = {aten.relu, aten.hardtanh, aten.clamp, aten.clamp_min, aten.clamp_max,
-                  aten.leaky_relu, aten.max_pool2d_with_indices, aten.max_pool3d_with_indices,
-                  aten.abs, aten.maximum, aten.minimum, aten.amax, aten.amin, aten.max, aten.min,
-                  aten._prelu_kernel, aten.prelu}
 
 _VALUE_FREE = {aten.sym_size, aten.sym_stride, aten.sym_numel, aten.sym_storage_offset,
                aten.zeros_like, aten.ones_like, aten.full_like, aten.empty_like, aten.new_zeros,
@@ -690,14 +291,25 @@ def _constant_result(node) -> bool:
     return val is not None
 
 
+def _entry(target) -> Callable | None:
+    """The rule for a node's target (a surrogate module is bound as its first argument)."""
+    entry = R.lookup(target)
+    if entry is None:
+        return None
+    return (lambda *a, **k: entry.rule(target, *a, **k)) if isinstance(target, nn.Module) \
+        else entry.rule
+
+
 def supported(node) -> bool:
     return node.target is operator.getitem or _constant_result(node) or \
-        _entry(node.target) is not None
+        R.lookup(node.target) is not None
 
 
 ADVICE = ("What you can do: register an exact rule for each with "
           "ta.register_taylor_rule(torch.ops.aten.<op>.<overload>, rule) (docs/supported_ops.md "
-          "lists the operations with rules), or replace the op in the model by supported ones.")
+          "lists the operations with rules), keep a module of your own whole as a "
+          "torch.library custom op with its own rule, or replace the op in the model by "
+          "supported ones; for a ReLU/max-pool network analyse ta.smooth(model, beta) instead.")
 
 
 #: Ops that draw random numbers: a capture cannot replay the eager model's draws.
@@ -709,7 +321,7 @@ RANDOM = {aten.rand, aten.randn, aten.rand_like, aten.randn_like, aten.randint,
 def check(graph: CoreGraph) -> None:
     """Raise one :class:`UnsupportedOperation` listing every op without a rule (and every
     random op, input-dependent or not: its draws differ from the eager model's)."""
-    if getattr(graph, "checked", False):
+    if "taylor rules" in graph.passed:
         return
     found = graph.unsupported(supported)
     for node in graph.nodes:
@@ -717,13 +329,18 @@ def check(graph: CoreGraph) -> None:
             found.setdefault(f"{op_name(node.target)} (random numbers drawn in forward: make "
                              "them a buffer)", []).append(node)
     refuse(graph, found, "Taylor mode", ADVICE, UnsupportedOperation)
-    graph.checked = True
+    graph.passed.add("taylor rules")
 
 
 def piecewise_nodes(graph: CoreGraph) -> list[str]:
     """``op at module (Type)`` for each input-dependent piecewise-linear node."""
     return [f"{op_name(n.target)} at {where(n).split(',')[0]}" for n in graph.nodes
-            if graph.depends_on_input(n) and _packet(n.target) in PIECEWISE_CORE]
+            if graph.depends_on_input(n) and _family(n.target) == "piecewise"]
+
+
+def _family(target) -> str | None:
+    entry = R.lookup(target)
+    return None if entry is None else entry.family
 
 
 def _primal(v):
@@ -738,11 +355,7 @@ def _handle(node, args, kwargs):
     rule = _entry(node.target)
     if rule is None:
         raise UnsupportedOperation(f"{op_name(node.target)} has no Taylor-mode rule")
-    out = rule(*args, **kwargs)
-    if isinstance(out, Jet):
-        raise UnsupportedOperation(f"the rule for {op_name(node.target)} returned a batch-first "
-                                   "Jet; rules on core ops build CoreJets")
-    return out
+    return rule(*args, **kwargs)
 
 
 MIXING_ADVICE = (
@@ -778,7 +391,7 @@ def check_samples_separate(graph: CoreGraph, inputs: torch.Tensor) -> None:
     batch axis of every node is known (its symbolic size) and the first node where another
     sample moves is named; otherwise the output (batch axis first) decides and the first
     node with a moving axis of size ``B`` is named. Done once per graph."""
-    if getattr(graph, "samples_separate", False) or inputs.dim() == 0 or inputs.shape[0] < 2:
+    if "samples separate" in graph.passed or inputs.dim() == 0 or inputs.shape[0] < 2:
         return
     direction = torch.zeros_like(inputs)
     # a local generator: the check must not move the user's global random stream
@@ -801,7 +414,7 @@ def check_samples_separate(graph: CoreGraph, inputs: torch.Tensor) -> None:
             and _coupled(out, [0]):
         node = suspects[0] if suspects else graph.output_node
         raise UnsupportedOperation(f"{graph.describe(node)}: {MIXING_ADVICE}")
-    graph.samples_separate = True
+    graph.passed.add("samples separate")
 
 
 def propagate_core(graph: CoreGraph, inputs: torch.Tensor, directions: torch.Tensor,
@@ -816,3 +429,97 @@ def propagate_core(graph: CoreGraph, inputs: torch.Tensor, directions: torch.Ten
         raise UnsupportedOperation(
             f"model output is {type(out).__name__}, not a single tensor that depends on the input")
     return Jet(out.primal, out.full().transpose(1, 2), affine=out.affine and order > 0)
+
+
+class TaylorProgram(nn.Module):
+    """What :func:`trace` returns: the model (calling it runs the model) and its captures,
+    one :class:`~taylorattr.capture.CoreGraph` per input signature (one for every batch
+    size where the batch axis exports as dynamic). A model with a
+    ``taylor_core_graph(inputs)`` method (a smoothed model) supplies its own graphs."""
+
+    def __init__(self, model, graph: CoreGraph | None = None, graphs: list | None = None):
+        super().__init__()
+        self.model = model
+        self._graphs: list[tuple[object, CoreGraph]] = [] if graphs is None else graphs
+        self.last: CoreGraph | None = graph
+        if graph is not None:
+            self._graphs.append((None, graph))
+
+    def forward(self, *args, **kwargs):
+        return self.model(*args, **kwargs)
+
+    @staticmethod
+    def _key(x: torch.Tensor, graph: CoreGraph | None):
+        dynamic = graph is not None and graph.batch_dynamic and x.shape[0] >= 2
+        return (("B",) if dynamic else (x.shape[0],)) + tuple(x.shape[1:]), x.dtype, x.device.type
+
+    def graph(self, x: torch.Tensor) -> CoreGraph:
+        """The core graph for inputs shaped like ``x`` (captured on first use)."""
+        for key, graph in self._graphs:
+            if key is None or key == self._key(x, graph):
+                self.last = graph
+                return graph
+        own = getattr(self.model, "taylor_core_graph", None)
+        try:
+            graph = own(x) if own is not None else capture(self.model, (x.detach(),))
+        except CaptureError as exc:  # Taylor mode's own refusal, with the capture's reasons
+            raise UnsupportedOperation(str(exc)) from exc
+        self._graphs.append((self._key(x, graph), graph))
+        self.last = graph
+        return graph
+
+
+#: Model -> (structure signature, its captures): reused across calls while the model's
+#: modules, their types and train/eval modes stay the same (the captures hold the model
+#: weakly, so the entry goes with the model).
+_CAPTURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _signature(model: nn.Module) -> tuple:
+    return tuple((name, id(m), type(m), m.training) for name, m in model.named_modules())
+
+
+def trace(model, inputs: torch.Tensor | None = None) -> TaylorProgram:
+    """The model ready for :func:`propagate` (a :class:`TaylorProgram`); with ``inputs`` its
+    core graph for them is captured now. ``model``: an ``nn.Module``, an
+    ``ExportedProgram``, the path of a ``.pt2`` file (``torch.export.save``) or a
+    TaylorProgram. The one place where the kind of model is decided."""
+    if isinstance(model, TaylorProgram):
+        program = model
+    elif isinstance(model, (str, os.PathLike, torch.export.ExportedProgram)):
+        if isinstance(model, (str, os.PathLike)) and not os.path.isfile(model):
+            raise TypeError(f"model must be a callable (an nn.Module), a torch.export program or "
+                            f"the path of a .pt2 file saved with torch.export.save; got "
+                            f"{model!r}, which is no file")
+        graph = capture(model)
+        program = TaylorProgram(graph.program.module(), graph=graph)
+    elif isinstance(model, nn.Module):
+        signature = _signature(model)
+        cached = _CAPTURES.get(model)
+        if cached is None or cached[0] != signature:
+            cached = (signature, [])
+            _CAPTURES[model] = cached
+        program = TaylorProgram(model, graphs=cached[1])
+    else:
+        raise TypeError(f"model must be an nn.Module, an ExportedProgram or a .pt2 path, got "
+                        f"{type(model).__name__}")
+    if inputs is not None:
+        program.graph(inputs)
+    return program
+
+
+def piecewise_linear_ops(program: TaylorProgram) -> list[str]:
+    """Names of the input-dependent piecewise-linear operations (ReLU, max-pool, ...) of a
+    traced model's last captured graph."""
+    return [] if program.last is None else piecewise_nodes(program.last)
+
+
+def propagate(model, inputs: torch.Tensor, directions: torch.Tensor, order: int) -> Jet:
+    """Taylor coefficients of ``t -> model(inputs + t * v)`` for every direction ``v``.
+
+    ``model``: anything :func:`trace` takes (a :class:`TaylorProgram` reuses its captures).
+    ``inputs``: ``[B, *s]``; ``directions``: ``[B, m, *s]``. Returns a :class:`Jet` whose
+    ``primal`` is ``model(inputs)`` and whose ``series[k-1, b, r]`` is
+    ``D^k model(inputs[b])[v_br, ..., v_br] / k!`` for ``k = 1..order``.
+    """
+    return propagate_core(trace(model).graph(inputs), inputs, directions, order)
