@@ -1,6 +1,7 @@
 # Two set-up commands for a fresh machine: `make reproduce` and `make test`.
 # Each creates .venv when it is missing, with the versions pinned in constraints.txt
 # (`make lock` refreshes them: README, "What is bitwise, what holds within a tolerance").
+SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,7 +10,7 @@ OUT ?= results
 # make bench BENCH_ARGS=--quick: the short run (about 10 minutes on 2 cores)
 BENCH_ARGS ?=
 
-.PHONY: reproduce test bench bench-gpu lint lock
+.PHONY: reproduce test test-newest bench bench-gpu lint lock
 
 $(VENV)/.paper: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +44,19 @@ bench-gpu: $(VENV)/.dev
 
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests benchmarks
+
+# The golden, determinism and resume tests against the newest versions pyproject's ranges
+# allow (a scratch venv without the lock): drift is seen before a user's plain
+# `pip install -e .` meets it. Prints which versions differ from constraints.txt.
+NEWEST_VENV := .newest-venv
+test-newest:
+	test -x $(NEWEST_VENV)/bin/python || $(PYTHON) -m venv $(NEWEST_VENV)
+	$(NEWEST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(NEWEST_VENV)/bin/python -m pip install -q --upgrade -e '.[dev]'
+	$(NEWEST_VENV)/bin/python -m pip freeze --exclude-editable | grep -iv '^taylorattr' \
+	  | diff <(sed '/^#/d' constraints.txt) - && echo "newest allowed = constraints.txt" || true
+	$(NEWEST_VENV)/bin/python -m pytest tests/test_report.py tests/test_determinism.py \
+	  tests/test_resume.py tests/test_distributed_reproduce.py tests/test_metrics.py
 
 # The newest versions pyproject's ranges allow, in a scratch venv, frozen into
 # constraints.txt; then regenerate tests/data/reproduce_tiny_v0.1.json
