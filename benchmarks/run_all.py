@@ -8,8 +8,9 @@ threads. ``--quick`` (about 10 minutes on 2 busy cores) uses fewer repeats, a 2^
 floor sweep, C-sg only in the Taylor table and the memory check under the default
 allocator only. At the end: one table of every ratio with its goal; the full run then adds
 the interaction peers (path_explain, shapiq; the ``bench`` extra), the cost estimates, the
-Shapley peers (SHAP, shapiq, path_explain: bench_shapley.py) and the layer-wise zoo
-(DeepLIFT/LRP on 23 architectures, ``layerwise_zoo.py``).
+Shapley peers (SHAP, shapiq, path_explain: bench_shapley.py), the layer-wise zoo
+(DeepLIFT/LRP on 23 architectures, ``layerwise_zoo.py``) and DeepLIFT's completeness on
+the 32-model zoo (``zoo_completeness.py``: a silent miss fails the run).
 """
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ def main(argv=None) -> None:
     summary(methods)
     if not args.quick:  # the peers of issues 14 and 20, once, under the default allocator
         for script in ("bench_interactions.py", "bench_cost.py", "bench_shapley.py",
-                       "bench_cli_start.py", "layerwise_zoo.py", "bench_taylor_zoo.py"):
+                       "bench_cli_start.py", "layerwise_zoo.py", "bench_taylor_zoo.py",
+                       "zoo_completeness.py"):
             print(f"\n# {script}", flush=True)
             subprocess.run([sys.executable, str(HERE / script)], check=True,
                            env={**os.environ, "PYTHONPATH": str(HERE.parent / "src")})
