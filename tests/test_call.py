@@ -159,7 +159,7 @@ def test_a_whole_batch_output_is_read_from_the_first_forward():
         g = model(x)
         want = torch.stack([g - model(x * (torch.arange(4) != j)) for j in range(4)])
     torch.testing.assert_close(a, want.reshape(1, 4), rtol=0, atol=1e-12)
-    assert c == 1 + 1 + 4  # the call's forward, the whole batch as one row, one per feature
+    assert c == 1 + 4  # the call's forward, then one per feature
 
 
 # ---- signatures ----------------------------------------------------------------------

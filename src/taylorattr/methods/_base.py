@@ -242,14 +242,19 @@ class AttributionMethod:
                 additional_forward_args=None, layer=None, attribute_to_layer_input=False,
                 layer_baselines=None, layer_delta: str = "layer",
                 return_convergence_delta: bool = False, show_progress: bool = False,
-                strict: bool = False, model=None) -> Call:
+                strict: bool = False, model=None, output=None) -> Call:
         """The call normalised once (:class:`~taylorattr.methods._call.Call`): arguments
         checked, the model run once on the inputs (with the graph when the method reuses
         its gradient), Captum's conventions decided from the inputs' dtypes and the
         output's shape (:mod:`._conventions`), target and ``f(x)`` resolved, baselines in
         the attributed tensor's layout, the model wrapped into the method's one-tensor
         view. ``model``: run this model instead of the method's own (a wrapper seeing the
-        user's model as another method's call does)."""
+        user's model as another method's call does). ``output``: the model's output at
+        ``inputs`` when the caller has it (then no forward runs here; not for a method that
+        reuses the forward's graph, :attr:`gradient_at_inputs`)."""
+        if output is not None and self.gradient_at_inputs:
+            raise ValueError(f"output: {type(self).__name__} reuses the graph of its own "
+                             "forward of the inputs; give no output")
         want_delta = check_bool(return_convergence_delta, "return_convergence_delta")
         check_bool(show_progress, "show_progress")
         if check_bool(strict, "strict") and not self.complete:
@@ -266,19 +271,22 @@ class AttributionMethod:
         if layer is None and additional_forward_args is None and \
                 isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and \
                 not conventions.discrete(inputs):
-            return self._prepare_plain(model, inputs, baselines, target, flags)
+            return self._prepare_plain(model, inputs, baselines, target, flags, output)
         return self._prepare_structured(model, inputs, baselines, target,
                                         additional_forward_args, layer,
                                         attribute_to_layer_input, layer_baselines,
-                                        layer_delta, flags)
+                                        layer_delta, flags, output)
 
-    def _prepare_plain(self, model, inputs, baselines, target, flags) -> Call:
+    def _prepare_plain(self, model, inputs, baselines, target, flags, output=None) -> Call:
         """One float tensor ``[B, ...]``, no additional arguments, no layer."""
         x = check_inputs(inputs).detach()
         if self.gradient_at_inputs:
             x = x.clone().requires_grad_(True)
-        with torch.set_grad_enabled(self.gradient_at_inputs):
-            out = run_model(model, x)
+        if output is not None:
+            out = output
+        else:
+            with torch.set_grad_enabled(self.gradient_at_inputs):
+                out = run_model(model, x)
         read = self._read_output(out, (x,), target, discrete=False, layer=None)
         if read.aggregate:
             return self._aggregate_call(model, (x,), False, baselines, target, (), read, flags)
@@ -312,7 +320,7 @@ class AttributionMethod:
                                    discrete=discrete)
 
     def _prepare_structured(self, model, inputs, baselines, target, extra, layer, to_input,
-                            layer_baselines, layer_delta, flags) -> Call:
+                            layer_baselines, layer_delta, flags, output=None) -> Call:
         """Tuple inputs, additional forward arguments, layers, ``[B]`` and integer inputs
         (:mod:`taylorattr.inputs`, :mod:`._conventions`); ``layer_baselines``: point
         baselines given in the layer's space (Captum's ``LayerFeatureAblation``) instead of
@@ -338,8 +346,13 @@ class AttributionMethod:
             batch, uneven = parts[0].shape[0], exc
         extra = check_additional_args(extra, batch)
         parts = tuple(p.detach() for p in parts)
-        with torch.no_grad():
-            out = run_model(lambda _: model(*parts, *extra), parts[0])
+        if output is not None:
+            out = output
+        else:
+            name = "model (integer and bool inputs reach it as they are: does it take " \
+                "them?)" if discrete else "model"
+            with torch.no_grad():
+                out = run_model(lambda _: model(*parts, *extra), parts[0], name)
         read = self._read_output(out, parts, target, discrete, layer, uneven)
         if read.aggregate:
             return self._aggregate_call(model, parts, is_tuple, baselines, target, extra, read,

@@ -178,12 +178,14 @@ def run_aggregate(method, call):
     base = point_baselines(0.0 if agg.baselines is None else agg.baselines, floats)
     base = tuple(b.reshape(w.shape) for b, w in zip(base, whole))
     k = agg.out.numel()
+    values = agg.out.reshape(1, -1)  # what _WholeBatch returns for the batch as one row
     inner = method.prepare(whole if agg.is_tuple else whole[0],
                            base if agg.is_tuple else base[0], None,
                            options=lift_options(method, call.options, shapes, agg.is_tuple),
                            show_progress=call.show_progress,
-                           model=_WholeBatch(agg.model, shapes, dtypes, agg.extra, k))
-    values = agg.out.reshape(-1).to(inner.fx.dtype)
+                           model=_WholeBatch(agg.model, shapes, dtypes, agg.extra, k),
+                           output=values[:, 0] if k == 1 else values)
+    values = values[0].to(inner.fx.dtype)
     per_output = []
     for o in range(k):
         t = None if k == 1 else torch.full((1,), o, dtype=torch.long, device=inner.fx.device)
