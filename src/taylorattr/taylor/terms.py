@@ -161,13 +161,16 @@ def _prepare(model, inputs, baselines, target, order, chunk_size=None):
 
 
 def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, structure=None,
-                    baseline_output: bool = False):
-    """:func:`_prepare` that also returns ``f(x~)`` (with ``baseline_output``, else None) and
+                    baseline_output: bool = False, resolve: bool = True):
+    """:func:`_prepare` that also returns the output at the baselines (with
+    ``baseline_output``, else None; all of it, the caller selects the target) and
     the layout of the inputs (tuple inputs, ``additional_forward_args`` and ``layer`` in
     ``structure`` are mapped to one tensor by :func:`taylorattr.inputs.whole_batch_view`: the
     expansion direction is all inputs' deltas together). The kind of model (module,
     ``ExportedProgram``, ``.pt2`` path) is decided once, by :func:`~.mode.trace`; the model
-    runs once at ``inputs`` (the target) and, only when asked, once at the baselines."""
+    runs once at ``inputs`` to resolve the target (not with ``resolve=False``: the caller's
+    Taylor-mode pass computes ``f(x)`` and resolves it, :func:`_ig_shares`) and, only when
+    asked, once at the baselines."""
     program = trace(model)
     model = program.model
     V.check_model(model)
@@ -192,10 +195,10 @@ def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, st
     inputs = inputs.detach()
     f_base = None
     with torch.no_grad():
-        target = V.resolve_target(target, V.model_output(run, inputs))
+        if resolve:
+            target = V.resolve_target(target, V.model_output(run, inputs))
         if baseline_output:
-            f_base = V.select_output(V.model_output(run, baselines, name="model (at baselines)"),
-                                     target)
+            f_base = V.model_output(run, baselines, name="model (at baselines)")
     return gm, inputs, inputs - baselines, target, f_base, layout
 
 
@@ -248,9 +251,11 @@ def _split(layout, t: torch.Tensor):
 
 
 def _ig_shares(gm, inputs, delta, target, order):
-    """One Taylor-mode pass along ``-delta`` and its backward: ``(f(x), first, attribution, orders)``."""
+    """One Taylor-mode pass along ``-delta`` and its backward: ``(f(x), first, attribution,
+    orders, target)``; ``target`` is resolved on the pass's own ``f(x)`` (no model call)."""
     x = inputs.clone().requires_grad_(True)
     jet = propagate(gm, x, -delta.unsqueeze(1), order)
+    target = V.resolve_target(target, V.model_output(lambda _: jet.primal.detach(), inputs))
     f_x = _select(jet.primal, target)
     c = _select(jet.series, target)[:, :, 0]  # [K, B]: c_k = -P_k
     (grad,) = torch.autograd.grad(f_x.sum(), x, retain_graph=order > 1)
@@ -261,7 +266,7 @@ def _ig_shares(gm, inputs, delta, target, order):
         attribution = (share_grad * delta).detach()
     else:
         attribution = first
-    return f_x.detach(), first, attribution, -c.detach().T.contiguous()
+    return f_x.detach(), first, attribution, -c.detach().T.contiguous(), target
 
 
 def taylor_attribution(model, inputs, baselines=0.0, target=None, order: int = 2, *,
@@ -278,10 +283,11 @@ def taylor_attribution(model, inputs, baselines=0.0, target=None, order: int = 2
     V.check_bool(show_progress, "show_progress")
     gm, inputs, delta, target, _, layout = _prepare_inputs(
         model, inputs, baselines, target, order,
-        structure=_structure(additional_forward_args, layer, attribute_to_layer_input))
+        structure=_structure(additional_forward_args, layer, attribute_to_layer_input),
+        resolve=False)
     with tqdm(total=1, desc=f"order-{order} Taylor attribution", unit="pass",
               disable=not show_progress, leave=False) as bar:
-        _, _, attribution, orders = _ig_shares(gm, inputs, delta, target, order)
+        _, _, attribution, orders, _ = _ig_shares(gm, inputs, delta, target, order)
         bar.update(1)
     # self-check (Theorem 5): the shares sum to g_K = sum_k P_k, the change less the
     # stated remainder; from the same pass, no model call
@@ -400,10 +406,12 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
     V.check_bool(show_progress, "show_progress")
     gm, inputs, delta, target, f_base, layout = _prepare_inputs(
         model, inputs, baselines, target, order, chunk_size,
-        _structure(additional_forward_args, layer, attribute_to_layer_input), baseline_output=True)
+        _structure(additional_forward_args, layer, attribute_to_layer_input),
+        baseline_output=True, resolve=False)
     groups = _resolve_groups(groups, feature_mask, delta, layout)
     sizer = model if layout is None else gm
-    f_x, first, attribution, orders = _ig_shares(gm, inputs, delta, target, order)
+    f_x, first, attribution, orders, target = _ig_shares(gm, inputs, delta, target, order)
+    f_base = V.select_output(f_base, target)
     total = orders.sum(1)
     if groups is not None:  # group-level fields: one [B, G] tensor whatever the layout
         first, attribution, independent = _grouped_fields(
