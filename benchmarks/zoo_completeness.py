@@ -108,7 +108,8 @@ def inputs(side: int, batch: int, nonzero: bool = False, seed: int = 5):
 def measure(model, x, base) -> dict:
     """DeepLIFT on ``(x, base)`` at the model's top class per sample, measured against the
     model's own forward: ``df`` ``[B]``, ``miss`` ``[B]`` (``|sum(a) - df|``), ``warned``
-    (a :class:`taylorattr.CompletenessWarning` was raised), ``delta_gap`` ``[B]`` (the
+    (a :class:`taylorattr.CompletenessWarning` was raised; ``messages``: theirs), ``size``
+    ``[B]`` (``sum_i |a_i|``), ``delta_gap`` ``[B]`` (the
     returned delta's distance from ``sum(a) - df``) and the call's wall and CPU seconds
     (one thread: the CPU seconds are what a quiet machine would take)."""
     import taylorattr as ta
@@ -124,8 +125,9 @@ def measure(model, x, base) -> dict:
                                                 return_convergence_delta=True)
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     own = a.detach().flatten(1).sum(1) - df
-    warned = any(issubclass(w.category, ta.CompletenessWarning) for w in caught)
-    return {"df": df, "miss": own.abs(), "warned": warned,
+    messages = [str(w.message) for w in caught if issubclass(w.category, ta.CompletenessWarning)]
+    return {"df": df, "miss": own.abs(), "warned": bool(messages), "messages": messages,
+            "size": a.detach().flatten(1).abs().sum(1),
             "delta_gap": (delta.detach() - own).abs(), "seconds": seconds,
             "cpu": cpu}
 

@@ -65,6 +65,11 @@ def test_deeplift_is_complete_or_warns(zoo_model, batch):
     r = zc.measure(model, *zc.inputs(side, batch))
     _check(name, r)
     assert r["warned"] == (name in MUST_WARN), (name, r["miss"], r["df"])
+    if r["warned"]:  # the likely cause named: the attributions' cancellation, its size
+        i = int(r["miss"].argmax())
+        assert r["size"][i] * 1.5e-8 > r["df"][i].abs()
+        assert any(m.startswith("DeepLift:") and f"absolute sum is {float(r['size'][i]):.3g}"
+                   in m and "cancellation" in m for m in r["messages"]), r["messages"]
     if name in NONZERO:
         r = zc.measure(model, *zc.inputs(side, batch, nonzero=True))
         _check(name, r)

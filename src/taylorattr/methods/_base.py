@@ -578,7 +578,7 @@ class AttributionMethod:
             delta, bad, tol = selfcheck.misses(attr, fx, f_ref)
         if bool(bad.any()):
             selfcheck.report(type(self).__name__, delta, fx, f_ref, bad, tol, tried,
-                             self.incomplete_cause, call.strict)
+                             self.incomplete_cause, call.strict, attr=attr)
         return attr, delta
 
     def _structured_baselines(self, baselines, parts: tuple, layout: Layout | None):

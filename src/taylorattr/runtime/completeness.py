@@ -71,13 +71,34 @@ def misses(attr: torch.Tensor, fx: torch.Tensor, f_ref: torch.Tensor, sums: bool
     return delta, ~(delta.abs() <= tol), tol
 
 
+#: The likely cause named when the attributions cancel (:func:`report`'s ``attr``).
+CANCELLATION = (
+    "cancellation: the attributions' absolute sum is {size:.3g} for a change of {df:.3g}, "
+    "fewer than half the digits survive their sum; typical at a baseline where a LayerNorm "
+    "or GroupNorm sees activations of (near) zero variance (e.g. a zero baseline and zero "
+    "biases before it), so that rsqrt(var + eps) is huge; a baseline whose activations vary "
+    "(a blurred or noisy input) avoids it")
+
+
 def report(method: str, delta: torch.Tensor, fx: torch.Tensor, f_ref: torch.Tensor,
            bad: torch.Tensor, tol: torch.Tensor, tried_batch_2: bool, cause: str,
-           strict: bool, explained: str = "f(x) - f(x~)", hint: bool = True) -> None:
-    """Warn (or raise, ``strict``) about the samples ``bad`` still misses."""
+           strict: bool, explained: str = "f(x) - f(x~)", hint: bool = True,
+           attr: torch.Tensor | None = None) -> None:
+    """Warn (or raise, ``strict``) about the samples ``bad`` still misses. ``attr``: the
+    attributions; where they cancel to fewer than half the digits,
+
+        sum_i |a_i| * sqrt(eps) > |f(x) - f(x~)|,
+
+    the likely cause named is that cancellation (:data:`CANCELLATION`) instead of ``cause``
+    (the miss is then rounding of huge terms, not a wrong rule: ConvNeXt, PoolFormer,
+    MLP-Mixer at a zero baseline, ``benchmarks/zoo_completeness.py``)."""
     idx = bad.nonzero().flatten().tolist()
     worst = int(idx[int(delta[bad].abs().argmax())])
     df = float(fx[worst] - f_ref[worst])
+    if attr is not None:
+        size = float(attr[worst].abs().sum())
+        if size * torch.finfo(attr.dtype).eps ** 0.5 > abs(df):
+            cause = CANCELLATION.format(size=size, df=df)
     shown = ", ".join(map(str, idx[:10])) + (", ..." if len(idx) > 10 else "")
     repair = " (recomputing them at batch 2 did not repair them)" if tried_batch_2 else ""
     msg = (f"{method}: attributions are incomplete for sample(s) {shown}{repair}: "
