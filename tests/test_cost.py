@@ -51,17 +51,20 @@ from taylorattr.runtime.cost import (
     measure_rates,
     stage_estimate,
 )
+from taylorattr.testing import (
+    assert_cost_counted,
+    conv_model,
+    image_batch,
+    observed_plan_run,
+    reference_images,
+)
 
-
-def _model():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Softplus(), nn.Flatten(),
-                         nn.Linear(2 * 6 * 6, 3)).double().eval()
+_model = conv_model  # the common checks' model: conv 3x3, softplus, linear (float64)
 
 
 @pytest.fixture(scope="module")
 def x():
-    return torch.randn(2, 1, 6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    return image_batch()
 
 
 MASK = (torch.arange(36).view(1, 1, 6, 6) // 9)  # 4 groups of 9 pixels
@@ -284,27 +287,15 @@ def _assert_rows_counted(method, counter, x, delta, options):
 
 def _assert_bound_counted(bound, x) -> Cost:
     """:meth:`BoundMethod.cost` (no model run) equals the rows a second run of ``bound`` shows."""
-    counter = RowCounter(_model())
-    cost = bound.cost(counter, x, 0.0)
-    bound(counter, x, 0.0, None)  # first call may probe the chunk size once
-    counter.reset()
-    bound(counter, x, 0.0, None)
-    assert (counter.forward_rows, counter.backward_rows) == \
-        (cost.forward_rows, cost.backward_rows), bound.label
-    return cost
+    return assert_cost_counted(bound, RowCounter(_model()), x)
 
 
 def _count_plan_passes(monkeypatch):
     """The layer-wise engine runs the model's traced plan (an fx interpreter calling its
     submodules), never the model's forward: report each run of the plan (on the inputs or
     on the baselines) to the RowCounter it runs on, which also hooks the run's output to
-    count the modified backward sweep through it."""
-    real = engine._Pass.run
-
-    def run(self, *args, **kwargs):
-        return self.module.observe(args[0], real(self, *args, **kwargs))
-
-    monkeypatch.setattr(engine._Pass, "run", run)
+    count the modified backward sweep through it (as ``taylorattr.testing`` does)."""
+    monkeypatch.setattr(engine._Pass, "run", observed_plan_run(engine._Pass.run))
 
 
 def _relu_model():
@@ -313,8 +304,7 @@ def _relu_model():
                          nn.Flatten(), nn.Linear(2 * 3 * 3, 3)).double().eval()
 
 
-REFS = ReferenceSet(torch.randn(3, 1, 6, 6, dtype=torch.float64,
-                                generator=torch.Generator().manual_seed(2)))
+REFS = reference_images()
 
 # (class, constructor arguments, call options, delta, rows per sample besides the target's
 # forward: (forward, backward), counted by hand from the method's passes)
@@ -366,21 +356,6 @@ def test_taylor_attribution_rows(monkeypatch, x, order, delta):
     # one pass of B rows; the target's forward, the inputs' and baselines', the delta's
     assert (cost.taylor_passes, cost.taylor_rows) == (1, batch)
     assert cost.forward_rows == batch * (3 + delta)
-
-
-def test_every_registered_method_counts_its_rows(monkeypatch, x):
-    """Every variant of every registered method has a cost (no NotImplementedError), equal
-    to the rows it runs: a method registered later without ``_cost`` fails here."""
-    _count_plan_passes(monkeypatch)
-    context = {"seed": 0, "n_samples": 3, "nt_samples": 2, "n_steps": 3, "patch": 3}
-    checked = set()
-    for spec in METHODS.values():
-        for v in spec.variants:
-            own = {"baselines": REFS} if isinstance(v.settings.get("baselines"),
-                                                    ReferenceSet) else {}
-            _assert_bound_counted(spec.bind(v, context=context, **own), x)
-            checked.add(spec.name)
-    assert checked == set(METHODS)
 
 
 # ------------------------------------------------------------------ taylor_terms with groups (issue 16)
