@@ -172,8 +172,9 @@ def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, st
     Taylor-mode pass computes ``f(x)`` and resolves it, :func:`_ig_shares`) and, only when
     asked, once at the baselines."""
     program = trace(model)
+    if isinstance(model, nn.Module):  # a program is run as it was exported: no mode to check
+        V.check_model(model)
     model = program.model
-    V.check_model(model)
     V.check_positive_int(order, "order")
     if chunk_size is not None:
         V.check_positive_int(chunk_size, "chunk_size")
