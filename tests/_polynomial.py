@@ -11,11 +11,10 @@ import itertools
 import math
 
 import torch
+from _builders import DT
 from torch import nn
 
 from taylorattr.models import PolyActivation
-
-DT = torch.float64
 
 
 def poly_net(n: int, coeffs, hidden: int = 5, seed: int = 0) -> nn.Sequential:

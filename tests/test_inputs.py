@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 import torch
+from _builders import DT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -21,7 +22,6 @@ from taylorattr.methods import (
 )
 from taylorattr.taylor.terms import group_expansions, taylor_terms
 
-DT = torch.float64
 TOL = {"rtol": 1e-7, "atol": 1e-10}
 
 

@@ -8,6 +8,7 @@ import captum.attr as captum_attr
 import pytest
 import torch
 import torch.nn.functional as F
+from _builders import DT
 from torch import nn
 
 from taylorattr.methods import DeepLift, EpsilonLRP, UnsupportedModelError, local_relevance
@@ -17,7 +18,6 @@ from taylorattr.methods.layerwise.table import operation_names
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.usefixtures("one_thread")]
 
-DT = torch.float64
 TIGHT = {"rtol": 1e-9, "atol": 1e-12}
 
 

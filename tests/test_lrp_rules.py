@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _builders import DT, mlp, normal
 from torch import nn
 from zennit import composites as zc
 from zennit import rules as zr
@@ -17,7 +18,6 @@ from zennit import types as zt
 import taylorattr as ta
 from taylorattr.methods.lrp_rules import LRP
 
-DT = torch.float64
 CLOSE = {"rtol": 1e-5, "atol": 1e-8}
 
 
@@ -29,14 +29,8 @@ def _cnn():
         nn.Linear(5 * 4, 7), nn.ReLU(), nn.Linear(7, 3)).to(DT).eval()
 
 
-def _mlp():
-    torch.manual_seed(1)
-    return nn.Sequential(nn.Flatten(), nn.Linear(8, 6), nn.ReLU(), nn.Linear(6, 5), nn.ReLU(),
-                         nn.Linear(5, 3)).to(DT).eval()
-
-
-def _inputs(shape, seed=2):
-    return torch.randn(shape, generator=torch.Generator().manual_seed(seed), dtype=DT)
+def _mlp():  # flatten, 8 -> 6 -> 5 -> 3 with ReLUs
+    return mlp(8, 6, 5, 3, acts=(nn.ReLU,), seed=1, flatten=True)
 
 
 def _zennit(model, composite, x, target):
@@ -65,7 +59,7 @@ _ZENNIT_COMPOSITES = {
 @pytest.mark.parametrize("kind", ["cnn", "mlp"])
 def test_rule_equals_zennit(rule, kind):
     model = _cnn() if kind == "cnn" else _mlp()
-    x = _inputs((3, 2, 8, 8) if kind == "cnn" else (3, 2, 4))
+    x = normal((3, 2, 8, 8) if kind == "cnn" else (3, 2, 4), seed=2)
     target = torch.tensor([0, 2, 1])
     if rule in _ZENNIT_RULES:
         composite = zc.LayerMapComposite(zc.layer_map_base() + [(zt.Linear, _ZENNIT_RULES[rule]())])
@@ -81,7 +75,7 @@ def test_z_plus_equals_a_per_neuron_loop():
     """R_j = f(x) at the output, R_i = sum_j (x_i w_ji)+ / (sum_i' (x_i' w_ji')+ + b+_j) R_j
     (Zennit's z-plus keeps x+ w+ and x- w-: every positive contribution)."""
     model = _mlp()
-    x = _inputs((2, 2, 4), seed=5)
+    x = normal((2, 2, 4), seed=5)
     ours = LRP(model, rule="z_plus", stabilizer=1e-300).attribute(x, target=1)
     layers = [model[1], model[3], model[5]]
     for b in range(2):
@@ -104,7 +98,7 @@ def test_z_plus_equals_a_per_neuron_loop():
 
 def test_alpha1_beta0_is_z_plus_and_errors():
     model = _cnn()
-    x = _inputs((2, 2, 8, 8))
+    x = normal((2, 2, 8, 8), seed=2)
     torch.testing.assert_close(LRP(model, rule="alpha1_beta0").attribute(x),
                                LRP(model, rule="z_plus").attribute(x), rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="rule must be one of"):
@@ -129,7 +123,7 @@ def test_residual_sum_splits_relevance_in_proportion():
     the sum s = h + x sends R_h = h / s(s) R_s and x / s(s) R_s (Zennit's Norm rule on a
     sum, no double counting); the skip and the branch relevances add up at x."""
     model = _Residual().to(DT).eval()
-    x = _inputs((3, 4), seed=6)
+    x = normal((3, 4), seed=6)
     eps = 1e-6
     stab = lambda v: v + eps * torch.where(v >= 0, 1.0, -1.0).to(v.dtype)
     with torch.no_grad():
@@ -148,7 +142,7 @@ def test_residual_sum_splits_relevance_in_proportion():
 
 def test_registry_rows_run():
     model = _mlp()
-    x = _inputs((2, 2, 4))
+    x = normal((2, 2, 4), seed=2)
     rows = [s for s in ta.METHODS.values() if issubclass(s.cls, LRP)]
     assert {s.name for s in rows} >= {"lrp_z_plus", "lrp_epsilon_plus_flat", "lrp_flat"}
     t = torch.tensor([0, 1])

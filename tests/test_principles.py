@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from _builders import DT
 from torch import nn
 
 import taylorattr as ta
@@ -15,8 +16,6 @@ from taylorattr.methods import (
 from taylorattr.models import PolyActivation
 from taylorattr.principles import auditing as PA
 from taylorattr.principles import measures as PM
-
-DT = torch.float64
 
 
 @pytest.fixture(scope="module")

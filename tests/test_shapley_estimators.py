@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import shapiq
 import torch
+from _builders import DT, mlp, normal
 from _polynomial import poly_net
 from test_integrated_hessians import _quadrature_ih
 from torch import nn
@@ -24,19 +25,15 @@ from torch import nn
 import taylorattr as ta
 from taylorattr.methods import IntegratedGradients, KernelShap, ShapleyValues
 
-DT = torch.float64
 
-
-def _mlp(n=8, out=2, seed=0):
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(n, 10), nn.Tanh(), nn.Linear(10, 6), nn.Softplus(),
-                         nn.Linear(6, out)).to(DT).eval()
+def _mlp(n=8, out=2, seed=0):  # n -> 10 -> 6 -> out, tanh then softplus
+    return mlp(n, 10, 6, out, acts=(nn.Tanh, nn.Softplus), seed=seed)
 
 
 def _data(n=8, batch=2, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return (2 * torch.randn(batch, n, generator=g, dtype=DT),
-            torch.randn(batch, n, generator=g, dtype=DT))
+    """Inputs ``2 N(0, 1)`` and baselines ``N(0, 1)``, ``[batch, n]``."""
+    x, base = normal((batch, n), seed=seed, n=2)
+    return 2 * x, base
 
 
 def _value(model, x, base, target, groups):

@@ -2,6 +2,7 @@
 order-K polynomial's removal game (n <= 10)."""
 import pytest
 import torch
+from _builders import normal
 from _polynomial import DT, poly_net, polynomial_game, shapley_by_enumeration, subset_masks
 from torch import nn
 
@@ -9,15 +10,10 @@ from taylorattr.taylor.shapley_rule import shapley_attribution
 from taylorattr.taylor.terms import taylor_attribution
 
 
-def _data(n, seed):
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(2, n, dtype=DT, generator=gen), torch.randn(2, n, dtype=DT, generator=gen)
-
-
 def test_degree_4_network_equals_enumeration_of_the_model():
     n = 8
     net = poly_net(n, (0.3, 1.0, -0.5, 0.7, 0.2), hidden=5, seed=1)
-    x, base = _data(n, 1)
+    x, base = normal((2, n), seed=1, n=2)
     masks = subset_masks(n)
     got = shapley_attribution(net, x, base, order=4)
     for b in range(2):
@@ -36,7 +32,7 @@ def _sigmoid_net(n):
 def test_sigmoid_network_equals_enumeration_of_the_polynomial(order):
     n = 6
     net = _sigmoid_net(n)
-    x, base = _data(n, 2)
+    x, base = normal((2, n), seed=2, n=2)
     masks = subset_masks(n)
     got = shapley_attribution(net, x, base, order=order)
     for b in range(2):
@@ -66,7 +62,7 @@ def test_groups_equal_enumeration_over_groups(order):
 
 def test_bad_input_raises_named_errors():
     net = _sigmoid_net(4)
-    x, base = _data(4, 0)
+    x, base = normal((2, 4), seed=0, n=2)
     with pytest.raises(ValueError, match=r"order must be <= 4.*order=5"):
         shapley_attribution(net, x, base, order=5)
     with pytest.raises(ValueError, match="groups"):
