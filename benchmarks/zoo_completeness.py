@@ -7,7 +7,8 @@ random one), the miss
 against the bound ``1e-8 max(1, |f(x) - f(x~)|)``; a call beyond it must have warned
 (``ta.CompletenessWarning``). ``python benchmarks/zoo_completeness.py [names...]`` prints
 one row per model and batch: |df|, miss, miss / max(1, |df|), whether the call warned,
-the returned delta's distance from the measured one, and the seconds (the build's CPU
+the returned delta's distance from the measured one, ``sum_i |a_i| / |df|`` (above
+``1 / sqrt(eps)`` the attributions cancel to fewer than half the digits), and the seconds (the build's CPU
 seconds; the call's wall and CPU seconds: the first capture included at batch 1, the
 capture reused at batch 2), on one thread. ``tests/test_zoo_completeness.py`` runs a subset.
 
@@ -140,7 +141,8 @@ def fails(r: dict) -> bool:
 def main(names, nonzero: bool = False) -> int:
     torch.set_num_threads(1)
     print(f"{'model':28s} {'B':>2s} {'|df|':>9s} {'miss':>9s} {'miss/max(1,|df|)':>17s} "
-          f"{'warned':>6s} {'|delta-own|':>11s} {'build s':>8s} {'call s':>7s} {'cpu s':>6s}")
+          f"{'warned':>6s} {'|delta-own|':>11s} {'sum|a|/|df|':>11s} {'build s':>8s} "
+          f"{'call s':>7s} {'cpu s':>6s}")
     silent = 0
     for name in names or list(ZOO):
         start = time.process_time()
@@ -161,7 +163,8 @@ def main(names, nonzero: bool = False) -> int:
             silent += fails(r)
             print(f"{name:28s} {batch:2d} {float(r['df'][i].abs()):9.3g} "
                   f"{float(r['miss'][i]):9.2e} {rel:17.2e} {'yes' if r['warned'] else 'no':>6s} "
-                  f"{float(r['delta_gap'].max()):11.1e} {built:8.1f} {r['seconds']:7.1f} "
+                  f"{float(r['delta_gap'].max()):11.1e} "
+                  f"{float(r['size'][i] / r['df'][i].abs()):11.1e} {built:8.1f} {r['seconds']:7.1f} "
                   f"{r['cpu']:6.1f}"
                   + ("  SILENT MISS" if fails(r) else ""), flush=True)
             built = 0.0
