@@ -16,6 +16,7 @@ import lxt
 import pytest
 import torch
 import torch.nn.functional as F
+from _builders import DT
 from torch import nn
 
 from taylorattr.methods import DeepLift, EpsilonLRP
@@ -45,7 +46,6 @@ stop_gradient = _lxt_rules.stop_gradient
 pytestmark = [pytest.mark.filterwarnings("ignore::UserWarning"),
               pytest.mark.usefixtures("one_thread")]
 
-DT = torch.float64
 TIGHT = {"rtol": 1e-10, "atol": 1e-12}
 
 
