@@ -149,3 +149,60 @@ def test_only_the_core_layer_has_loose_top_level_modules():
     loose = {p.stem for p in (ROOT / "src" / "taylorattr").glob("*.py")} - {"__init__"}
     # testing: the public home of the common checks (as sklearn.utils.estimator_checks)
     assert loose <= core | {"__main__", "testing"}, sorted(loose - core)
+
+
+# ---- function-local imports (issue 37) ------------------------------------------------------
+#: At most this many imports of the package's own modules are written inside functions in
+#: src/, each with its reason in a comment on its line or the line above (the command
+#: line's commands import what they run after parsing, so --help waits for no torch).
+MAX_LOCAL_IMPORTS = 15
+
+
+def _local_own_imports(text: str) -> list[tuple[int, bool]]:
+    """``(line, has a reason comment)`` of each import of the package's own modules
+    written inside a function of the module source ``text``."""
+    import ast
+
+    lines = text.splitlines()
+    found = []
+
+    def walk(node, in_function):
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                      ast.Lambda))
+            own = (isinstance(child, ast.ImportFrom)
+                   and (child.level > 0 or (child.module or "").startswith("taylorattr"))) \
+                or (isinstance(child, ast.Import)
+                    and any(a.name.startswith("taylorattr") for a in child.names))
+            if in_function and own:
+                span = lines[child.lineno - 1:child.end_lineno]
+                above = lines[child.lineno - 2].strip() if child.lineno > 1 else ""
+                found.append((child.lineno, any("#" in line for line in span)
+                              or above.startswith("#")))
+            walk(child, inner)
+
+    walk(ast.parse(text), False)
+    return found
+
+
+def test_the_local_import_counter_sees_what_it_should():
+    """A test of the test: imports inside functions (nested, in methods, of relative or
+    absolute own modules) count, with or without a reason; top-level, TYPE_CHECKING and
+    third-party imports do not."""
+    text = ("import os\nfrom . import a\nif False:\n    from . import b\n"
+            "def f():\n    import torch\n    from .c import d  # why\n"
+            "    class K:\n        def g(self):\n            # why, above\n"
+            "            import taylorattr.x\n    from ..e import (\n        f,\n    )\n")
+    assert _local_own_imports(text) == [(7, True), (11, True), (12, False)]
+
+
+def test_few_function_local_imports_each_with_its_reason():
+    found, lacking = [], []
+    for path in sorted((ROOT / "src" / "taylorattr").rglob("*.py")):
+        for line, reason in _local_own_imports(path.read_text()):
+            where = f"{path.relative_to(ROOT)}:{line}"
+            found.append(where)
+            if not reason:
+                lacking.append(where)
+    assert len(found) <= MAX_LOCAL_IMPORTS, f"{len(found)} function-local imports: {found}"
+    assert not lacking, f"function-local imports without a reason comment: {lacking}"

@@ -124,7 +124,7 @@ def test_show_progress_must_be_a_bool(call):
 def test_explain_command_passes_show_progress(monkeypatch, terminal):
     """The ``explain`` command shows the per-chunk bars when stderr is a terminal, and
     keeps them out of logs (stderr then holds the warnings alone)."""
-    from taylorattr.cli import commands
+    from taylorattr.cli.commands import explain as command
     from taylorattr.experiments import explain as E
 
     seen = {}
@@ -137,11 +137,11 @@ def test_explain_command_passes_show_progress(monkeypatch, terminal):
         raise Stop
 
     monkeypatch.setattr(E, "explain", explain)
-    monkeypatch.setattr(commands.sys.stderr, "isatty", lambda: terminal)
+    monkeypatch.setattr(command.sys.stderr, "isatty", lambda: terminal)
     args = argparse.Namespace(image="i.png", model="resnet18", weights=None, methods=None,
                               target=None, out="o", sign="all", overlay=False, save_maps=False,
                               beta=10.0, interactions=False, network=object(),
                               format=["pt"])  # network: built by the preflight
     with pytest.raises(Stop):
-        commands._explain(args)
+        command.run(args)
     assert seen["show_progress"] is terminal

@@ -1,11 +1,14 @@
 """The ``taylorattr`` command line: validate, principles, assess, reproduce, explain,
 evaluate, attribute.
 
-Every subcommand is a thin shell over a library function that returns data; this package
-(:mod:`.arguments` types and errors, :mod:`.parser`, :mod:`.preflight`, :mod:`.commands`)
-only parses arguments, checks what can be checked before the work starts (optional
-packages, a writable ``--out``, a readable image, sample counts within the data), calls
-it, and prints the formatted tables.
+Every subcommand is a thin shell over an application function that returns data. Each is
+one module under :mod:`.commands` holding its arguments, checks, estimate and run, and one
+``register`` line there. :func:`main` parses the arguments (only the chosen command's
+module is imported: the command line's one lazy import), checks what can be checked
+before the work starts (optional packages, a writable ``--out``, a readable image, sample
+counts within the data; :mod:`.preflight`), estimates the run (:mod:`.estimates`), runs it
+and prints the formatted tables. Shared pieces: :mod:`.arguments` (types, flags, errors)
+and :mod:`.jobs` (the model and data of a job).
 
 Exit status: 0 done; 2 an expected failure (bad argument, missing optional package,
 unreadable image, unwritable output or stdout), reported as one line on stderr naming
@@ -19,9 +22,8 @@ import sys
 import warnings
 
 from .arguments import ASSESS_EXPERIMENTS, EXPLAIN_MODELS, IMAGENET_MODELS, CliError, _one_line
-from .commands import COMMANDS
+from .commands import COMMANDS, REGISTERED, load
 from .parser import build_parser
-from .preflight import _preflight
 
 __all__ = ["ASSESS_EXPERIMENTS", "COMMANDS", "EXPLAIN_MODELS", "IMAGENET_MODELS", "CliError",
            "build_parser", "main"]
@@ -63,18 +65,16 @@ def main(argv: list[str] | None = None) -> int:
     failure, one line on stderr) or 130 (interrupted)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
-    known = command if command in COMMANDS else None
+    known = command if command in REGISTERED else None
     # only the parts of the parser this command line needs: no torch import for --help
-    # or an argument error (the explain methods' list reads the registry)
-    parser = build_parser(known or "", method_help=known == "explain" and bool(
-        {"-h", "--help"} & set(argv)))
+    # or an argument error (a command's help may read the registry, e.g. explain's methods)
+    parser = build_parser(known or "", method_help=bool({"-h", "--help"} & set(argv)))
     args = parser.parse_args(argv)
     sub = f"taylorattr {args.command}"
-    if args.command == "assess" and (args.imagenet_dir is None) != (args.weights is None):
-        parser.error("--imagenet-dir and --weights go together (no weights are downloaded)")
-    if args.command == "assess" and args.imagenet_patch_scale is not None \
-            and args.imagenet_dir is None:
-        parser.error("--imagenet-patch-scale is for the ImageNet route; give --imagenet-dir")
+    module = load(args.command)
+    why = module.argument_errors(args) if hasattr(module, "argument_errors") else None
+    if why:
+        parser.error(why)
     if getattr(args, "model", None) == "efficientnet-lite0" and args.weights is not None:
         parser.error("--weights: EfficientNet-Lite0 ships its own weights; give --weights "
                      "with another --model")
@@ -84,7 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     with warnings.catch_warnings():
         warnings.showwarning = _show_warning
         try:
-            _preflight(args)
+            if hasattr(module, "check"):
+                module.check(args)  # what can fail before the work: nothing computed for it
+            if hasattr(module, "stages"):
+                from . import estimates  # torch: only once the arguments are parsed
+
+                estimates.check_estimates(args)  # last: the estimate builds models, reads data
             _print(COMMANDS[args.command](args))
         except KeyboardInterrupt:
             sys.stderr.write(f"{sub}: interrupted; rerun to resume\n")

@@ -1,4 +1,9 @@
-"""Argument types, shared constants and the one-line error of the command line."""
+"""Argument types, shared constants and the one-line error of the command line.
+
+Everything here is light: the parser and ``--help`` import no torch. What the types need
+from the package (the seed check, the training presets, the registry) comes through
+:func:`library`, loaded the first time such a value is parsed.
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,8 +12,7 @@ import json
 import re
 import sys
 from pathlib import Path
-
-from ..experiments.explain import canonical_method
+from types import SimpleNamespace
 
 # models.pretrained.TORCHVISION_MODELS, written here so that --help imports no torch
 IMAGENET_MODELS = ("vgg16", "vgg19", "resnet18")
@@ -71,19 +75,26 @@ _positive_int = _int_at_least(1, "positive")
 _nonnegative_int = _int_at_least(0, "non-negative")
 
 
-def _seed(text: str) -> int:
-    from .._validation import check_seed  # here, so that --help does not wait for torch
+def library() -> SimpleNamespace:
+    """The package modules the command line reads around its commands: ``validation``
+    (argument checks), ``data``, ``models`` and ``registry`` (with the paper's rows,
+    :mod:`taylorattr.paper_methods`, registered)."""
+    from .. import _validation, data, models, paper_methods, registry  # torch: not for --help
 
+    del paper_methods  # imported for its registrations
+    return SimpleNamespace(validation=_validation, data=data, models=models, registry=registry)
+
+
+def _seed(text: str) -> int:
     value = _nonnegative_int(text)
     try:
-        return check_seed(value)
+        return library().validation.check_seed(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _preset(text: str) -> str:
-    from ..models.training import PRESETS  # here, so that --help does not wait for torch
-
+    PRESETS = library().models.training.PRESETS
     if text not in PRESETS:
         raise argparse.ArgumentTypeError(
             f"expected a training preset, one of {', '.join(PRESETS)}, got {text!r}")
@@ -227,6 +238,30 @@ def _model_flags(p, default: str | None) -> None:
                         "ImageNet's 0.229 0.224 0.225)")
 
 
+def _dataset_flags(p) -> None:
+    """The flags of a dataset job (``evaluate``, ``attribute``): its data, model, samples,
+    batches, seeds, bad items, device, resume and cost."""
+    p.add_argument("--data", required=True,
+                   help="mnist (the held-out digits), cluttered (held-out canvases with box "
+                        "masks) or a folder of images (any depth; class folders and VOC XML "
+                        "boxes optional)")
+    _model_flags(p, default=None)
+    p.add_argument("--samples", type=_positive_int, default=None,
+                   help="only the first N samples (default: all)")
+    p.add_argument("--batch-size", type=_positive_int, default=16,
+                   help="samples per unit of work; part of the job (keep it on reruns)")
+    p.add_argument("--seed", type=_seed, default=0, help="base of the per-sample seeds")
+    p.add_argument("--bad-items", choices=("refuse", "skip"), default="refuse",
+                   help="a malformed item stops the job naming its index (refuse) or is "
+                        "left out and listed in summary.json (skip)")
+    p.add_argument("--mnist-dir", type=_existing_dir, default=None,
+                   help="folder with MNIST IDX files for --data mnist/cluttered")
+    p.add_argument("--device", default=None,
+                   help="force a device, e.g. cpu (default: cuda:LOCAL_RANK when available)")
+    _dataset_job_flags(p)
+    _cost_flags(p)
+
+
 def _dataset_job_flags(p) -> None:
     """``--resume``: how a rerun into the same ``--out`` treats finished units."""
     p.add_argument("--resume", choices=("auto", "strict"), default="auto",
@@ -235,21 +270,11 @@ def _dataset_job_flags(p) -> None:
                         "rerun naming what changed")
 
 
-def _method(text: str) -> str:
-    """An explain method: its grid name (:func:`canonical_method`)."""
-    try:
-        return canonical_method(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("methods: ")) from None
-
-
 def _any_method(text: str) -> str:
     """A registry name or label of ``evaluate``/``attribute``, checked (an unknown one
     with the closest names, :func:`taylorattr.registry.resolve`) and kept as given."""
-    from ..registry import resolve  # here, so that --help does not wait for torch
-
     try:
-        resolve(text)
+        library().registry.resolve(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("methods: ")) from None
     return text

@@ -1,7 +1,8 @@
 """What a run will cost, said before it starts (issues 20 and 24).
 
-Every long command (``validate``, ``assess``, ``reproduce``, ``explain``, ``evaluate``,
-``attribute``) asks its stages for their rows: each stage object owns its settings and
+Every long command (a command module with ``stages``: ``validate``, ``assess``,
+``reproduce``, ``explain``, ``evaluate``, ``attribute``) asks its stages for their rows
+(:mod:`taylorattr.cli.commands`): each stage object owns its settings and
 counts its units' rows from the plans of the methods, reformulations and metrics it will
 run (``ValidationStage``, ``AssessmentStage``, ``SaliencyStage``, ``InteractionsStage``,
 ``ExplainStage``, ``DatasetStage``, ``reproduce_costs``; :mod:`taylorattr.experiments.plans`).
@@ -27,8 +28,13 @@ import math
 import sys
 from dataclasses import dataclass, replace
 
+import torch
+
+from ..runtime import cost as C
+from ..runtime.distributed import env_world
+from ..taylor.mode import timing_pass
+from . import commands
 from .arguments import CliError
-from .jobs import dataset_job, explain_network
 
 __all__ = ["DEFAULT_BUDGET", "Stage", "check_estimates", "command_stages"]
 
@@ -36,19 +42,6 @@ __all__ = ["DEFAULT_BUDGET", "Stage", "check_estimates", "command_stages"]
 #: generous, so that only runs meant for a GPU are refused (a batch job that means it
 #: gives ``--budget none`` or a larger one).
 DEFAULT_BUDGET = 4 * 3600.0
-
-#: What makes each command cheaper, named when a run is refused.
-_CHEAPER = {
-    "validate": "fewer --samples, --order, --models, --preset or --seeds",
-    "assess": "fewer --samples or --experiment, --quick instead of --full",
-    "reproduce": "--quick instead of --full, fewer --preset or --seeds",
-    "explain": "fewer --methods, no --interactions",
-    "evaluate": "fewer --samples, --methods or --metrics, a smaller --max-side or a larger "
-                "--infidelity-scale, --device cuda, several processes (torchrun)",
-    "attribute": "fewer --samples, a cheaper --method, --device cuda, several processes "
-                 "(torchrun)",
-}
-
 
 @dataclass(frozen=True)
 class Stage:
@@ -77,92 +70,26 @@ def timed(stage, cache: dict | None = None) -> Stage:
     """A stage's :class:`~taylorattr.experiments.plans.StageCost` in seconds: each part
     timed on its model at the stage's own call sizes, at most about :data:`PROBE_SECONDS`
     per probe call; ``cache`` shares the timings of one architecture between parts."""
-    from ..runtime.cost import estimate, summed
-    from ..taylor.mode import timing_pass
-
     def seconds(costs, model, x):
-        cost = summed(costs)
-        return estimate(cost, model, x[:1], probe_seconds=PROBE_SECONDS, cache=cache,
+        cost = C.summed(costs)
+        return C.estimate(cost, model, x[:1], probe_seconds=PROBE_SECONDS, cache=cache,
                         taylor_pass=timing_pass(model) if cost.taylor_rows else None)
 
-    total = summed(seconds(*part) for part in stage.parts if part[0])
+    total = C.summed(seconds(*part) for part in stage.parts if part[0])
     if total is not None:
         total = replace(total, label=stage.label, samples=stage.samples)
     return Stage(stage.label, total, stage.skipped, stage.notes)
 
 
-# ----------------------------------------------------------------------- the commands
-
-def _validate(args) -> list:
-    from ..experiments.validation import ValidationStage
-
-    runs = len(dict.fromkeys(args.preset)) * (args.seeds or 1)
-    return ValidationStage(tuple(args.models), tuple(args.order), args.samples, runs=runs,
-                           seed=args.seed, mnist_dir=args.mnist_dir).cost()
-
-
-def _assess(args) -> list:
-    from ..experiments.assessment import AssessmentStage, ImagenetRoute
-
-    route = None if args.imagenet_dir is None else ImagenetRoute(
-        args.imagenet_dir, dict(args.weights), patch_scale=args.imagenet_patch_scale)
-    return AssessmentStage(tuple(args.experiment), not args.full, args.samples, args.seed,
-                           imagenet=route).cost()
-
-
-def _reproduce(args) -> list:
-    from ..experiments.reproduce import reproduce_costs, resolve_settings
-
-    cfg = resolve_settings(args.full, presets=list(dict.fromkeys(args.preset)),
-                           seeds=args.seeds)
-    return reproduce_costs(cfg, args.seed, args.mnist_dir, args.out)
-
-
-def _explain(args) -> list:
-    from .. import data
-    from ..experiments.explain import ExplainStage
-
-    net = explain_network(args)
-    x = net.preprocess(data.load_image(args.image))
-    stage = ExplainStage(None if args.methods is None else tuple(args.methods),
-                         interactions=args.interactions)
-    return stage.cost(net, x, args.model)
-
-
-def _dataset(args) -> list:
-    import torch  # here: the parser and --help do not wait for torch
-
-    from ..experiments.evaluate import DatasetStage
-
-    model, dataset = dataset_job(args)
-    evaluate = args.command == "evaluate"
-    stage = DatasetStage(tuple(args.methods if evaluate else [args.method]),
-                         tuple(args.metrics) if evaluate else (), args.batch_size,
-                         args.max_side if evaluate else 10,
-                         args.infidelity_scale if evaluate else None)
-    device = torch.device(args.device) if args.device else torch.device(
-        "cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        return [stage.cost(model, dataset, f"{args.command} on {args.model}", device)]
-    except ValueError as exc:
-        raise CliError("--methods" if evaluate else "--method",
-                       str(exc).removeprefix("methods: ")) from None
-
-
-_STAGES = {"validate": _validate, "assess": _assess, "reproduce": _reproduce,
-           "explain": _explain, "evaluate": _dataset, "attribute": _dataset}
-
-
 def command_stages(args) -> list[Stage]:
-    """One :class:`Stage` per stage of ``args.command`` (counted and timed, nothing run)."""
-    import torch
-
+    """One :class:`Stage` per stage of ``args.command`` (counted and timed, nothing run):
+    the command module's ``stages(args)``."""
     threads = torch.get_num_threads()
     # counting rows runs small ops only: one thread (on a busy machine a second one waits
     # for its descheduled sibling at every op, which made counting take a minute)
     torch.set_num_threads(1)
     try:
-        plans = _STAGES[args.command](args)
+        plans = commands.load(args.command).stages(args)
     finally:
         torch.set_num_threads(threads)
     cache: dict = {}  # one timing per architecture, row shape and call size
@@ -183,12 +110,9 @@ def check_estimates(args) -> None:
     (:func:`~taylorattr.runtime.cost.machine_load`, read before the probes) the lines say
     so, and the default budget refuses nothing: a run is not refused for the load of the
     moment (a given ``--budget`` still holds)."""
-    from ..runtime.cost import CostError, check_budget, format_seconds, machine_load, summed
-
-    if args.command not in _STAGES:
+    command = commands.load(args.command)
+    if not hasattr(command, "stages"):
         return
-    from ..runtime.distributed import env_world
-
     # under torchrun only a given --budget applies: each rank times its own probe, and a
     # default that one rank passes and another refuses would leave the first waiting
     default = DEFAULT_BUDGET if env_world()[1] == 1 else None
@@ -197,13 +121,13 @@ def check_estimates(args) -> None:
         budget = None
     if budget is None and not args.estimate:
         return
-    load = machine_load()
+    load = C.machine_load()
     stages = command_stages(args)
-    total = summed(s.cost for s in stages if s.cost is not None)
+    total = C.summed(s.cost for s in stages if s.cost is not None)
     busy = load is not None and load.busy
     lines = [stage.line() for stage in stages]
     if total is not None and len(stages) > 1:
-        lines.append(f"all stages: about {format_seconds(total.seconds)} on "
+        lines.append(f"all stages: about {C.format_seconds(total.seconds)} on "
                      f"{total.device or 'cpu'}")
     if busy:
         lines.append(f"the machine was busy while timing (load average {load.average:.1f} on "
@@ -211,18 +135,18 @@ def check_estimates(args) -> None:
                      "shorter on the quiet machine")
     if total is not None and budget is not None and total.seconds > budget:
         if busy and args.budget is None:
-            lines.append(f"above the default budget of {format_seconds(budget)} only as "
+            lines.append(f"above the default budget of {C.format_seconds(budget)} only as "
                          "timed on the busy machine: running (--budget SECONDS holds it)")
         else:
             total = replace(total, label=f"{args.command}, all stages", notes=())
             try:
-                check_budget(total, budget)
-            except CostError:
+                C.check_budget(total, budget)
+            except C.CostError:
                 given = "" if args.budget is not None else " (the default)"
                 raise CliError("--budget", f"{total.describe()} exceeds the budget of "
-                                           f"{format_seconds(budget)}{given}"
+                                           f"{C.format_seconds(budget)}{given}"
                                            f"{' (timed on a busy machine)' if busy else ''}; "
-                                           f"cheaper: {_CHEAPER[args.command]}; or raise "
+                                           f"cheaper: {command.CHEAPER}; or raise "
                                            "--budget (--budget none lifts it)") from None
     for line in lines:
         print(f"taylorattr {args.command}: estimate: {line}", file=sys.stderr, flush=True)

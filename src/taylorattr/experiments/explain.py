@@ -26,11 +26,20 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import _io, data, models
+from ..paper_methods import variants
+from ..registry import resolve, slug
+from ..reporting import plotting
+from ..reporting.interaction_plot import interaction_map
+from ..reporting.signs import SIGNS
+from ..taylor.pair_interactions import interactions, interactions_cost
+from .maps import save_map
+from .plans import StageCost, forwards, method_costs
+from .saliency import SaliencyPanel, smoothed_taylor_model, taylor_maps
+
 __all__ = ["SIGNS", "ExplainStage", "Explanation", "canonical_method", "explain",
            "explain_columns", "explain_methods"]
 
-#: What a map shows: signed values, the positive part, the negative part, or ``|a|``.
-SIGNS = ("all", "positive", "negative", "abs")
 DIFFERENCE_LABEL = "Taylor-2 - Taylor-1"
 
 
@@ -38,8 +47,6 @@ def explain_columns(patch: int = 16, ig_steps: int = 32, eg_samples: int = 32,
                     eg_noise: float | None = None) -> dict:
     """Method name -> bound method of every column of the grid (the registry's saliency
     methods), named by the slug of its label (``gi``, ``occ-16x16``, ``taylor-2``, ...)."""
-    from ..paper_methods import variants
-    from ..registry import slug
 
     context = {"patch": patch, "n_steps": ig_steps, "n_samples": eg_samples}
     if eg_noise is not None:
@@ -57,7 +64,6 @@ def canonical_method(name: str, patch: int = 16, columns: dict | None = None) ->
     """The grid name of ``name``: a name, a label (``"Occ-16x16"``) or a registry name
     (``"integrated_gradients"``, the method's first column), in any case. ``columns``:
     :func:`explain_columns` already built (default: built here)."""
-    from ..registry import resolve, slug
 
     columns = explain_columns(patch) if columns is None else columns
     key = slug(name)
@@ -81,8 +87,6 @@ class Explanation:
 
 
 def _classifier(model, weights):
-    from .. import models
-
     if isinstance(model, models.ImageClassifier):
         return model.eval()
     if model == "efficientnet-lite0":
@@ -113,8 +117,6 @@ class ExplainStage:
     def cost(self, net, x, name: str) -> list:
         """The maps (a target forward and every column) and, with ``interactions``, the
         pairs of the image's patches at order 2, on ``net`` for the input ``x``."""
-        from ..taylor.pair_interactions import interactions_cost
-        from .plans import StageCost, forwards, method_costs
 
         costs, skipped = method_costs(list(self.columns().values()), net, x)
         out = [StageCost(f"saliency maps on {name}", (([forwards(1), *costs], net, x),), 1,
@@ -142,10 +144,6 @@ def _difference_panel(maps: dict, notes: list[str], by_order: dict) -> None:
 
 def _write_outputs(out: Path, stem: str, plotted: dict, lines: list[str],
                    save_maps: bool, formats=("pt", "npy")) -> tuple[Path, list[Path]]:
-    from .. import _io
-    from ..registry import slug
-    from .maps import save_map
-
     warnings_file = _io.atomic_write_text(out / f"{stem}-warnings.txt",
                                           "\n".join(lines or ["no warnings"]) + "\n")
     files = []
@@ -160,8 +158,6 @@ def _interaction_figure(net, x, target: int, taylor_model, out: Path, stem: str,
                         show_progress: bool = False) -> Path:
     import torch
 
-    from ..reporting.interaction_plot import interaction_map
-    from ..taylor.pair_interactions import interactions
 
     expanded, note = (net, "") if taylor_model is None else taylor_model(net)
     result = interactions(expanded, x, 0.0, torch.tensor([target], device=x.device), order=2,
@@ -200,9 +196,6 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
     """
     import torch
 
-    from .. import data
-    from ..reporting import plotting
-    from .saliency import SaliencyPanel, smoothed_taylor_model, taylor_maps
 
     if sign not in SIGNS:
         raise ValueError(f"sign must be one of {', '.join(SIGNS)}, got {sign!r}")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import torch
 
+from .. import __version__
 from .._io import fingerprint as tensors_digest
 
 __all__ = ["changed", "digest", "file_digest", "item_digest", "library_version",
@@ -58,7 +59,6 @@ def file_digest(path) -> str:
 def library_version() -> str:
     """``<release>+src<hash of the library's .py files>+torch<version>``: a result of
     another build of the library (or of torch) is not reused."""
-    from .. import __version__
 
     root = Path(__file__).resolve().parents[1]
     h = hashlib.sha256()

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from .. import _io
-from ..reporting.interaction_plot import strongest_pairs
+from .. import _io, data
+from ..reporting.interaction_plot import interaction_map, strongest_pairs
 from ..reporting.report import markdown_table
 from ..taylor.pair_interactions import Interactions, interactions, interactions_cost
 from ..taylor.terms import group_expansions, group_expansions_cost
@@ -63,8 +63,6 @@ class InteractionsStage:
         return run_interactions(ws, self.models, self.samples, self.order)
 
     def cost(self) -> StageCost:
-        from .. import data
-
         x = data.held_out_digits(self.mnist_dir)[0]
         x = x[:self.samples].double()
         parts = tuple((unit_costs(x, self.order), architecture(name, self.seed).double(), x)
@@ -134,8 +132,6 @@ def run_interactions(ws: Workspace, models=("m_sg", "c_sg"), n_samples: int = 8,
 
 
 def _figure(out: Path, label: str, image: torch.Tensor, shown, order: int) -> Path:
-    from ..reporting.interaction_plot import interaction_map
-
     path = out / "figures" / f"interactions_{label.lower().replace('-', '_')}.png"
     interaction_map(image, shown, title=f"{label}: pair interactions J_{order} of 4x4 patches",
                     path=path)

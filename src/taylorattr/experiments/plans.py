@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..models import MODELS
 from ..runtime.cost import Cost
 
 __all__ = ["TRAINING_NOTE", "StageCost", "architecture", "forwards", "merged", "method_costs"]
@@ -62,7 +63,6 @@ def method_costs(methods, model, x: torch.Tensor, baseline=0.0) -> tuple[list, l
 def architecture(name: str, seed: int = 0) -> torch.nn.Module:
     """The registered model ``name``, untrained, in eval mode: it runs at the trained
     model's speed, so the estimate times it without training anything."""
-    from ..models import MODELS
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

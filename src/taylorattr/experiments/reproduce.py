@@ -22,11 +22,43 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .. import _io
+from .. import _io, data
 from .._validation import check_positive_int
+from ..models.training import (
+    N_CLUTTERED_TRAIN,
+    N_CLUTTERED_TRAIN_QUICK,
+    PRESETS,
+    TRAINING,
+    _data_tag,
+    _settings_tag,
+    held_out_canvases,
+    resolve_training,
+)
+from ..principles import format_table, principles_table
+from ..reporting import plotting
 from ..reporting.report import Section, write_report
 from ..runtime import distributed, progress
+from ..runtime.cost import Cost
 from . import paper
+from .assessment import (
+    DEFAULT_MODELS,
+    EXPERIMENTS,
+    AssessmentStage,
+    assessment_methods,
+    format_assessment,
+    reference_distributions,
+    run_assessment,
+)
+from .interactions import InteractionsStage, format_interactions
+from .plans import StageCost, architecture, merged
+from .saliency import SaliencyStage, run_saliency
+from .validation import (
+    ValidationStage,
+    format_study,
+    format_validation,
+    run_validation,
+    run_validation_study,
+)
 from .workspace import Workspace
 
 __all__ = ["FULL", "QUICK", "ReproduceSettings", "reproduce", "reproduce_costs",
@@ -69,8 +101,6 @@ sample counts are given per stage. Differences from the paper are reported as me
 
 
 def _validation_section(ws, cfg) -> Section:
-    from .validation import format_study, format_validation, run_validation, run_validation_study
-
     single = run_validation(ws, orders=cfg.validation_orders, n_samples=cfg.validation_samples)
     study = run_validation_study(ws, presets=cfg.presets, orders=cfg.study_orders,
                                  n_samples=cfg.study_samples or cfg.validation_samples,
@@ -96,8 +126,6 @@ def _validation_section(ws, cfg) -> Section:
 
 
 def _recipe_note(name: str) -> str:
-    from ..models.training import PRESETS
-
     return PRESETS[name].note if name in PRESETS else "a custom recipe"
 
 
@@ -129,8 +157,6 @@ def _differences(study) -> str:
 
 
 def _principles_section(ws) -> Section:
-    from ..principles import format_table, principles_table
-
     out = ws.out
     rows = principles_table(seed=ws.seed)
     if ws.is_main:
@@ -143,13 +169,6 @@ def _principles_section(ws) -> Section:
 
 
 def _assessment_section(ws, cfg) -> Section:
-    from .assessment import (
-        assessment_methods,
-        format_assessment,
-        reference_distributions,
-        run_assessment,
-    )
-
     methods = None if cfg.assessment_methods is None else list(cfg.assessment_methods)
     kwargs = {k: v for k, v in ws.method_kwargs("assessment").items()
               if methods is None or k in methods}
@@ -168,9 +187,6 @@ def _assessment_section(ws, cfg) -> Section:
 
 
 def _saliency_section(ws, cfg) -> Section:
-    from ..reporting import plotting
-    from .saliency import run_saliency
-
     out = ws.out
     panels = run_saliency(ws, n_digits=cfg.digits, photos=cfg.photos)
     digits = [p for p in panels if p.name.startswith("digit")]
@@ -192,8 +208,6 @@ def _saliency_section(ws, cfg) -> Section:
 
 
 def _interactions_section(ws, cfg) -> Section:
-    from .interactions import InteractionsStage, format_interactions
-
     result = InteractionsStage(cfg.quick, cfg.interaction_samples).run(ws)
     text = ("The paper splits each order into first, independent and interactive terms but never "
             "shows the interactions themselves. Here they are exact (ta.interactions): the part "
@@ -226,21 +240,6 @@ def training_cost(cfg: ReproduceSettings, seed: int = 0, mnist_dir=None, out=Non
     model's training batch size (optimiser steps not counted)."""
     import torch
 
-    from .. import data
-    from ..models.training import (
-        N_CLUTTERED_TRAIN,
-        N_CLUTTERED_TRAIN_QUICK,
-        TRAINING,
-        _data_tag,
-        _settings_tag,
-        held_out_canvases,
-        resolve_training,
-    )
-    from ..runtime.cost import Cost
-    from .assessment import DEFAULT_MODELS
-    from .interactions import InteractionsStage
-    from .plans import StageCost, architecture
-    from .validation import ValidationStage
 
     runs = {(name, preset, s) for preset in cfg.presets
             for s in range(seed, seed + cfg.seeds) for name in ValidationStage.models}
@@ -279,11 +278,6 @@ def reproduce_costs(cfg: ReproduceSettings, seed: int = 0, mnist_dir=None, out=N
     """One :class:`~.plans.StageCost` per stage of :func:`reproduce` with ``cfg``, from
     the stages' own plans (the principles audit has none: named, not counted), and the
     trainings of the models not cached under ``out`` (:func:`training_cost`) first."""
-    from .assessment import EXPERIMENTS, AssessmentStage
-    from .interactions import InteractionsStage
-    from .plans import StageCost, merged
-    from .saliency import SaliencyStage
-    from .validation import ValidationStage
 
     single = ValidationStage(orders=cfg.validation_orders, n_samples=cfg.validation_samples,
                              seed=seed, mnist_dir=mnist_dir)

@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .. import data, models
 from ..baselines import Point
 from ..paper_methods import variants
+from ..taylor.smoothing import smooth
 from ._units import UnitStore, fingerprint, model_fingerprint
 from .fingerprints import digest
 from .plans import StageCost, architecture, forwards, method_costs
@@ -87,8 +89,6 @@ def smoothed_taylor_model(x, target: int, beta: float | str):
     smallest beta whose output gap on the photo is within 5% of its output change) with a
     note of the beta, its gap and the class."""
     def hook(net):
-        from ..taylor.smoothing import smooth
-
         sm = smooth(net, beta, inputs=x)
         if not sm.replaced:
             return net, ""
@@ -151,7 +151,6 @@ def _photo_panels(store: UnitStore, methods, photo_names, progress: bool = False
     replaced by its smooth surrogate, beta the smallest whose output gap is within 5% of
     the output change), since the ReLU6 network's Taylor-1 and Taylor-2 are both
     Gradient*Input; the row's title states beta and the output gap."""
-    from .. import data, models
 
     model = models.efficientnet_lite0()
     photos = dict(data.sample_photos())
@@ -222,7 +221,6 @@ class SaliencyStage:
     def cost(self) -> StageCost:
         """C-sp (untrained copy) on each digit, EfficientNet-Lite0 on each photo: one
         target forward and every method."""
-        from .. import data, models
 
         digits = torch.zeros(1, 1, 28, 28, device=torch.get_default_device())
         c_sp = architecture("c_sp", self.seed)

@@ -35,9 +35,12 @@ from pathlib import Path
 
 import torch
 
+from .. import models
 from ..data.imagenet import IMAGENET_MEAN, IMAGENET_STD
+from ..models import ImageClassifier
 from ..models.pretrained import TORCHVISION_MODELS
 from ..models.pretrained import _load_user_state_dict as load_state_dict
+from ..models.zoo import MODELS
 from .fingerprints import digest, file_digest
 
 __all__ = [
@@ -54,7 +57,6 @@ BUILTIN_IMAGENET = ("efficientnet-lite0", *TORCHVISION_MODELS)
 
 def is_model_spec(text: str) -> str | None:
     """Why ``text`` cannot name a model (None when it can), without importing anything."""
-    from ..models.zoo import MODELS
 
     if text in BUILTIN_IMAGENET or text in MODELS:
         return None
@@ -198,7 +200,6 @@ def _program(path: Path) -> torch.nn.Module:
 
 def load_model(spec: str, weights=None, model_args=None, cache="results") -> torch.nn.Module:
     """The module ``spec`` names (see the module docstring), in eval mode."""
-    from .. import models
 
     if spec in models.MODELS:
         if weights is None:
@@ -235,7 +236,6 @@ def _timm_cfg(model) -> dict:
 def preprocessing(model, size=None, resize=None, mean=None, std=None) -> dict:
     """``{"size", "resize", "mean", "std"}``: given values, else the model's
     (``pretrained_cfg``), else ImageNet's (see the module docstring)."""
-    from ..models import ImageClassifier
 
     if isinstance(model, ImageClassifier):  # a built-in classifier knows its own
         own = {"size": model.size, "resize": model.resize, "mean": model.mean, "std": model.std}
@@ -299,7 +299,6 @@ def image_classifier(model, class_names=None, name: str = "", **options):
     """``model`` wrapped as a :class:`taylorattr.models.ImageClassifier` with
     :func:`preprocessing` ``(**options)`` and ``class_names`` (kept when ``model`` is one
     already and nothing is given)."""
-    from ..models import ImageClassifier
 
     if isinstance(model, ImageClassifier) and not any(v is not None for v in options.values()) \
             and class_names is None:

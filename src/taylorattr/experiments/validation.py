@@ -31,16 +31,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .. import _io
+from .. import _io, data
 from ..baselines import Point
 from ..methods import IntegratedGradients
 from ..metrics.statistics import bootstrap_correlation_ci, pearson
+from ..models.training import resolve_training
 from ..paper_methods import TABLE3, variants
 from ..reporting.report import markdown_table
 from ..taylor.terms import taylor_attribution, taylor_attribution_cost
 from . import paper
 from ._units import fingerprint
-from .diagnostics import nonlinear_layers, preactivation_movement
+from .diagnostics import nonlinear_layers, plot_error_vs_movement, preactivation_movement
 from .plans import TRAINING_NOTE, StageCost, architecture, forwards
 from .workspace import Workspace
 
@@ -97,7 +98,6 @@ class ValidationStage:
 
     def cost(self) -> list[StageCost]:
         """One :class:`~.plans.StageCost` per model (untrained copies, float64, as run)."""
-        from .. import data
 
         held = data.held_out_digits(self.mnist_dir)[0]
         held = held[:self.n_samples].double()
@@ -336,7 +336,6 @@ def run_validation_study(ws: Workspace, presets=None, seeds=None,
     study writes ``study.json``, ``study_table3.csv`` and the figure
     ``figures/error_vs_movement.png``. Units are keyed by the weights, so runs resume.
     """
-    from ..models.training import resolve_training
 
     recipes = [resolve_training(p) for p in (presets or (ws.training,))]
     names = [r.name for r in recipes]
@@ -357,8 +356,6 @@ def run_validation_study(ws: Workspace, presets=None, seeds=None,
         _aggregate(study, name, runs)
     folder = ws.out / "validation"
     if plots and ws.is_main:
-        from .diagnostics import plot_error_vs_movement
-
         points = [{"label": r["model"], "group": r["preset"], "movement": r["first_movement"],
                    "movement_spread": r["first_movement_spread"], "error": r["mean"],
                    "error_spread": r["spread"]}

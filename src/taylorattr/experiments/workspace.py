@@ -27,9 +27,11 @@ from pathlib import Path
 
 import torch
 
+from .. import data, models
 from .._validation import check_bool, check_positive_int, check_seed
 from ..data.references import TrainingDigits
 from ..models.training import TrainSettings, resolve_training
+from ..paper_methods import variants
 from ..runtime.distributed import Context
 from ._units import UnitStore, model_fingerprint
 
@@ -88,7 +90,6 @@ class Workspace:
         """``{label: {"baselines": TrainingDigits(n, this mnist_dir)}}`` for every registered
         variant of ``experiment`` whose references are the training digits of another source
         (pass it as ``method_kwargs`` so those methods draw from this workspace's data)."""
-        from ..paper_methods import variants
 
         out = {}
         for spec, v in variants(experiment):
@@ -110,7 +111,6 @@ class Workspace:
 
     def held_out_split(self):
         """The fixed MNIST split (:func:`taylorattr.data.mnist_split`, seed 0)."""
-        from .. import data
 
         return self._cached("split", lambda: data.mnist_split(*data.load_mnist(self.mnist_dir),
                                                                seed=0))
@@ -127,14 +127,12 @@ class Workspace:
 
     def canvases(self):
         """The held-out cluttered-MNIST canvases with their box masks (bounding-box stage)."""
-        from .. import models
 
         return self._cached("canvases", lambda: models.held_out_canvases(self.mnist_dir))
 
     def trained(self, name: str, dtype: torch.dtype | None = None):
         """``(model, info)``: the registered model ``name`` trained with this workspace's
         settings (recipe, seed, epochs; cached in memory and under ``out/models`` by those), in eval mode, cast to ``dtype``."""
-        from .. import models
 
         def fit():
             return models.get_trained(name, self.out, seed=self.seed, quick=self.quick,

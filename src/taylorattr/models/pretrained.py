@@ -17,6 +17,7 @@ from torch import nn
 
 from .. import _io
 from ..data.imagenet import IMAGENET_MEAN, IMAGENET_STD, imagenet_transform
+from ._imagenet_classes import IMAGENET_CLASSES
 
 __all__ = ["EFFICIENTNET_LITE_MEAN", "EFFICIENTNET_LITE_STD", "ImageClassifier",
            "efficientnet_lite0", "torchvision_model"]
@@ -69,8 +70,6 @@ TORCHVISION_MODELS = ("vgg16", "vgg19", "resnet18")
 
 
 def _imagenet_categories() -> list[str]:
-    from ._imagenet_classes import IMAGENET_CLASSES  # bundled: no torchvision needed
-
     return list(IMAGENET_CLASSES)
 
 

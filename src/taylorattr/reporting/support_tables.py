@@ -11,6 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..methods.layerwise import supported_operations
+from ..taylor.mode import supported_ops
 from .report import markdown_table
 
 __all__ = ["END", "START", "readme_block", "update_readme"]
@@ -21,8 +23,6 @@ END = "<!-- supported-operations:end -->"
 
 def readme_block() -> str:
     """Markdown tables: Taylor mode's families, then DeepLIFT / epsilon-LRP's."""
-    from ..methods.layerwise import supported_operations
-    from ..taylor.mode import supported_ops
 
     lines = [("**Taylor mode** (`taylor_terms`, `reformulate`, `interactions`, Taylor "
               "attribution; list in `docs/supported_ops.md`):"), "",

@@ -46,6 +46,17 @@ import torch
 from torch import nn
 
 from .._mapping import Attribution, not_offered
+from ._gradient import (
+    DeepLift,
+    InputXGradient,
+    IntegratedGradients,
+    LayerDeepLift,
+    LayerGradientShap,
+    LayerGradientXActivation,
+    LayerIntegratedGradients,
+    Saliency,
+)
+from ._perturbation import FeatureAblation, KernelShap, Lime, ShapleyValueSampling
 
 __all__ = ["InterpretableInput", "LLMAttribution", "LLMAttributionResult",
            "LLMGradientAttribution", "TextTemplateInput", "TextTokenInput"]
@@ -460,8 +471,6 @@ class LLMAttribution(_LLMBase):
     keyword arguments passed to the method's ``attribute`` (e.g. ``n_samples``)."""
 
     def __init__(self, attr_method, tokenizer, attr_target: str = "log_prob") -> None:
-        from ._perturbation import FeatureAblation, KernelShap, Lime, ShapleyValueSampling
-
         self._methods = (FeatureAblation, ShapleyValueSampling, Lime, KernelShap)
         self._inputs = (TextTemplateInput, TextTokenInput)
         super().__init__(attr_method, tokenizer)
@@ -543,13 +552,6 @@ class LLMGradientAttribution(_LLMBase):
     **kwargs)``, the keyword arguments passed to the method (e.g. ``n_steps``)."""
 
     def __init__(self, attr_method, tokenizer) -> None:
-        from ._gradient import (
-            LayerDeepLift,
-            LayerGradientShap,
-            LayerGradientXActivation,
-            LayerIntegratedGradients,
-        )
-
         self._methods = (LayerIntegratedGradients, LayerGradientXActivation, LayerGradientShap,
                          LayerDeepLift)
         self._inputs = (TextTokenInput,)
@@ -579,14 +581,6 @@ class LLMGradientAttribution(_LLMBase):
         return torch.cat(rows, 0)
 
     def _explain(self, model, e, base, kwargs) -> torch.Tensor:
-        from ._gradient import (
-            DeepLift,
-            InputXGradient,
-            IntegratedGradients,
-            LayerDeepLift,
-            LayerIntegratedGradients,
-            Saliency,
-        )
         m, mult = self.attr_method, self.attr_method.multiplies_by_inputs
         if isinstance(m, LayerIntegratedGradients):
             return IntegratedGradients(model, mult).attribute(e, base, **kwargs)

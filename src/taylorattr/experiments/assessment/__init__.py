@@ -90,7 +90,13 @@ from dataclasses import dataclass, field
 import torch
 
 from ... import _io
+from ... import models as M
+from ...baselines import Noise, describe
+from ...metrics import infidelity_cost
 from ...paper_methods import marker, variants
+from ...reporting.plotting import assign_markers, plot_trend
+from .. import paper
+from ..plans import StageCost, architecture, method_costs
 from ..workspace import Workspace
 from .formatting import format_assessment
 from .infidelity import (
@@ -181,10 +187,6 @@ class AssessmentStage:
         """One :class:`~taylorattr.experiments.plans.StageCost` per (experiment, model),
         untrained copies (the methods, and the square removals of infidelity), then one per
         model of the ImageNet route at its resolved patch scale."""
-        from ... import models as M
-        from ...metrics import infidelity_cost
-        from .. import paper
-        from ..plans import StageCost, architecture, method_costs
 
         out, samples = [], self.samples
         for exp in self.experiments:
@@ -268,7 +270,6 @@ def assessment_methods(seed: int = 0, labels: Sequence[str] | None = None,
 def reference_distributions(methods) -> dict[str, str]:
     """``{label: description}`` of the reference distribution each bound method draws from
     (methods whose ``baseline_kind`` is ``"distribution"``; the others take the point 0)."""
-    from ...baselines import Noise, describe
 
     out = {}
     for m in methods:
@@ -377,7 +378,6 @@ def run_assessment(ws: Workspace, experiments: Sequence[str] = EXPERIMENTS,
 def _markers(bound) -> dict[str, str]:
     """One marker per method label for both figures (registry markers first; variants of
     one method get distinct fallback markers), so a label keeps its marker in each."""
-    from ...reporting.plotting import assign_markers
 
     return assign_markers([m.label for m in bound], {m.label: marker(m.name) for m in bound})
 
@@ -389,8 +389,6 @@ def _plain(value):
 def _write(ws: Workspace, result: AssessmentResult, plots: bool, markers) -> None:
     folder = ws.out / "assessment"
     if plots:
-        from ...reporting.plotting import plot_trend
-
         if result.infidelity:
             result.figures.append(str(plot_trend(
                 result.infidelity, "infidelity", folder / "figure3_infidelity.png",

@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from ... import data
+from ... import models as M
 from ..._validation import check_positive_int
 from ...baselines import Point
 from ...metrics import bbox_accuracy
@@ -210,8 +212,6 @@ def run_bbox(stage: Stage, models, n: int, counts, result, target_mode: str) -> 
 def run_imagenet(stage: Stage, route: ImagenetRoute, n: int, counts, result,
                  target_mode: str) -> None:
     """Experiment 3 on the ImageNet route (baseline: the black image, ``-mean / std``)."""
-    from ... import data
-    from ... import models as M
 
     resize, crop = route.size
     ds = data.ImageFolderWithBoxes(route.root, size=crop, resize=resize, synsets=route.synsets)

@@ -13,6 +13,7 @@ import inspect
 import math
 
 from ... import principles
+from ...methods import UnsupportedModelError
 from ...metrics.statistics import spearman
 from ...paper_methods import paper_facts, principle_count
 from .. import paper
@@ -23,7 +24,6 @@ __all__ = ["correlation_rows", "measured_principle_counts", "principle_rows"]
 
 def principle_rows(methods, seed: int) -> list[dict]:
     """One audited row per bound method: verdicts, scores, measured and paper counts."""
-    from ...methods import UnsupportedModelError
 
     audited = {}
     for name in dict.fromkeys(m.name for m in methods):

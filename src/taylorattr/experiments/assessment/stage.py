@@ -9,6 +9,8 @@ from typing import Any
 import torch
 
 from ... import paper_methods
+from ...baselines import ReferenceSet
+from ...methods import UnsupportedModelError
 from .. import paper
 from ..workspace import Workspace
 
@@ -56,8 +58,6 @@ class Stage:
         """The attributions of a bound method, or the reason it cannot run on ``model``;
         with ``progress`` (the workspace's) a per-chunk bar described by ``desc`` (the
         unit) and the method's label."""
-        from ...baselines import ReferenceSet
-        from ...methods import UnsupportedModelError
 
         refs = method.settings.get("baselines")
         if isinstance(refs, ReferenceSet) and tuple(refs.samples.shape[1:]) != tuple(x.shape[1:]):

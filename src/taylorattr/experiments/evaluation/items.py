@@ -27,6 +27,17 @@ from pathlib import Path
 
 import torch
 
+from ... import data, models
+from ...data import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    boxes_to_mask,
+    imagenet_transform,
+    parse_voc_xml,
+    transform_mask,
+)
+from ...data.photos import _open_image, image_files_pillow_reads
+
 __all__ = ["PREDICTED", "BadItem", "ImageFolderItems", "Item", "TensorItems",
            "builtin_dataset", "item_source", "match_labels", "read_item", "read_labels",
            "reference_shape"]
@@ -134,7 +145,6 @@ class TensorItems(torch.utils.data.Dataset):
 def builtin_dataset(name: str, mnist_dir=None) -> TensorItems:
     """``"mnist"``: the held-out MNIST digits (2,500 of the bundled ones);
     ``"cluttered"``: the held-out cluttered-MNIST canvases with their box masks."""
-    from ... import data, models
 
     if name == "mnist":
         images, labels = data.held_out_digits(mnist_dir)
@@ -194,9 +204,6 @@ class ImageFolderItems(torch.utils.data.Dataset):
 
     def __init__(self, root: str | os.PathLike, size: int = 224, resize: int = 256,
                  labels=None, mean=None, std=None):
-        from ...data import IMAGENET_MEAN, IMAGENET_STD
-        from ...data.photos import image_files_pillow_reads
-
         self.root = Path(root)
         if not self.root.is_dir():
             raise FileNotFoundError(f"data folder not found: {self.root}")
@@ -212,8 +219,6 @@ class ImageFolderItems(torch.utils.data.Dataset):
 
     @staticmethod
     def _class_name(path: Path) -> str:
-        from ...data import parse_voc_xml
-
         xml = path.with_suffix(".xml")
         if xml.is_file():
             try:
@@ -230,9 +235,6 @@ class ImageFolderItems(torch.utils.data.Dataset):
         return self.files[i].relative_to(self.root).as_posix()
 
     def __getitem__(self, i: int):
-        from ...data import boxes_to_mask, imagenet_transform, parse_voc_xml, transform_mask
-        from ...data.photos import _open_image
-
         path = self.files[i]
         img = _open_image(path)
         xml = path.with_suffix(".xml")
