@@ -53,6 +53,7 @@ from torch import nn
 
 from .baselines import ReferenceSet
 from .methods import AttributionMethod, UnsupportedModelError
+from .methods.layerwise import engine
 from .registry import METHODS, BoundMethod, MethodSpec, Variant
 from .runtime.cost import RowCounter
 
@@ -146,7 +147,6 @@ def plan_runs_counted():
     :class:`~taylorattr.runtime.cost.RowCounter` it runs on (the engine runs the plan, an fx
     interpreter of the model's submodules, not the model's forward, so the counter would
     not see it otherwise); its output is hooked to count the modified backward sweep."""
-    from .methods.layerwise import engine
 
     real = engine._Pass.run
     engine._Pass.run = observed_plan_run(real)
