@@ -211,7 +211,7 @@ def interactions(model, inputs: torch.Tensor, baselines=0.0, target=None, groups
 def interactions_cost(inputs: torch.Tensor, groups=None, order: int = 2, *, route: str = "auto",
                       max_groups: int = 64, chunk_size: int | None = None):
     """The rows :func:`interactions` runs (a :class:`~taylorattr.runtime.cost.Cost`), from its
-    plan: two forwards of the batch; the gradient route one order-``K`` Taylor-mode row per
+    plan: one forward of the batch (the inputs, which resolve the target); the gradient route one order-``K`` Taylor-mode row per
     (sample, group), each swept backward ``K - 1`` times; the pairs route one row per
     (sample, group) and one per (sample, pair). Runs no model."""
 
@@ -226,7 +226,7 @@ def interactions_cost(inputs: torch.Tensor, groups=None, order: int = 2, *, rout
     n = math.prod(shape)
     chunk = V.check_positive_int(chunk_size, "chunk_size") if chunk_size is not None else \
         (autograd_chunk if use_gradient else _default_chunk)(order, B, n)
-    base = Cost(label="interactions", samples=B, forward_rows=2 * B, order=order)
+    base = Cost(label="interactions", samples=B, forward_rows=B, order=order)
     if use_gradient:
         return base + Cost(taylor_passes=-(-G // chunk), taylor_rows=B * G,
                            taylor_backward_rows=B * G * (order - 1), order=order)

@@ -100,8 +100,9 @@ def _correction_passes(order: int, B: int, n: int, G: int, chunk_size) -> tuple[
 
 def shapley_attribution_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, groups=None,
                              *, chunk_size: int | None = None):
-    """The rows :func:`shapley_attribution` runs (a :class:`~taylorattr.runtime.cost.Cost`): those
-    of :func:`taylorattr.taylor_attribution_cost` and, for ``order >= 3``, one order-K
+    """The rows :func:`shapley_attribution` runs (a :class:`~taylorattr.runtime.cost.Cost`): one
+    forward of the batch (the inputs, which resolve the target), those of
+    :func:`taylorattr.taylor_attribution_cost` and, for ``order >= 3``, one order-K
     Taylor-mode row per (sample, player), ``chunk_size`` copies per pass, each swept back
     three times per order ``3..K``. Runs no model."""
 
@@ -109,7 +110,8 @@ def shapley_attribution_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2
     if chunk_size is not None:
         V.check_positive_int(chunk_size, "chunk_size")
     inputs = V.check_inputs(inputs)
-    cost = taylor_attribution_cost(inputs, baselines, order)
+    cost = taylor_attribution_cost(inputs, baselines, order) + \
+        Cost(forward_rows=inputs.shape[0])
     B, shape = inputs.shape[0], tuple(inputs.shape[1:])
     n = inputs[0].numel()
     ids = _players(groups, shape, inputs.device)

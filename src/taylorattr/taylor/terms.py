@@ -485,9 +485,9 @@ def _expansions_cost(B: int, width: int, order: int, chunk: int):
 def group_expansions_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, groups=None,
                           chunk_size: int | None = None, model=None):
     """The rows :func:`group_expansions` runs on one-tensor inputs (a
-    :class:`~taylorattr.runtime.cost.Cost`): two forwards of the batch (inputs and baselines) and,
-    per sample, one order-``order`` Taylor-mode row per moved group, ``chunk_size``
-    directions per pass (the widest sample sets the passes). Runs no model; without
+    :class:`~taylorattr.runtime.cost.Cost`): one forward of the batch (the inputs, which
+    resolve the target; ``f(x~)`` is not computed) and, per sample, one order-``order``
+    Taylor-mode row per moved group, ``chunk_size`` directions per pass (the widest sample sets the passes). Runs no model; without
     ``chunk_size`` the passes are those the run makes on ``model`` when it is given (its
     memory per row caps the default chunk), else the fewest the run can make."""
 
@@ -501,26 +501,28 @@ def group_expansions_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, g
                          f"{tuple(delta.shape[1:])}")
     B = inputs.shape[0]
     cs = _expansion_chunk(model, inputs, order, groups, chunk_size)
-    return Cost(label="group expansions", samples=B, forward_rows=2 * B) + \
+    return Cost(label="group expansions", samples=B, forward_rows=B) + \
         _expansions_cost(B, _moved_width(delta, groups), order, cs)
 
 
 def taylor_attribution_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2):
-    """The rows :func:`taylor_attribution` runs on one-tensor inputs: two forwards of the
-    batch (inputs and baselines), one Taylor-mode pass along ``-delta`` (``B`` rows) swept
-    backward once (order 1) or twice; those of :func:`taylor_terms` without its
-    per-feature expansions. Runs no model."""
+    """The rows :func:`taylor_attribution` runs on one-tensor inputs: no forward (the
+    Taylor-mode pass computes ``f(x)`` and resolves the target on it; ``f(x~)`` is not
+    computed), one Taylor-mode pass along ``-delta`` (``B`` rows) swept backward once
+    (order 1) or twice; those of :func:`taylor_terms` without its forward at the baselines
+    and its per-feature expansions. Runs no model."""
 
     V.check_positive_int(order, "order")
     B = V.check_inputs(inputs).shape[0]
-    return Cost(label="taylor attribution", samples=B, forward_rows=2 * B, taylor_passes=1,
+    return Cost(label="taylor attribution", samples=B, forward_rows=0, taylor_passes=1,
                 taylor_rows=B, taylor_backward_rows=B * (2 if order > 1 else 1), order=order)
 
 
 def taylor_terms_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2,
                       chunk_size: int | None = None, groups=None, model=None):
-    """The rows :func:`taylor_terms` runs on one-tensor inputs: two forwards of the batch,
-    one Taylor-mode pass along ``-delta`` (``B`` rows) swept backward once (order 1) or
+    """The rows :func:`taylor_terms` runs on one-tensor inputs: one forward of the batch
+    at the baselines (``f(x~)``, reported; ``f(x)`` comes from the Taylor-mode pass), one
+    Taylor-mode pass along ``-delta`` (``B`` rows) swept backward once (order 1) or
     twice, and for ``order >= 2`` one univariate expansion per moved feature and sample
     (``B x`` the widest sample's moved features), or with ``groups`` (ids ``0..G-1`` shaped
     like one sample) one per moved group (``B x`` the widest sample's moved groups),
@@ -530,6 +532,7 @@ def taylor_terms_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2,
     inputs = V.check_inputs(inputs)
     delta = inputs - V.broadcast_baselines(baselines, inputs)
     B = inputs.shape[0]
+    cost = cost + Cost(forward_rows=B)  # f(x~)
     if order >= 2:
         if groups is None:
             groups = torch.arange(delta[0].numel(), device=delta.device).view(delta.shape[1:])
