@@ -4,6 +4,7 @@ The completeness is computed here from the model's outputs (not read from the re
 delta); the failing case is real (torch's batch-1 batch-norm gradient, pinned in
 tests/test_upstream_bugs.py) or made by scaling the attributions.
 """
+import math
 import warnings
 
 import pytest
@@ -141,6 +142,22 @@ def test_float32_cnn_is_within_the_tolerance():
     assert (_miss(model, x, torch.zeros_like(x), a, 2) < 1e-3).all()
 
 
+def _tanh_net_shares(model, x, target, order):
+    """By hand, in float64: for ``f = W2 tanh(W1 x + b1) + b2`` at the baseline 0 (``delta =
+    x``, ``d = W1 delta``, ``z = W1 x + b1``), ``P_k = -W2[t] . tanh^(k)(z) (-d)^k / k!`` and
+    the Theorem 5 shares ``a_i = sum_k (1/k) delta_i dP_k/d(delta_i) = sum_k sum_j W2[t, j]
+    tanh^(k)(z_j) (-d_j)^(k-1) W1[j, i] delta_i / k!``; returns ``([B, K] P_k, [B, n] a)``."""
+    W1, b1, W2 = model[0].weight, model[0].bias, model[2].weight[target]
+    z, d = x @ W1.T + b1, x @ W1.T
+    t = torch.tanh(z)
+    derivs = [1 - t**2, -2 * t * (1 - t**2), -2 * (1 - t**2) * (1 - 3 * t**2)][:order]
+    P = torch.stack([-(W2 * dk * (-d) ** k / math.factorial(k)).sum(1)
+                     for k, dk in enumerate(derivs, 1)], 1)
+    a = sum((W2 * dk * (-d) ** (k - 1) / math.factorial(k)) @ W1 for k, dk in
+            enumerate(derivs, 1)) * x
+    return P, a
+
+
 def test_taylor_attribution_checks_its_shares_against_the_orders(monkeypatch):
     from taylorattr.taylor import terms
 
@@ -151,9 +168,19 @@ def test_taylor_attribution_checks_its_shares_against_the_orders(monkeypatch):
         warnings.simplefilter("error", CompletenessWarning)
         a = ta.taylor_terms(model, x, 0.0, target=1, order=3)
         shares = terms.taylor_attribution(model, x, 0.0, target=1, order=3)
-    torch.testing.assert_close(shares.sum(1), a.orders.sum(1), rtol=0, atol=1e-12)
+    with torch.no_grad():
+        P, hand = _tanh_net_shares(model, x, 1, 3)
+    torch.testing.assert_close(a.orders, P, rtol=0, atol=1e-12)
+    torch.testing.assert_close(shares, hand, rtol=0, atol=1e-12)
+    torch.testing.assert_close(shares.sum(1), P.sum(1), rtol=0, atol=1e-12)
+    # a backward sweep inconsistent with the pass (the shares doubled, the rest of what
+    # _ig_shares returns kept as it is) is caught by the share check, from the same pass
     real = terms._ig_shares
-    monkeypatch.setattr(terms, "_ig_shares", lambda *args: (*real(*args)[:2], 2 * real(*args)[2],
-                                                          real(*args)[3]))
+
+    def doubled(*args):
+        r = real(*args)
+        return (*r[:2], 2 * r[2], *r[3:])
+
+    monkeypatch.setattr(terms, "_ig_shares", doubled)
     with pytest.warns(CompletenessWarning, match=r"sum\(a\) - \(g_K\)"):
         terms.taylor_attribution(model, x, 0.0, target=1, order=3)
