@@ -25,10 +25,12 @@ import torch
 import torch.fft  # (sys.modules lookups below)
 import torch.nested
 import torch.utils._device as torch_device
-from test_common import IDS, VARIANTS, _bound, _inputs, _model
+from test_common import IDS, VARIANTS
 from torch.overrides import TorchFunctionMode
 
 import taylorattr
+from taylorattr.registry import METHODS
+from taylorattr.testing import _bind, conv_model, image_batch
 
 SRC = Path(taylorattr.__file__).resolve().parent
 #: the factories the default device rewrites (PyTorch's list), by module and name
@@ -153,9 +155,9 @@ def test_the_recorder_sees_a_device_less_call():
 def test_no_method_creates_a_tensor_on_the_default_device(name, i):
     """Every registered variant on CPU float32 inputs makes no factory call of its own without
     a device: under a CUDA default device nothing of it lands beside the inputs."""
-    x = _inputs(torch.float32)
-    model = _model(torch.float32)
-    bound = _bound(name, i, torch.float32)
+    x = image_batch(torch.float32)
+    model = conv_model(torch.float32)
+    bound = _bind(METHODS[name], METHODS[name].variants[i], model, torch.float32)
     with _FactoryRecorder() as rec:
         a = bound(model, x, 0.0, None)
     assert a.device == x.device

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ._validation import cpu_generator, draw
 from .baselines import ReferenceSet
 from .methods import AttributionMethod, UnsupportedModelError
 from .methods.layerwise import engine
@@ -101,7 +102,7 @@ def two_input_model(dtype=torch.float64) -> nn.Module:
 
 def image_batch(dtype=torch.float64, seed: int = 1, n: int = 2) -> torch.Tensor:
     """``n`` standard normal images ``[n, 1, 6, 6]`` drawn from a generator seeded ``seed``."""
-    return torch.randn(n, 1, 6, 6, dtype=dtype, generator=torch.Generator().manual_seed(seed))
+    return draw(torch.randn, n, 1, 6, 6, dtype=dtype, generator=cpu_generator(seed), device="cpu")
 
 
 def reference_images(dtype=torch.float64) -> ReferenceSet:
@@ -216,16 +217,16 @@ def _refused_naming(argument: str, call) -> None:
 def _malformed_inputs(kind: str) -> torch.Tensor:
     x = image_batch()
     if kind == "nan":
-        return x.clone().index_fill_(0, torch.tensor([1]), float("nan"))
+        return x.clone().index_fill_(0, torch.tensor([1], device=x.device), float("nan"))
     if kind == "inf":
-        return x.clone().index_fill_(0, torch.tensor([0]), float("inf"))
+        return x.clone().index_fill_(0, torch.tensor([0], device=x.device), float("inf"))
     return {"no-batch": lambda: x[0, 0, 0], "empty-batch": lambda: x[:0],
             "complex": lambda: x.to(torch.complex128)}[kind]()
 
 
 def _bad_target(label: str):
     value = BAD_TARGETS[label]
-    return torch.tensor(value) if isinstance(value, tuple) else value
+    return torch.tensor(value, device="cpu") if isinstance(value, tuple) else value
 
 
 def _keeps_shape(spec, variant, dtype):
@@ -290,9 +291,9 @@ def _refuses(spec, variant, argument, make_call):
 def _tuple_inputs(spec, variant):
     def run():
         model = two_input_model()
-        gen = torch.Generator().manual_seed(3)
-        xs = (torch.randn(2, 1, 6, 6, dtype=torch.float64, generator=gen),
-              torch.randn(2, 4, dtype=torch.float64, generator=gen))
+        gen = cpu_generator(3)
+        xs = (draw(torch.randn, 2, 1, 6, 6, dtype=torch.float64, generator=gen, device="cpu"),
+              draw(torch.randn, 2, 4, dtype=torch.float64, generator=gen, device="cpu"))
         try:
             out = _call(spec, variant, model, xs)
         except (TypeError, ValueError, UnsupportedModelError) as err:
@@ -342,7 +343,7 @@ def _variant_checks(spec: MethodSpec, variant: Variant, first: bool) -> list[tup
     if spec.baseline_kind == "point":
         checks.append(("refuses_baselines[wrong-shape]",
                        _refuses(spec, variant, "baselines", lambda m: call(
-                           baselines=torch.zeros(3, 1, 5, 5, dtype=torch.float64))(m))))
+                           baselines=torch.zeros(3, 1, 5, 5, dtype=torch.float64, device="cpu"))(m))))
     checks.append(("refuses_unknown_option",
                    _refuses(spec, variant, "no_such_option", lambda m: call(no_such_option=1)(m))))
     if first:  # the options are the class's: once per entry is enough
