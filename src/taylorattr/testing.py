@@ -40,6 +40,10 @@ A method that attributes to a layer of its own (``conductance_layer``) is checke
 model's own input (the model itself as the layer, ``layer_input=True``), where its
 attributions have the inputs' shape. A failing check raises an AssertionError naming the
 check and the method. This module imports neither pytest nor Captum at import time.
+
+Why one module: it is the one public home of the checks (as
+``sklearn.utils.estimator_checks``); each check is a short function over the same bound
+variant and small model.
 """
 from __future__ import annotations
 

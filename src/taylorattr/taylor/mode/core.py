@@ -22,6 +22,9 @@ coefficients so every shape argument means what it meant for ``x_0``) and
 capture per input signature; :func:`propagate` runs it. Per graph, two checks run once
 (recorded in ``CoreGraph.passed``): every input-dependent op has a rule, and one sample's
 output does not depend on another sample's input.
+
+Why one module: the series type, its arithmetic and the interpreter that dispatches graph
+nodes to rules are one mechanism; the rules' families live apart in :mod:`.rules`.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from ... import series as S
-from ..._validation import cpu_generator, draw
+from ..._validation import cpu_generator, draw, run_model
 from ...capture import CaptureError, CoreGraph, capture, op_name, refuse, where
 from . import registry as R
 
@@ -421,6 +424,10 @@ def propagate_core(graph: CoreGraph, inputs: torch.Tensor, directions: torch.Ten
                    order: int) -> Jet:
     """Taylor coefficients of ``t -> model(inputs + t v)`` for every direction, on a captured
     graph. ``directions``: ``[B, m, *s]``; returns a :class:`Jet` (``series`` ``[K, B, m, ...]``)."""
+    spec = getattr(getattr(graph.program, "call_spec", None), "out_spec", None)
+    if spec is not None and not spec.is_leaf():  # (y,), [y], {"logits": y}, a ModelOutput
+        raise TypeError(f"model must return a torch.Tensor, got a {spec.type.__name__} of "
+                        "outputs: wrap it so that forward returns the one tensor to explain")
     check(graph)
     check_samples_separate(graph, inputs)
     x = CoreJet(inputs, directions.transpose(0, 1).unsqueeze(0), order, affine=True)
@@ -428,6 +435,9 @@ def propagate_core(graph: CoreGraph, inputs: torch.Tensor, directions: torch.Ten
     if not is_jet(out):
         raise UnsupportedOperation(
             f"model output is {type(out).__name__}, not a single tensor that depends on the input")
+    if out.primal.dim() == 0:
+        raise ValueError("model must return a batch-first tensor of shape [B] or [B, C], got a "
+                         "0-dimensional output")
     return Jet(out.primal, out.full().transpose(1, 2), affine=out.affine and order > 0)
 
 
@@ -463,6 +473,9 @@ class TaylorProgram(nn.Module):
         try:
             graph = own(x) if own is not None else capture(self.model, (x.detach(),))
         except CaptureError as exc:  # Taylor mode's own refusal, with the capture's reasons
+            if own is None:  # inputs the model itself refuses: say so, naming the inputs
+                with torch.no_grad():
+                    run_model(self.model, x.detach())
             raise UnsupportedOperation(str(exc)) from exc
         self._graphs.append((self._key(x, graph), graph))
         self.last = graph
