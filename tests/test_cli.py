@@ -65,7 +65,7 @@ def test_unreadable_or_missing_image(tmp_path, capsys, refuse_work):
     bad = tmp_path / "bad.png"
     bad.write_bytes(b"not an image")
     one_line(run_cli(["explain", str(bad), "--out", str(tmp_path / "o")], capsys), "IMAGE",
-             str(bad), "PNG or JPEG")
+             str(bad), "Pillow reads (PNG, JPEG, WebP")
     one_line(run_cli(["explain", str(tmp_path / "none.png")], capsys), "image", "not a file")
     assert not (tmp_path / "o").exists()
 

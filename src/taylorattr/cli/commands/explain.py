@@ -78,7 +78,8 @@ def check(args) -> None:
     try:
         image = library().data.load_image(args.image)
     except (ValueError, OSError) as exc:
-        raise CliError("IMAGE", f"{_one_line(exc)}; give a PNG or JPEG file") from None
+        raise CliError("IMAGE", f"{_one_line(exc)}; give an image file Pillow reads (PNG, JPEG, "
+                                "WebP, TIFF, BMP, ...)") from None
     if args.target is not None:
         with torch.no_grad():
             classes = int(net(net.preprocess(image)).shape[-1])
