@@ -60,6 +60,12 @@ class _Runs(dict):
     def __contains__(self, name):
         return name in REGISTERED or dict.__contains__(self, name)
 
+    def __iter__(self):  # every registered command, loaded or not (and a test's stand-ins)
+        return iter(dict.fromkeys([*REGISTERED, *dict.keys(self)]))
+
+    def __len__(self):
+        return len(dict.fromkeys([*REGISTERED, *dict.keys(self)]))
+
 
 #: Command name -> ``run(args) -> str`` of its module.
 COMMANDS = _Runs()
