@@ -10,6 +10,7 @@ import threading
 
 import pytest
 import torch
+from _builders import DT
 from torch import nn
 
 import taylorattr as ta
@@ -18,8 +19,6 @@ from taylorattr import methods as M
 from taylorattr.methods import AttributionMethod
 from taylorattr.methods._call import SHARED_NAMES, Call
 from taylorattr.registry import METHODS
-
-DT = torch.float64
 
 
 class _Counted(nn.Module):

@@ -14,12 +14,12 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from _builders import DT
 from captum import attr as C
 from torch import nn
 
 from taylorattr.captum import attr as T
 
-DT = torch.float64
 EXACT = {"rtol": 0.0, "atol": 1e-10}
 FLOAT32 = {"rtol": 1e-6, "atol": 1e-7}  # Captum's own float32 arithmetic
 

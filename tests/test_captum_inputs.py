@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from _builders import DT
 from captum import attr as captum_attr
 from torch import nn
 
@@ -20,7 +21,6 @@ from taylorattr.methods import (
     Occlusion,
 )
 
-DT = torch.float64
 TOL = {"rtol": 1e-5, "atol": 1e-7}
 
 

@@ -17,6 +17,7 @@ import matplotlib
 import numpy as np
 import pytest
 import torch
+from _builders import DT
 from captum import attr as C
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 from torch import nn
@@ -33,7 +34,6 @@ from transformers import (
 from taylorattr.captum import attr as T
 
 matplotlib.use("Agg")
-DT = torch.float64
 WORDS = ["<unk>", "<s>", "</s>", "<pad>", "the", "a", "cat", "dog", "sat", "on", "mat", "is",
          "red", "blue", "big", "small", "and", "it", "was", "very", "happy", "sad", "Paris",
          "capital", "of", "France"]

@@ -10,6 +10,7 @@ import warnings
 
 import pytest
 import torch
+from _builders import DT
 from captum import attr as C
 from captum import metrics as CM
 from torch import nn
@@ -17,7 +18,6 @@ from torch import nn
 from taylorattr.captum import attr as T
 from taylorattr.captum import metrics as TM
 
-DT = torch.float64
 FLOAT32 = {"rtol": 1e-6, "atol": 1e-7}  # Captum's float32 step sizes and sums
 EXACT = {"rtol": 0.0, "atol": 1e-12}
 

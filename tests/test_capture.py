@@ -4,11 +4,11 @@ and one error listing every op an engine refuses."""
 import pytest
 import torch
 import torch.nn.functional as F
+from _builders import DT
 from torch import nn
 
 from taylorattr.capture import CaptureError, UnsupportedOps, capture, op_name, refuse
 
-DT = torch.float64
 #: graph against module: on the CPU the same kernels; on CUDA the module runs cuDNN's
 #: fused batch norm and the graph its decomposition, which round differently: measured
 #: 4.2e-9 relative in float64 on an H200

@@ -7,13 +7,12 @@ ours in ``taylorattr.captum``) measures the delta against ``f(x) - f(x~)``.
 """
 import pytest
 import torch
+from _builders import DT
 from captum.attr import LayerDeepLift as CaptumLayerDeepLift
 from torch import nn
 
 from taylorattr.captum.attr import LayerDeepLift
 from taylorattr.methods import DeepLift
-
-DT = torch.float64
 
 
 class Tabular(nn.Module):

@@ -11,6 +11,7 @@ import captum.attr as captum_attr
 import numpy as np
 import pytest
 import torch
+from _builders import DT
 from torch import nn
 
 import taylorattr as ta
@@ -33,7 +34,6 @@ from taylorattr.registry import METHODS
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
-DT = torch.float64
 TOL = {"rtol": 1e-7, "atol": 1e-10}
 
 

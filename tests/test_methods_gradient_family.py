@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _builders import DT
 from _polynomial import poly_net
 from captum import attr as C
 from torch import nn
@@ -39,7 +40,6 @@ from taylorattr.methods import (
 )
 from taylorattr.methods.noise_tunnel import draw_noise
 
-DT = torch.float64
 TOL = {"rtol": 1e-7, "atol": 1e-9}
 
 

@@ -4,14 +4,13 @@ import math
 
 import pytest
 import torch
+from _builders import DT
 from torch import nn
 
 import taylorattr as ta
 from taylorattr.groups import window_ids
 from taylorattr.methods import IntegratedGradients
 from taylorattr.registry import METHODS
-
-DT = torch.float64
 
 
 @pytest.fixture(autouse=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _builders import DT
 
 import taylorattr as ta
 from taylorattr import registry
@@ -27,8 +28,6 @@ from taylorattr.methods._passes import target_gradient
 from taylorattr.methods.reformulations import Reformulation
 from taylorattr.paper_methods import EXPERIMENTS, MARKERS, PAPER, TABLE3, marker
 from taylorattr.taylor.terms import taylor_attribution
-
-DT = torch.float64
 
 
 # ---- the toy method: this class and the one register() call below are all it takes ----

@@ -32,6 +32,7 @@ from unittest import mock
 import numpy as np
 import pytest
 import torch
+from _builders import DT as D
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
@@ -48,7 +49,6 @@ from taylorattr.taylor.terms import group_expansions, taylor_attribution
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::RuntimeWarning")
 
-D = torch.float64
 N_CLASSES = 3
 CASES: Counter = Counter()  # test name -> generated cases run (checked by the last test)
 

@@ -9,13 +9,12 @@ import warnings
 
 import pytest
 import torch
+from _builders import DT
 from torch import nn
 
 import taylorattr as ta
 from taylorattr.methods import DeepLift, DeepLiftShap, IntegratedGradients, ShapleyValues
 from taylorattr.runtime.completeness import CompletenessError, CompletenessWarning, tolerance
-
-DT = torch.float64
 
 
 class ConvNormTokens(nn.Module):

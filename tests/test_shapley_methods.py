@@ -14,6 +14,7 @@ import math
 
 import pytest
 import torch
+from _builders import DT
 from _polynomial import poly_net, polynomial_game, shapley_by_enumeration, subset_masks
 from captum.attr import KernelShap as CaptumKernelShap
 from captum.attr import ShapleyValueSampling
@@ -23,7 +24,6 @@ import taylorattr as ta
 from taylorattr.baselines import ReferenceSet
 from taylorattr.methods import KernelShap, PredictionDifference, ShapleyValues
 
-DT = torch.float64
 TIGHT = {"rtol": 1e-10, "atol": 1e-10}
 
 

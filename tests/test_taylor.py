@@ -4,13 +4,13 @@ import warnings
 
 import pytest
 import torch
+from _builders import DT
 from torch import nn
 
 import taylorattr as ta
 from taylorattr.taylor.mode import UnsupportedOperation
 
 torch.manual_seed(0)
-DT = torch.float64
 
 
 class Power(nn.Module):

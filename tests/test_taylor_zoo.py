@@ -8,13 +8,12 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from _builders import DT
 from _zoo import build, check
 from torch import nn
 
 import taylorattr as ta
 from taylorattr.taylor.mode import UnsupportedOperation
-
-DT = torch.float64
 
 
 # mobilenet_v3_small: Hardswish/Hardsigmoid (decomposed to clamp), squeeze-excitation;
