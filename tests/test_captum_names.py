@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 import torch
-from _builders import DT
+from _builders import DT, mlp
 from captum import attr as C
 from captum import metrics as CM
 from torch import nn
@@ -62,8 +62,7 @@ def test_refused_names_raise_at_construction_with_an_alternative(name):
 
 
 def _mlp():
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(5, 6), nn.Tanh(), nn.Linear(6, 3)).to(DT)
+    return mlp(5, 6, 3)
 
 
 class _Column(nn.Module):

@@ -14,7 +14,7 @@ import math
 
 import pytest
 import torch
-from _builders import DT
+from _builders import DT, mlp, normal
 from _polynomial import poly_net, polynomial_game, shapley_by_enumeration, subset_masks
 from captum.attr import KernelShap as CaptumKernelShap
 from captum.attr import ShapleyValueSampling
@@ -28,14 +28,11 @@ TIGHT = {"rtol": 1e-10, "atol": 1e-10}
 
 
 def _mlp(n=6, out=3, seed=0):
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(n, 8), nn.Tanh(), nn.Linear(8, 8), nn.Softplus(),
-                         nn.Linear(8, out)).to(DT).eval()
+    return mlp(n, 8, 8, out, acts=(nn.Tanh, nn.Softplus), seed=seed)
 
 
 def _data(n=6, batch=3, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(batch, n, generator=g, dtype=DT), torch.randn(batch, n, generator=g, dtype=DT)
+    return normal((batch, n), seed, n=2)
 
 
 def _slow_shapley(model, x, base, target, groups):
