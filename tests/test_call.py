@@ -119,7 +119,7 @@ def test_outputs_beyond_b_c_and_tuple_targets_cost_no_extra_forward():
     rows, calls, a = _rows(plain, M.IntegratedGradients(plain), x, target=5, **kw)
     # the independent count: the method's plan (Cost), one forward of the batch + its rows
     assert rows == M.IntegratedGradients(plain).cost(x, target=5, **kw).forward_rows
-    assert calls == 2
+    assert calls == 3  # the target forward, the rows, f(x~) for IG's self-check
     for shape, target in (((2, 3), (1, 2)), ((6, 1), 5), ((2, 3), [(1, 2)] * 3)):
         model = _Counted(shape).eval()
         r, c, b = _rows(model, M.IntegratedGradients(model), x, target=target, **kw)

@@ -13,7 +13,7 @@ from _builders import DT
 from torch import nn
 
 import taylorattr as ta
-from taylorattr.methods import DeepLift, DeepLiftShap, IntegratedGradients, ShapleyValues
+from taylorattr.methods import DeepLift, DeepLiftShap, GradientInput, ShapleyValues
 from taylorattr.runtime.completeness import CompletenessError, CompletenessWarning, tolerance
 
 
@@ -85,7 +85,7 @@ def test_an_incomplete_result_warns_naming_the_miss_and_strict_raises():
     with pytest.raises(CompletenessError, match="incomplete"):
         broken.attribute(x, 0.0, target=1, strict=True)
     with pytest.raises(ValueError, match="strict applies"):
-        IntegratedGradients(model).attribute(x, 0.0, target=1, strict=True)
+        GradientInput(model).attribute(x, target=1, strict=True)  # no completeness claim
     with pytest.raises(TypeError, match="strict must be a bool"):
         DeepLift(model).attribute(x, 0.0, target=1, strict=1)
 

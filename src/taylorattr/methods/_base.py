@@ -145,6 +145,11 @@ class AttributionMethod:
     #: extra model call), recomputes a failing sample at batch 2 (point baselines) and
     #: warns, or raises with ``strict=True``.
     complete: bool = False
+    #: A method complete only up to a discretisation it controls (Integrated Gradients'
+    #: quadrature) states its scale ``r`` here: it reports ``f(x~)`` as a complete method
+    #: does, and its check accepts ``max(tol, r * max(|df|, sum_i |a_i|))``
+    #: (:mod:`taylorattr.runtime.completeness`), without the batch-2 recomputation; 0: none.
+    complete_within: float = 0.0
     #: The likely cause a failed completeness check names.
     incomplete_cause: str = ("a rule that is not exact on one of the model's operations, "
                              "or a wrong gradient from torch's autograd; please report it")
@@ -257,7 +262,7 @@ class AttributionMethod:
                              "forward of the inputs; give no output")
         want_delta = check_bool(return_convergence_delta, "return_convergence_delta")
         check_bool(show_progress, "show_progress")
-        if check_bool(strict, "strict") and not self.complete:
+        if check_bool(strict, "strict") and not (self.complete or self.complete_within):
             raise ValueError(f"strict applies to the methods that check their "
                              f"completeness on every call; {type(self).__name__}'s "
                              "attributions are not complete by construction")
@@ -473,10 +478,12 @@ class AttributionMethod:
                                 else None)
         f_ref, total = f_ref
         if total is not None:  # the players' values are complete, not the features'
-            delta, bad, tol = selfcheck.misses(total[:, None], fx.detach(), f_ref)
+            casts = call.casts()
+            delta, bad, tol = selfcheck.misses(total[:, None], fx.detach(), f_ref,
+                                               dtype=selfcheck.lowest_dtype(fx.dtype, casts))
             if bool(bad.any()):
                 selfcheck.report(type(self).__name__, delta, fx, f_ref, bad, tol, False,
-                                 self.incomplete_cause, call.strict)
+                                 self.incomplete_cause, call.strict, casts=casts)
             return attr, refs, (self._delta(call, attr, fx.detach(), refs, t) if want_delta
                                 else None)
         attr, delta = self._self_check(call, x, base, t, fx.detach(), attr, f_ref, options)
@@ -486,9 +493,10 @@ class AttributionMethod:
         """``_attribute``'s ``(attributions, references)`` and the explained outputs at the
         references it reported (:meth:`Call.report`; None: nothing to check)."""
         call.reported()  # nothing left over from an earlier invocation
+        call.notes.pop("casts", None)
         attr, refs = self._attribute(call, x, base, t, fx, show_progress=show_progress,
                                      **options)
-        f_ref = call.reported() if self.complete else None
+        f_ref = call.reported() if self.complete or self.complete_within else None
         self._finite(attr)
         return attr, refs, f_ref
 
@@ -550,10 +558,13 @@ class AttributionMethod:
         """``(attributions, delta)`` after the completeness check of
         :mod:`taylorattr.runtime.completeness`: failing samples recomputed once at batch 2 (the
         sample duplicated; point baselines), what stays beyond the tolerance warned about
-        (raised with ``strict=True``)."""
-        delta, bad, tol = selfcheck.misses(attr, fx, f_ref)
+        (raised with ``strict=True``); held to the lowest precision the graph the method
+        ran computes at (:meth:`Call.casts`), and to :attr:`complete_within`."""
+        casts, rtol = call.casts(), self.complete_within
+        low = selfcheck.lowest_dtype(attr.dtype, casts)
+        delta, bad, tol = selfcheck.misses(attr, fx, f_ref, dtype=low, rtol=rtol)
         tried = False
-        if bool(bad.any()) and self.baseline_kind == "point":
+        if bool(bad.any()) and self.baseline_kind == "point" and not rtol:
             tried = True
             attr, delta, f_ref = attr.clone(), delta.clone(), f_ref.clone()
             batch = x.shape[0]
@@ -572,13 +583,14 @@ class AttributionMethod:
                 if r2 is None or r2[1] is not None:
                     continue
                 r2 = r2[0]
-                d2, bad2, _ = selfcheck.misses(a2[:1], fx[rows], r2[:1])
+                d2, bad2, _ = selfcheck.misses(a2[:1], fx[rows], r2[:1], dtype=low)
                 if not bool(bad2.any()):
                     attr[i], delta[i], f_ref[i] = a2[0], d2[0], r2[0]
-            delta, bad, tol = selfcheck.misses(attr, fx, f_ref)
-        if bool(bad.any()):
+            delta, bad, tol = selfcheck.misses(attr, fx, f_ref, dtype=low)
+        if bool(bad.any()):  # a discretisation's miss is not cancellation: no attr then
             selfcheck.report(type(self).__name__, delta, fx, f_ref, bad, tol, tried,
-                             self.incomplete_cause, call.strict, attr=attr)
+                             self.incomplete_cause, call.strict,
+                             attr=None if rtol else attr, casts=casts)
         return attr, delta
 
     def _structured_baselines(self, baselines, parts: tuple, layout: Layout | None):

@@ -80,15 +80,25 @@ class Call:
     aggregate: object = None
     notes: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def report(self, values: torch.Tensor | None, total: torch.Tensor | None = None) -> None:
+    def report(self, values: torch.Tensor | None, total: torch.Tensor | None = None,
+               casts: tuple = ()) -> None:
         """Called by a complete method's ``_attribute``: ``mean_k f(x~_k)`` per sample
         ``[B]``, read from passes it ran anyway; the base class checks completeness with it
         and computes the convergence delta from it (no second forward of the references).
         ``total``: what is complete when it is not the sum of the attributions (the player
-        values, when a group's value is given to each of its features), ``[B]``."""
+        values, when a group's value is given to each of its features), ``[B]``.
+        ``casts``: the casts below the inputs' dtype in the graph the method ran
+        (:func:`taylorattr.runtime.completeness.downcasts`): kept for the call's check,
+        which then holds the call to the lowest dtype's tolerance and names them."""
         if values is not None:
             self.notes["reference_outputs"] = (
                 values.detach(), None if total is None else total.detach())
+        if casts:
+            self.notes["casts"] = tuple(casts)
+
+    def casts(self) -> tuple:
+        """The casts :meth:`report` was given during this call (none: ``()``)."""
+        return self.notes.get("casts", ())
 
     def reported(self):
         """What the last ``_attribute`` reported (:meth:`report`), taken off the record."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import broadcast_baselines, check_bool, check_inputs
+from ..runtime.completeness import downcasts
 from ._base import AttributionMethod
 from .layerwise import DEEPLIFT_RESCALE, LayerRecord, LayerwiseMethod, get_plan, propagate
 
@@ -53,9 +54,11 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
         """``multiply_by_inputs=False``: the multipliers ``m`` themselves (Captum's option;
         DeepLIFT's "hypothetical contributions" start from them), not ``(x - x~) * m``."""
         check_bool(multiply_by_inputs, "multiply_by_inputs")
-        prop = self._propagate(call.model, x, b, t, records=False)
-        if multiply_by_inputs:  # complete: checked by the base class (f(x~) from this pass)
-            call.report(prop.ref_output)
+        plan = get_plan(call.model, self._rules, x)
+        prop = propagate(call.model, plan, self._rules, x, b, t, False)
+        if multiply_by_inputs:  # complete: checked by the base class (f(x~) from this pass,
+            # at the precision of the plan's graph: its casts below x's dtype)
+            call.report(prop.ref_output, casts=downcasts(plan.core, x.dtype))
         return ((x - b) * prop.gradient if multiply_by_inputs else prop.gradient), b.unsqueeze(1)
 
     def _cost(self, x, options):

@@ -15,7 +15,23 @@ weights here are the rule's own ``1/(n-1)`` (ends halved), summing to 1: Captum 
 ``x_i - x~_i`` (Captum's option).
 
 Cost: ``n_steps * B`` forward+backward rows, run in chunks of ``internal_batch_size``
-rows (default: grown by measured throughput, :mod:`taylorattr.runtime.batching`).
+rows (default: grown by measured throughput, :mod:`taylorattr.runtime.batching`), and
+``B`` forward rows at the baselines for the self-check (none for ``riemann_left`` and
+``riemann_trapezoid``, whose first node is the baseline itself, nor with
+``multiply_by_inputs=False``); the convergence delta reads the same ``f(x~)``.
+
+Self-check: the attributions sum to the rule's value of ``int_0^1 d/dalpha f(x~ + alpha
+(x - x~)) d alpha = f(x) - f(x~)``, so their miss ``|sum_i a_i - (f(x) - f(x~))|`` is
+exactly the quadrature error of that one integral. Every call (``multiply_by_inputs``)
+measures it from ``f(x)`` (the call's target forward) and ``f(x~)`` and warns
+(``strict=True``: raises) where it exceeds
+
+    max(rounding tolerance, QUADRATURE_RTOL * max(|df|, sum_i |a_i|)),   QUADRATURE_RTOL = 1e-2
+
+(:mod:`taylorattr.runtime.completeness`): the per-feature quadrature errors sum to the
+miss, so a miss beyond 1 % of ``sum_i |a_i|`` means some attribution is off by more than
+1 % of its size. A smooth network meets it with few nodes; a network with kinks (ReLU,
+max-pool), whose path derivative jumps, needs many: raise ``n_steps``.
 
 Precision: the quadrature sum ``sum_k w_k grad_k`` is accumulated in float32 for float16
 and bfloat16 inputs (``_validation.accumulation_dtype``: a half-precision running sum of
@@ -28,6 +44,7 @@ import numpy as np
 import torch
 
 from .._validation import accumulation_dtype, check_bool, check_positive_int
+from ..runtime.cost import Cost
 from ._base import AttributionMethod
 from ._passes import (
     check_optional_positive_int,
@@ -37,10 +54,14 @@ from ._passes import (
     target_gradient,
 )
 
-__all__ = ["QUADRATURE_METHODS", "IntegratedGradients", "quadrature"]
+__all__ = ["QUADRATURE_METHODS", "QUADRATURE_RTOL", "IntegratedGradients", "quadrature"]
 
 QUADRATURE_METHODS = ("gausslegendre", "riemann_left", "riemann_right", "riemann_middle",
                       "riemann_trapezoid")
+#: The self-check's scale: a miss beyond this share of ``max(|df|, sum_i |a_i|)`` warns.
+QUADRATURE_RTOL = 0.05
+#: The rules whose first node is ``alpha = 0``: ``f(x~)`` comes from their own rows.
+_STARTS_AT_BASELINE = ("riemann_left", "riemann_trapezoid")
 
 
 def quadrature(method: str, n_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -77,6 +98,11 @@ class IntegratedGradients(AttributionMethod):
     """
 
     name = "integrated_gradients"
+    complete_within = QUADRATURE_RTOL
+    incomplete_cause = ("too few n_steps for this path: the quadrature misses the integral "
+                        "of the path derivative, which jumps where a ReLU, max-pool or "
+                        "other kink switches along the path; raise n_steps (or smooth the "
+                        "model, ta.smooth)")
 
     def _attribute(self, call, x, base, t, fx, *, n_steps: int = 50, method: str = "gausslegendre",
                    internal_batch_size: int | None = None, multiply_by_inputs: bool = True,
@@ -98,6 +124,8 @@ class IntegratedGradients(AttributionMethod):
         chunk = chunk or default_chunk_rows(x, backward=True, model=call.model)
 
         total = torch.zeros_like(x, dtype=acc)
+        own_start = method in _STARTS_AT_BASELINE  # step 0 is x~ itself: f(x~) from its rows
+        f_ref = torch.zeros(batch, dtype=x.dtype, device=x.device)
         for k0, k1, s0, s1 in grid_blocks(n_steps, batch, chunk, show_progress,
                                           "integrated gradients"):
             # rows (step k, sample s), step-major as in Captum
@@ -105,15 +133,28 @@ class IntegratedGradients(AttributionMethod):
             rows = torch.addcmul(base[None, s0:s1], a, diff[None, s0:s1])
             rows = rows.reshape((-1,) + tuple(x.shape[1:]))
             tr = None if t is None else t[s0:s1].repeat(k1 - k0)
-            grad, _ = target_gradient(call.model, rows, tr)
+            grad, f_rows = target_gradient(call.model, rows, tr)
+            if own_start and k0 == 0:
+                f_ref[s0:s1] = f_rows.reshape(k1 - k0, s1 - s0)[0]
             grad = grad.reshape(k1 - k0, s1 - s0, -1)
             # total[s] += sum_k w_k grad[k, s]
             total[s0:s1] += torch.einsum("k,kbf->bf", weights[k0:k1], grad.to(acc)).view_as(
                 total[s0:s1])
-        out = diff.to(acc) * total if multiply_by_inputs else total
-        return out.to(x.dtype), base.unsqueeze(1)
+        if not multiply_by_inputs:  # the path-averaged gradient: no share of f(x) - f(x~)
+            return total.to(x.dtype), base.unsqueeze(1)
+        # the self-check's f(x~) (and the delta's): B forward rows unless step 0 had it
+        call.report(f_ref if own_start else self._explained(call, base, t, int(chunk)))
+        return (diff.to(acc) * total).to(x.dtype), base.unsqueeze(1)
 
     def _cost(self, x, options):
-        """``n_steps`` gradient rows per sample; one reference."""
+        """``n_steps`` gradient rows per sample and, for the self-check, one forward row
+        at the baseline (none where the rule's first node is the baseline); the delta reads
+        that ``f(x~)``. With ``multiply_by_inputs=False`` no check: one reference for the
+        delta."""
         n_steps = check_positive_int(options.get("n_steps", 50), "n_steps")
-        return gradient_pass_cost(n_steps * x.shape[0]), 1
+        own = gradient_pass_cost(n_steps * x.shape[0])
+        if not options.get("multiply_by_inputs", True):
+            return own, 1
+        if options.get("method", "gausslegendre") in _STARTS_AT_BASELINE:
+            return own, 0
+        return own + Cost(forward_rows=x.shape[0]), 0

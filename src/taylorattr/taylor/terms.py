@@ -39,7 +39,7 @@ from .. import _validation as V
 from ..groups import mask_ids
 from ..inputs import Layout, whole_batch_view
 from ..runtime.batching import series_rows
-from ..runtime.completeness import check_total
+from ..runtime.completeness import check_total, downcasts
 from ..runtime.cost import Cost
 from .mode import piecewise_linear_ops, propagate, trace
 
@@ -291,11 +291,13 @@ def taylor_attribution(model, inputs, baselines=0.0, target=None, order: int = 2
         _, _, attribution, orders, _ = _ig_shares(gm, inputs, delta, target, order)
         bar.update(1)
     # self-check (Theorem 5): the shares sum to g_K = sum_k P_k, the change less the
-    # stated remainder; from the same pass, no model call
+    # stated remainder; from the same pass, no model call; at the precision of the graph
+    # the pass ran (its casts below the inputs' dtype)
     check_total(attribution, orders.sum(1), "taylor_attribution",
                 "the backward sweep of the Taylor-mode pass disagrees with the pass itself "
                 "(a Taylor rule whose derivative is inconsistent with its series; please "
-                "report the model)")
+                "report the model)",
+                casts=() if gm.last is None else downcasts(gm.last, inputs.dtype))
     return _split(layout, attribution)
 
 
