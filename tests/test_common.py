@@ -57,11 +57,6 @@ def method_checks_all():
 # ---------------------------------------------------------------- half precision (issue 34)
 #: bfloat16's machine epsilon: 8 significant bits
 BF16_EPS = torch.finfo(torch.bfloat16).eps  # 2^-7
-#: variants whose bfloat16 result is known to leave the tolerance: the flat and w^2 rules
-#: divide by sums that bfloat16 rounds to near zero (relative errors 1e5-1e8 measured on
-#: ResNet-18, float32 within 2e-3 of float64); the layerwise engine does not yet run its
-#: rules in float32 for half-precision models
-_BF16_UNSTABLE = {"lrp_flat", "lrp_w_square"}
 
 
 def _resnet18():
@@ -102,9 +97,7 @@ def _half_pair(name):
 
 
 @pytest.mark.parametrize("model_name", list(_HALF_MODELS))
-@pytest.mark.parametrize("name,i", [pytest.param(
-    n, i, marks=pytest.mark.xfail(strict=True, reason="flat/w^2 rules unstable in bfloat16"))
-    if n in _BF16_UNSTABLE else (n, i) for n, i in VARIANTS], ids=IDS)
+@pytest.mark.parametrize("name,i", VARIANTS, ids=IDS)
 def test_bfloat16_models_run_and_stay_near_float32(name, i, model_name):
     """Every variant on a bfloat16 ResNet-18 / ViT-Tiny (random weights, 3x16x16 inputs)
     returns bfloat16 attributions within ``L * eps`` of the same variant in float32 on the

@@ -10,6 +10,18 @@ Rules that compare with the baseline (DeepLIFT's Rescale and max-pool rules) rea
 ``(y~, op(y~))`` from a plain forward pass at the baseline run first. With
 ``records=True`` the pass also returns one :class:`~.records.LayerRecord` per weighted
 layer.
+
+Precision: with ``upcast=True`` a float16/bfloat16 pass runs in float32
+(:func:`~taylorattr._validation.accumulation_dtype`): the half-precision parameters,
+buffers, constants and inputs are widened exactly, casts to a half type inside the graph
+become float32, and the gradient comes back in float32 for the caller to round once. The
+relevance rules divide by forward values (``R_a = a / s(a + b) R`` at a residual sum,
+``z / (z + eps s(z))``), and half precision loses these where they cancel: bfloat16's
+8 significant bits round ``a + b`` to 0 where float32 keeps ``|a + b| ~ 1e-5 |a|``, so
+that the stabiliser ``1e-6`` multiplies relevance by ``1e6``; in float16 that ``1e6``
+overflows (largest value 65504), and ``eps = 1e-9`` (below its smallest subnormal, 6e-8)
+turns ``z / (z + eps)`` at ``z = 0`` into 0/0. In float32 the pass is that of the float32 model with the same
+(half-precision) weights.
 """
 from __future__ import annotations
 
@@ -19,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from ..._validation import model_output, resolve_target, select_output
+from ..._validation import accumulation_dtype, model_output, resolve_target, select_output
 from ...capture import where
 from ...runtime.cost import Cost
 from ...runtime.progress import report_rows
@@ -56,12 +68,15 @@ class _Pass(fx.Interpreter):
 
     ``reference=None``: the baseline pass (plain forward; remembers the inputs and output
     of the nodes whose rule needs them). Otherwise the main pass, with the rules' backward.
+    ``compute``: the dtype half-precision values are widened to (the module docstring's
+    ``upcast``), None to run in the model's own dtypes.
     """
 
     def __init__(self, model, plan: Plan, rules: RuleSet, reference: dict | None,
-                 record: bool):
+                 record: bool, compute: torch.dtype | None = None):
         super().__init__(model, garbage_collect_values=True, graph=plan.core.module.graph)
         self.plan, self.rules, self.reference, self.record = plan, rules, reference, record
+        self.compute = compute
         self.saved: dict = {}     # node -> (inputs, output) [baseline pass]
         self.acts: dict = {}      # activation node -> (output, multiplier) [main pass]
         self.layers: dict = {}    # weighted/norm node -> (input, output)
@@ -69,10 +84,31 @@ class _Pass(fx.Interpreter):
         self._nodes = {node.name: node for node in self.graph.nodes}
 
     def fetch_attr(self, target: str):
-        return getattr(self.plan.core.module, target)  # constants of the capture
+        return self._widen(getattr(self.plan.core.module, target))  # constants of the capture
+
+    def _widen(self, v):
+        """``v`` in ``compute`` if it is a half-precision tensor or dtype (else ``v``)."""
+        if self.compute is None:
+            return v
+        if isinstance(v, torch.dtype):
+            return self.compute if accumulation_dtype(v) != v else v
+        if isinstance(v, torch.Tensor) and accumulation_dtype(v.dtype) != v.dtype:
+            return v.detach().to(self.compute)
+        return v
+
+    def _widen_args(self, args, kwargs):
+        """The dtype arguments of a node (``_to_copy(dtype=)``, ``full(dtype=)``) widened."""
+        if self.compute is None:
+            return args, kwargs
+        return (tuple(a if isinstance(a, torch.Tensor) else self._widen(a) for a in args),
+                {k: v if isinstance(v, torch.Tensor) else self._widen(v)
+                 for k, v in kwargs.items()})
+
+    def call_function(self, target, args, kwargs):
+        return super().call_function(target, *self._widen_args(args, kwargs))
 
     def run(self, x):
-        lifted = self.plan.core.lifted_values(self.module)
+        lifted = {k: self._widen(v) for k, v in self.plan.core.lifted_values(self.module).items()}
         placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
         out = super().run(*[lifted.get(p.name, x) for p in placeholders])
         if isinstance(out, (tuple, list)) and len(out) == 1:
@@ -105,7 +141,7 @@ class _Pass(fx.Interpreter):
             return out
         rule = self.rules.rules[kind]
         with self._set_current_node(n):
-            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            args, kwargs = self._widen_args(*self.fetch_args_kwargs_from_env(n))
         if getattr(rule, "converts", False) and self.reference is not None:
             if rule.routes(n.target):
                 rule = rule.inner
@@ -121,7 +157,7 @@ class _Pass(fx.Interpreter):
         def load(a):
             v = self.env[a]
             return wrap(v) if a.name in self.plan.live and isinstance(v, torch.Tensor) else v
-        return fx.node.map_arg(n.args, load), fx.node.map_arg(n.kwargs, load)
+        return self._widen_args(fx.node.map_arg(n.args, load), fx.node.map_arg(n.kwargs, load))
 
     def _activation(self, n: fx.Node, args, kwargs, pos):
         """The activation of a record as a torch-level callable (its module, or the
@@ -172,22 +208,32 @@ class Propagation:
     """What :func:`propagate` returns."""
 
     gradient: torch.Tensor           # modified gradient at the input, [B, ...]
-    output: torch.Tensor             # explained output f(x), [B]
+    output: torch.Tensor             # explained output f(x), [B] (both float32: upcast half)
     ref_output: torch.Tensor | None  # f(x~) (rules needing the baseline run), [B]
     target: torch.Tensor | None
     records: list | None
 
 
 def propagate(model: nn.Module, plan: Plan, rules: RuleSet, x: torch.Tensor,
-              x_ref: torch.Tensor | None, target, records: bool = False) -> Propagation:
-    """One modified backward pass (plus a baseline forward pass where a rule needs it)."""
+              x_ref: torch.Tensor | None, target, records: bool = False, *,
+              upcast: bool = False) -> Propagation:
+    """One modified backward pass (plus a baseline forward pass where a rule needs it).
+    ``upcast``: a float16/bfloat16 pass runs in float32 and returns float32 (module
+    docstring; not with ``records``, whose layers run in the model's dtype)."""
+    compute = accumulation_dtype(x.dtype) if upcast else x.dtype
+    if compute == x.dtype:
+        compute = None
+    elif records:
+        raise ValueError("propagate: records=True runs the model's own layers; "
+                         "pass upcast=False")
     ref_pass, ref_out = None, None
     if rules.needs_reference:
-        ref_pass = _Pass(model, plan, rules, None, records)
+        ref_pass = _Pass(model, plan, rules, None, records, compute)
         with torch.no_grad():
-            ref_out = model_output(ref_pass.run, x_ref, name="model (at the baselines)")
-    main = _Pass(model, plan, rules, ref_pass.saved if ref_pass else {}, records)
-    xg = x.detach().requires_grad_(True)
+            ref_out = model_output(ref_pass.run, x_ref if compute is None else x_ref.to(compute),
+                                   name="model (at the baselines)")
+    main = _Pass(model, plan, rules, ref_pass.saved if ref_pass else {}, records, compute)
+    xg = (x if compute is None else x.to(compute)).detach().requires_grad_(True)
     with torch.enable_grad():
         out = model_output(main.run, xg)
         t = resolve_target(target, out)
@@ -199,7 +245,7 @@ def propagate(model: nn.Module, plan: Plan, rules: RuleSet, x: torch.Tensor,
     if records:
         recs = [_record(model, plan, rules, main, ref_pass, unit, up)
                 for unit, up in zip(units, grads[1:])]
-    grad = torch.zeros_like(x) if grads[0] is None else grads[0]
+    grad = torch.zeros_like(xg) if grads[0] is None else grads[0]
     return Propagation(grad, f.detach(), None if ref_f is None else ref_f.detach(), t, recs)
 
 
