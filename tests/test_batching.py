@@ -192,7 +192,8 @@ def test_explicit_sizes_are_honoured_exactly():
     model = Recorder()
     x = torch.rand(3, D, dtype=torch.float64)
     IntegratedGradients(model).attribute(x, 0.0, target=0, n_steps=20, internal_batch_size=7)
-    assert model.rows[1:] == [6] * 10  # 7 rows fit two whole steps of 3 samples
+    # 7 rows fit two whole steps of 3 samples; then the self-check's f(x~) of the 3 baselines
+    assert model.rows[1:] == [6] * 10 + [3]
     model.rows.clear()
     Occlusion(model).attribute(x, 0.0, target=0, patch=1, perturbations_per_eval=5)
     assert set(model.rows[1:]) == {3}  # fewer rows than samples: pieces of one window run

@@ -16,11 +16,12 @@ from _builders import DT
 from torch import nn
 
 from taylorattr.capture import capture
-from taylorattr.methods import DeepLift
+from taylorattr.methods import DeepLift, DeepLiftShap
 from taylorattr.methods.layerwise import DEEPLIFT_RESCALE, get_plan
 from taylorattr.runtime.completeness import (
     CompletenessError,
     CompletenessWarning,
+    check_total,
     downcasts,
     lowest_dtype,
 )
@@ -144,3 +145,35 @@ def test_downcasts_lists_every_cast_below_the_inputs_dtype_and_the_lowest():
     assert [(c.source, c.dtype) for c in downcasts(graph, torch.float32)] == \
         [(torch.float32, torch.bfloat16)]
     assert downcasts(graph, torch.bfloat16) == ()
+
+
+def test_deeplift_shap_reads_the_casts_of_its_deeplift_passes():
+    x, _ = _data()
+    model = _model(torch.float32)
+    refs = 0.3 * torch.randn(3, 3, 8, 8, dtype=DT, generator=torch.Generator().manual_seed(2))
+    a = _quiet(DeepLiftShap(model), x, refs, strict=True)
+    with torch.no_grad():
+        fx, fr = model(x)[:, TARGET], model(refs)[:, TARGET].mean()
+    miss = (a.reshape(2, -1).sum(1) - (fx - fr)).abs()
+    eps64, eps32 = torch.finfo(DT).eps, torch.finfo(torch.float32).eps
+    assert (miss > eps64 ** 0.5 / 2).any() and (miss < eps32 ** 0.5 / 200).all()
+
+
+def test_a_share_check_is_held_to_the_graphs_lowest_dtype():
+    """:func:`check_total` (Taylor attribution's share check) with a graph's cast to
+    float32: a miss of 1e-4 (beyond float64's tolerance 7.5e-9, within float32's
+    ``sqrt(2^-23) / 2 = 1.7e-4``) is silent with it and warns without; a miss of 0.1 warns
+    naming the cast."""
+    casts = downcasts(capture(Chain(), (torch.ones(2, 4, dtype=DT),)), DT)[:1]
+    assert [(c.source, c.dtype) for c in casts] == [(DT, torch.float32)]
+    attr = torch.tensor([[0.5, 0.5]], dtype=DT)
+    total = torch.tensor([1.0 - 1e-4], dtype=DT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CompletenessWarning)
+        check_total(attr, total, "shares", "a cause", casts=casts)
+    with pytest.warns(CompletenessWarning, match=r"tolerance 7\.5e-09 for float64\); likely "
+                                                 "cause: a cause"):
+        check_total(attr, total, "shares", "a cause")
+    with pytest.raises(CompletenessError, match=r"tolerance 0\.00017 for float32.*casts "
+                                                r"float64 to float32 at.*otherwise: a cause"):
+        check_total(attr, total * 0.9, "shares", "a cause", strict=True, casts=casts)
