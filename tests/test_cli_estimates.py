@@ -87,9 +87,21 @@ def argv_of(command: str, files, out) -> list[str]:
 COMMANDS = ["validate", "assess", "reproduce", "explain", "evaluate", "attribute"]
 
 
+@pytest.fixture
+def counts_only(monkeypatch):
+    """Probe timings replaced by a fixed line (1 ms per call, 1 us per row) and the memory
+    chunk by 64 rows, for the tests of what an estimate counts and says: the timing itself
+    is tested on a fake clock (test_per_row_seconds_fits_the_per_call_overhead) and for real
+    (test_validate_estimate_counts_the_units_rows, test_dataset_estimate_...)."""
+    import taylorattr.runtime.cost as C
+
+    monkeypatch.setattr(C, "call_line", lambda call, limit, *a, **k: (1e-3, 1e-6, limit))
+    monkeypatch.setattr(C, "chunk_rows", lambda model, x, backward: 64)
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_tiny_budget_is_one_line_before_any_work(command, files, tmp_path, capsys,
-                                                 monkeypatch, tiny_reproduce):
+                                                 monkeypatch, tiny_reproduce, counts_only):
     def refuse(args):
         raise AssertionError("the work started")
     monkeypatch.setitem(cli.COMMANDS, command, refuse)
@@ -142,7 +154,8 @@ def test_validate_estimate_counts_the_units_rows(files, tmp_path, capsys, monkey
                             "taylor": taylor["rows"], "passes": taylor["passes"]}
 
 
-def test_reproduce_estimate_one_line_per_stage(tmp_path, capsys, monkeypatch, tiny_reproduce):
+def test_reproduce_estimate_one_line_per_stage(tmp_path, capsys, monkeypatch, tiny_reproduce,
+                                               counts_only):
     from taylorattr import data
     from taylorattr.taylor.pair_interactions import interactions_cost
     from taylorattr.taylor.terms import group_expansions_cost
@@ -169,7 +182,7 @@ def test_reproduce_estimate_one_line_per_stage(tmp_path, capsys, monkeypatch, ti
     assert not (tmp_path / "o").exists()
 
 
-def test_explain_estimate_and_run(files, tmp_path, capsys, monkeypatch):
+def test_explain_estimate_and_run(files, tmp_path, capsys, monkeypatch, counts_only):
     from taylorattr import data
     from taylorattr.methods import GradientInput
     from taylorattr.taylor.pair_interactions import interactions_cost
@@ -225,7 +238,8 @@ def test_dataset_estimate_equals_the_rows_the_job_runs(command, files, tmp_path,
     assert (tmp_path / "o" / "again" / "summary.json").is_file()
 
 
-def test_imagenet_estimate_counts_the_scaled_patches(files, tmp_path, capsys, monkeypatch):
+def test_imagenet_estimate_counts_the_scaled_patches(files, tmp_path, capsys, monkeypatch,
+                                                   counts_only):
     """The ImageNet route's estimate runs the methods at the route's patch scale
     (``--imagenet-patch-scale``; automatic: 8 at 224x224 on a CPU), as the route does: its
     forwards equal the sum of the scaled methods' own costs."""

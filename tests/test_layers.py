@@ -50,19 +50,22 @@ def scratch(tmp_path_factory) -> Path:
     return root
 
 
-def _append(path: Path, line: str) -> str:
-    original = path.read_text()
-    path.write_text(original + "\n" + line + "\n")
-    return original
+def _lint_with(scratch: Path, lines: dict[str, str]):
+    """``lint-imports`` on ``scratch`` with one scratch line appended to each module of
+    ``lines`` (its path under ``src/taylorattr`` -> the line), the modules restored after."""
+    paths = {scratch / "src" / "taylorattr" / name: line for name, line in lines.items()}
+    originals = {path: path.read_text() for path in paths}
+    try:
+        for path, line in paths.items():
+            path.write_text(originals[path] + "\n" + line + "  # noqa: E402 (scratch)\n")
+        return _lint(scratch)
+    finally:
+        for path, text in originals.items():
+            path.write_text(text)
 
 
 def test_an_upward_import_breaks_the_layers(scratch):
-    cost = scratch / "src" / "taylorattr" / "runtime" / "cost.py"
-    original = _append(cost, "from ..methods import occlusion  # noqa: E402 (scratch)")
-    try:
-        run = _lint(scratch)
-    finally:
-        cost.write_text(original)
+    run = _lint_with(scratch, {"runtime/cost.py": "from ..methods import occlusion"})
     assert run.returncode != 0
     assert "taylorattr.runtime is not allowed to import taylorattr.methods" in run.stdout
     assert "taylorattr.runtime.cost -> taylorattr.methods.occlusion" in run.stdout
@@ -71,12 +74,7 @@ def test_an_upward_import_breaks_the_layers(scratch):
 def test_a_library_import_of_the_application_breaks_the_library_contract(scratch):
     """``taylorattr.captum`` shares the top layer with the CLI, so the layers contract lets
     it import the experiments; the library contract does not."""
-    captum = scratch / "src" / "taylorattr" / "captum" / "__init__.py"
-    original = _append(captum, "from ..experiments import paper  # noqa: E402 (scratch)")
-    try:
-        run = _lint(scratch)
-    finally:
-        captum.write_text(original)
+    run = _lint_with(scratch, {"captum/__init__.py": "from ..experiments import paper"})
     assert run.returncode != 0
     assert "Layers import only downward KEPT" in run.stdout
     assert "The library never imports the application BROKEN" in run.stdout
@@ -101,15 +99,8 @@ def test_every_top_level_module_is_library_or_application():
 
 
 def test_an_import_loop_inside_a_layer_breaks_the_acyclic_contract(scratch):
-    saliency = scratch / "src" / "taylorattr" / "methods" / "saliency.py"
-    occlusion = scratch / "src" / "taylorattr" / "methods" / "occlusion.py"
-    originals = [_append(saliency, "from . import occlusion  # noqa: E402 (scratch)"),
-                 _append(occlusion, "from . import saliency  # noqa: E402 (scratch)")]
-    try:
-        run = _lint(scratch)
-    finally:
-        saliency.write_text(originals[0])
-        occlusion.write_text(originals[1])
+    run = _lint_with(scratch, {"methods/saliency.py": "from . import occlusion",
+                                "methods/occlusion.py": "from . import saliency"})
     assert run.returncode != 0
     assert "No cycles are allowed in taylorattr.methods" in run.stdout
 

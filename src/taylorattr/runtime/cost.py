@@ -51,8 +51,8 @@ from ..inputs import follow_mode
 from .batching import chunk_rows
 
 __all__ = ["GPU_SCALE_ROWS", "Cost", "CostError", "Load", "Rates", "RowCounter",
-           "check_budget", "estimate", "format_seconds", "machine_load", "measure_rates",
-           "per_row_seconds", "stage_estimate", "summed"]
+           "call_line", "check_budget", "estimate", "format_seconds", "machine_load",
+           "measure_rates", "per_row_seconds", "stage_estimate", "summed"]
 
 #: Rows per explained sample from which a cost is flagged as GPU-scale when it runs on a
 #: CPU: pixel-level occlusion of a 224x224 image is 50,176 rows per image.
@@ -228,46 +228,54 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def per_row_seconds(call, cap: int, device, probe_seconds: float, repeats: int = 2
-                    ) -> tuple[float, int]:
-    r"""Seconds per row of ``call(n)`` (a call on ``n`` rows) when it runs ``cap`` rows per
-    call, and the largest size timed.
+def call_line(call, limit: int, device, probe_seconds: float, repeats: int = 3
+              ) -> tuple[float, float, int]:
+    r"""``(a, b, n)``: the per-call seconds ``a`` and per-row seconds ``b`` of ``call(m)`` (a
+    call on ``m`` rows), :math:`t(m) = a + b\,m` (``a``: dispatch, thread start-up; ``b``:
+    the rows), and the largest size timed, ``n <= limit``.
 
-    A call costs :math:`t(n) = a + b\,n` (``a`` per call: dispatch, thread start-up;
-    ``b`` per row). After a warm-up call the size grows from 8 rows, four-fold, to at
-    least 32 rows, then on until the rows weigh (a call takes ``probe_seconds`` and twice
-    the call before it) or a call takes ``20 * probe_seconds`` or the size reaches
-    ``cap``; the least of ``repeats`` timings is taken there (``n_2``) and at the size
-    before (``n_1``), and the line through the two gives the cost per row at the run's own
-    call size, :math:`t(\mathrm{cap}) / \mathrm{cap} = a/\mathrm{cap} + b` (measured
-    directly when ``n_2 = cap``). Timing tiny calls and dividing would charge every row the
-    per-call overhead, which on a busy machine (a thread waiting for its descheduled
-    sibling) is milliseconds or more: estimates ten times too high."""
-    def timed(n):
+    After a warm-up call the size grows from 8 rows, four-fold, to at least 32 rows, then
+    on until the rows weigh (a call takes ``probe_seconds`` and twice the call before it)
+    or a call takes ``20 * probe_seconds`` or the size reaches ``limit``; the least of
+    ``repeats`` timings is taken there (``n``) and at the size before, and the line goes
+    through the two (``a = 0``, ``b = t(n) / n`` when only one size was timed, or when
+    noise larger than the rows' cost makes the slope non-positive). The least of several
+    timings is what the machine can do; a descheduled moment only ever adds to a timing."""
+    def timed(m):
         start = time.perf_counter()
-        call(n)
+        call(m)
         _sync(device)
         return time.perf_counter() - start
 
-    n = min(cap, 8)
+    n = min(limit, 8)
     call(n)  # warm-up (first-call allocations)
     _sync(device)
     seen = {n: timed(n)}
     last = 0.0
-    while n < cap and (n < 32 or seen[n] < max(probe_seconds, 2 * last)) \
+    while n < limit and (n < 32 or seen[n] < max(probe_seconds, 2 * last)) \
             and seen[n] < 20 * probe_seconds:
-        last, n = seen[n], min(cap, 4 * n)
+        last, n = seen[n], min(limit, 4 * n)
         seen[n] = timed(n)
     for size in list(seen)[-2:]:  # the last two sizes, best of `repeats`
         seen[size] = min([seen[size]] + [timed(size) for _ in range(repeats - 1)])
-    t2 = seen[n]
-    if n == cap or len(seen) < 2:
-        return t2 / n, n
+    if len(seen) < 2:
+        return 0.0, seen[n] / n, n
     n1 = list(seen)[-2]
-    b = (t2 - seen[n1]) / (n - n1)
-    if b <= 0:  # noise larger than the rows' cost: the larger call's mean
-        return t2 / n, n
-    a = max(seen[n1] - b * n1, 0.0)
+    b = (seen[n] - seen[n1]) / (n - n1)
+    if b <= 0:
+        return 0.0, seen[n] / n, n
+    return max(seen[n1] - b * n1, 0.0), b, n
+
+
+def per_row_seconds(call, cap: int, device, probe_seconds: float, repeats: int = 3
+                    ) -> tuple[float, int]:
+    r"""Seconds per row of ``call(n)`` (a call on ``n`` rows) when it runs ``cap`` rows per
+    call, and the largest size timed: :func:`call_line` up to ``cap`` rows, then
+    :math:`t(\mathrm{cap}) / \mathrm{cap} = a/\mathrm{cap} + b` (measured directly when the
+    probe reached ``cap``). Timing tiny calls and dividing would charge every row the
+    per-call overhead, which on a busy machine (a thread waiting for its descheduled
+    sibling) is milliseconds or more: estimates ten times too high."""
+    a, b, n = call_line(call, cap, device, probe_seconds, repeats)
     return a / cap + b, n
 
 
@@ -326,21 +334,27 @@ def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order
             cache[key] = compute()
         return cache[key]
 
-    def timed(kind, call, cap):
-        return cached(base + (kind, cap),
-                      lambda: per_row_seconds(call, cap, x.device, probe_seconds))
+    def timed(kind, call, limit, cap):
+        """Seconds per row at ``cap`` rows per call, from the kind's one line (timed up to
+        ``limit`` rows; every stage of one model shares it, whatever its call size)."""
+        a, b, n = cached(base + (kind, limit),
+                         lambda: call_line(call, limit, x.device, probe_seconds))
+        return a / cap + b, min(n, cap)
 
-    def chunk_cap(is_backward):
+    def chunk_limit(is_backward):
         if probe_rows is not None:
             return probe_rows
-        chunk = cached(base + ("chunk", is_backward),
-                       lambda: int(chunk_rows(model, x[:1], is_backward)))
-        return max(1, min(chunk, max_rows or chunk))
+        return max(1, cached(base + ("chunk", is_backward),
+                             lambda: int(chunk_rows(model, x[:1], is_backward))))
 
-    t_f, n_f = timed("forward", fwd, chunk_cap(False))
+    def at(is_backward):  # (limit, cap): the memory's chunk, the stage's rows per call
+        limit = chunk_limit(is_backward)
+        return limit, max(1, min(limit, max_rows or limit))
+
+    t_f, n_f = timed("forward", fwd, *at(False))
     t_b = 0.0
     if backward:
-        t_fb, _ = timed("backward", fwd_bwd, chunk_cap(True))
+        t_fb, _ = timed("backward", fwd_bwd, *at(True))
         t_b = max(t_fb - t_f, 0.0)
     t_T = None
     if taylor_order:
@@ -352,7 +366,7 @@ def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order
         dirs = draw(torch.randn, (1, m) + tuple(x.shape[1:]), generator=cpu_generator(0),
                     device=x.device, dtype=torch.float64).to(x.dtype)
         t_T, _ = timed(("taylor", taylor_order, m),
-                       lambda k: taylor_pass(x[:1], dirs[:, :k], taylor_order), m)
+                       lambda k: taylor_pass(x[:1], dirs[:, :k], taylor_order), m, m)
     return Rates(t_f, t_b, t_T, taylor_order, str(x.device), n_f)
 
 
