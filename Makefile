@@ -10,7 +10,9 @@ OUT ?= results
 # make bench BENCH_ARGS=--quick: the short run (about 10 minutes on 2 cores)
 BENCH_ARGS ?=
 
-.PHONY: reproduce test test-newest bench bench-gpu lint lock
+# make test-quick: the development loop, without the tests marked slow (subprocess runs of
+# reproduce and torchrun, model zoos); `make test` and CI run everything.
+.PHONY: reproduce test test-quick test-newest bench bench-gpu lint lock
 
 $(VENV)/.paper: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +31,9 @@ reproduce: $(VENV)/.paper
 
 test: $(VENV)/.dev
 	$(PY) -m pytest
+
+test-quick: $(VENV)/.dev
+	$(PY) -m pytest -m "not slow"
 
 $(VENV)/.bench: $(VENV)/.dev
 	$(PIP) -e '.[dev,bench]'

@@ -96,6 +96,7 @@ def _half_pair(name):
     return _half_cache[name]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model_name", list(_HALF_MODELS))
 @pytest.mark.parametrize("name,i", VARIANTS, ids=IDS)
 def test_bfloat16_models_run_and_stay_near_float32(name, i, model_name):

@@ -16,6 +16,8 @@ import torch
 from taylorattr import _io, cli
 from taylorattr.experiments.evaluation.lock import LOCK_NAME
 
+pytestmark = pytest.mark.slow  # torchrun jobs in subprocesses
+
 HERE = Path(__file__).resolve().parent
 SRC = str(HERE.parent / "src")
 JOB = str(HERE / "_dist_job.py")

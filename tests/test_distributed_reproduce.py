@@ -11,8 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from test_distributed import _env, _free_port, _listening
 from test_report import GOLDEN, _clean, golden_selection, moved, tiny_run  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.slow  # minutes of subprocesses: `make test-quick` leaves it out
 
 HERE = Path(__file__).resolve().parent
 

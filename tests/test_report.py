@@ -192,6 +192,7 @@ def tiny_run(tmp_path_factory):
     return root / r.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_reproduce_end_to_end_on_tiny_settings(tiny_run):
     """Every stage runs and the HTML report carries each table and figure the run produced;
     the tables equal the golden ones within :func:`golden_tolerance`."""
@@ -229,6 +230,7 @@ R.reproduce(sys.argv[1], show_progress=False, settings=TINY)
 """
 
 
+@pytest.mark.slow
 def test_golden_tables_hold_with_the_default_cpu_kernels(tiny_run, tmp_path):
     """The cross-machine promise, checked on one machine: the tiny run's validation and
     principles once more in a subprocess with ``ATEN_CPU_CAPABILITY=default`` (PyTorch's

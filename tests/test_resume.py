@@ -51,8 +51,9 @@ ARGV = ["validate", "--models", "poly", "--samples", "8", "--quick", "--budget",
 N_UNITS = len(validation_methods()) + 1  # one per Table 3 method, one for the expansion error
 TIMEOUT = 300  # seconds for any one run
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32",
-                                reason="needs fork and SIGKILL (POSIX)")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "fork") or sys.platform == "win32",
+                                 reason="needs fork and SIGKILL (POSIX)"),
+              pytest.mark.slow]  # a minute of killed subprocesses
 
 ZYGOTE = textwrap.dedent(r"""
     import json, os, sys, time, traceback

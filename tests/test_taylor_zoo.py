@@ -19,6 +19,7 @@ from taylorattr.taylor.mode import UnsupportedOperation
 # mobilenet_v3_small: Hardswish/Hardsigmoid (decomposed to clamp), squeeze-excitation;
 # squeezenet1_0: MaxPool2d(ceil_mode=True); timm vit_tiny: permute(2, 0, 3, 1, 4) + unbind
 # moving the batch axis, LayerNorm, GELU
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["tv:mobilenet_v3_small", "tv:squeezenet1_0",
                                   "timm:vit_tiny_patch16_224"])
 def test_zoo_group_terms_equal_double_backward(name):
