@@ -237,8 +237,8 @@ def call_line(call, limit: int, device, probe_seconds: float, repeats: int = 3
     After a warm-up call the size grows from 8 rows, four-fold, to at least 32 rows, then
     on until the rows weigh (a call takes ``probe_seconds`` and twice the call before it)
     or a call takes ``20 * probe_seconds`` or the size reaches ``limit``; the least of
-    ``repeats`` timings is taken there (``n``) and at the size before, and the line goes
-    through the two (``a = 0``, ``b = t(n) / n`` when only one size was timed, or when
+    ``repeats`` interleaved timings is taken there (``n``) and at the size before, and the
+    line goes through the two (``a = 0``, ``b = t(n) / n`` when only one size was timed, or when
     noise larger than the rows' cost makes the slope non-positive). The least of several
     timings is what the machine can do; a descheduled moment only ever adds to a timing."""
     def timed(m):
@@ -256,8 +256,9 @@ def call_line(call, limit: int, device, probe_seconds: float, repeats: int = 3
             and seen[n] < 20 * probe_seconds:
         last, n = seen[n], min(limit, 4 * n)
         seen[n] = timed(n)
-    for size in list(seen)[-2:]:  # the last two sizes, best of `repeats`
-        seen[size] = min([seen[size]] + [timed(size) for _ in range(repeats - 1)])
+    for _ in range(repeats - 1):  # the last two sizes, best of `repeats`, interleaved so
+        for size in list(seen)[-2:]:  # that both see the same moments of a busy machine
+            seen[size] = min(seen[size], timed(size))
     if len(seen) < 2:
         return 0.0, seen[n] / n, n
     n1 = list(seen)[-2]
