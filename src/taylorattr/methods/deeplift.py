@@ -8,6 +8,22 @@ routed to the arg-max at ``x`` and at ``x~``, over ``x - x~``). Complete by cons
 ``sum_i a_i = f(x) - f(x~)``. Layer-wise, neuron ``j`` of layer ``l`` sends ``a_ij = (z_ji - z~_ji) / (y_j - y~_j) * (x_j^(l+1) - x~_j^(l+1))`` to input
 ``i`` (paper Thm 4); see :meth:`DeepLift.layer_records` and
 :mod:`taylorattr.methods.layerwise` for what is supported and for the per-layer terms.
+
+Precision: for float16/bfloat16 models the pass runs in float32 on the model's own
+(half-precision) weights and inputs, widened exactly (``propagate(upcast=True)``,
+:mod:`taylorattr.methods.layerwise.engine`), and the attributions are rounded once to the
+input dtype. Rescale divides ``(sigma(y) - sigma(y~)) / (y - y~)``, and in half precision
+``y - y~`` and the residual sums lose their digits (bfloat16 ResNet-18: 1.1e-1 relative to
+float64 on the same weights; float16's pass gave non-finite attributions). The completeness check and the convergence delta are judged at the float32 values
+before that rounding,
+
+    delta = sum_i a32_i - (f32(x) - f32(x~)),   tolerance of float32,
+
+``f32`` the pass's own float32 forward of the half weights: the rules are exact to float32
+rounding there, whereas the half model's own ``f(x)`` differs from ``f32(x)`` by its
+half-precision forward rounding, against which half precision's tolerance
+(``1000 eps = 7.8 max(1, |f|)`` in bfloat16) would pass any attributions. The delta is
+returned rounded to the input dtype.
 """
 from __future__ import annotations
 
@@ -52,14 +68,33 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
 
     def _attribute(self, call, x, b, t, fx, *, multiply_by_inputs: bool = True, show_progress=False):
         """``multiply_by_inputs=False``: the multipliers ``m`` themselves (Captum's option;
-        DeepLIFT's "hypothetical contributions" start from them), not ``(x - x~) * m``."""
+        DeepLIFT's "hypothetical contributions" start from them), not ``(x - x~) * m``.
+        Half-precision ``x``: the float32 attributions, rounded by :meth:`_self_check`
+        after the check (the module docstring's precision note)."""
         check_bool(multiply_by_inputs, "multiply_by_inputs")
         plan = get_plan(call.model, self._rules, x)
-        prop = propagate(call.model, plan, self._rules, x, b, t, False)
-        if multiply_by_inputs:  # complete: checked by the base class (f(x~) from this pass,
-            # at the precision of the plan's graph: its casts below x's dtype)
-            call.report(prop.ref_output, casts=downcasts(plan.core, x.dtype))
-        return ((x - b) * prop.gradient if multiply_by_inputs else prop.gradient), b.unsqueeze(1)
+        prop = propagate(call.model, plan, self._rules, x, b, t, False, upcast=True)
+        g = prop.gradient  # float32 for half x (the pass widened), else x's dtype
+        if not multiply_by_inputs:
+            return g.to(x.dtype), b.unsqueeze(1)
+        # complete: checked by the base class (f(x~) from this pass, at the precision of the
+        # plan's graph: its casts below x's dtype; none below float32 in a widened pass)
+        widened = g.dtype != x.dtype
+        call.report(prop.ref_output, casts=() if widened else downcasts(plan.core, x.dtype))
+        if widened:  # the check's f(x): the pass's own float32 forward (_self_check)
+            call.notes["pass_output"] = prop.output
+        return (x.to(g.dtype) - b.to(g.dtype)) * g, b.unsqueeze(1)
+
+    def _self_check(self, call, x, base, t, fx, attr, f_ref, options):
+        """The base class's check; for half-precision ``x`` at the float32 values of the
+        pass (``f32(x)`` for ``fx``, float32 attributions and tolerance), the attributions
+        and the delta then rounded once to ``x``'s dtype (module docstring)."""
+        pass_fx = call.notes.pop("pass_output", None)
+        if attr.dtype == x.dtype:
+            return super()._self_check(call, x, base, t, fx, attr, f_ref, options)
+        attr, delta = super()._self_check(call, x, base, t, pass_fx, attr, f_ref, options)
+        call.notes.pop("pass_output", None)  # left by a batch-2 recomputation
+        return attr.to(x.dtype), delta.to(x.dtype)
 
     def _cost(self, x, options):
         """One pass through the plan (:meth:`_propagate_cost`): ``B`` baseline rows forward,

@@ -17,6 +17,11 @@ Supported models: those of :class:`~taylorattr.methods.DeepLift` (its
 Taylor view: layer-wise, as DeepLIFT (Thm 4) for each reference; no reformulation is
 registered for the average (none derived and tested here).
 
+Precision: as DeepLIFT's (:mod:`taylorattr.methods.deeplift`): for float16/bfloat16
+models each pass runs in float32, the average is accumulated in float32, checked at the
+passes' float32 values (``f32(x)`` averaged over the sample's rows, ``mean_k f32(x~_k)``)
+with float32's tolerance, and rounded once to the input dtype.
+
 Cost: ``B * N`` DeepLIFT rows (one reference forward, one forward and one backward
 each), in chunks of ``internal_batch_size`` rows.
 """
@@ -24,7 +29,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import check_positive_int
+from .._validation import accumulation_dtype, check_positive_int
 from ..baselines import ReferenceSet
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 from .deeplift import DeepLift
@@ -65,8 +70,10 @@ class DeepLiftShap(DeepLift):
             refs = draw(x, dist, n_samples, None, seed).baselines  # [B, n, ...]
         batch, n = x.shape[0], refs.shape[1]
         chunk = chunk or default_chunk_rows(x, backward=True)
-        total = torch.zeros_like(x)
-        f_ref = torch.zeros(batch, dtype=x.dtype, device=x.device)
+        acc = accumulation_dtype(x.dtype)  # float32 for half x: DeepLIFT's pass dtype
+        total = torch.zeros(x.shape, dtype=acc, device=x.device)
+        f_ref = torch.zeros(batch, dtype=acc, device=x.device)
+        f_x = torch.zeros(batch, dtype=acc, device=x.device)  # the passes' f32(x), half x
         for s0, s1, k0, k1 in grid_blocks(batch, n, chunk, show_progress, "deeplift shap"):
             # rows (sample s, reference k), sample-major as in Captum
             ref = refs[s0:s1] if refs.shape[0] > 1 else refs
@@ -75,12 +82,20 @@ class DeepLiftShap(DeepLift):
             tr = None if t is None else t[s0:s1].repeat_interleave(k1 - k0)
             attr, _ = DeepLift._attribute(self, call, rows, ref.reshape((-1,) + feat), tr, None,
                                           multiply_by_inputs=multiply_by_inputs)
-            total[s0:s1] += attr.view(ref.shape).sum(1)
+            total[s0:s1] += attr.to(acc).view(ref.shape).sum(1)
             reported = call.reported()
             if reported is not None:  # DeepLIFT's f(x~) of these rows
-                f_ref[s0:s1] += reported[0].to(x.dtype).view(s1 - s0, k1 - k0).sum(1)
-        # complete towards the mean of the references: checked by the base class
-        call.report(f_ref / n if multiply_by_inputs else None)
+                f_ref[s0:s1] += reported[0].to(acc).view(s1 - s0, k1 - k0).sum(1)
+            pass_fx = call.notes.pop("pass_output", None)
+            if pass_fx is not None:
+                f_x[s0:s1] += pass_fx.view(s1 - s0, k1 - k0).sum(1)
+        if not multiply_by_inputs:
+            return (total / n).to(x.dtype), refs.expand((batch, n) + feat)
+        # complete towards the mean of the references: checked by the base class (for
+        # half x at the float32 values, DeepLift._self_check, which rounds the result)
+        call.report(f_ref / n)
+        if acc != x.dtype:
+            call.notes["pass_output"] = f_x / n
         return total / n, refs.expand((batch, n) + feat)
 
     def _cost(self, x, options):
