@@ -48,6 +48,7 @@ import inspect
 import operator
 import os
 import re
+import threading
 import traceback
 import weakref
 from collections import Counter
@@ -556,10 +557,17 @@ def _live_attribute(source: nn.Module, lifted) -> torch.Tensor | None:
         return None
 
 
+#: torch.export (tracing, decompositions) is not thread-safe: one capture at a time. Nor is
+#: it safe while another thread runs PyTorch modules (its module hooks are global): the
+#: first call that captures a model (or a layer view of it) belongs in one thread.
+_EXPORT_LOCK = threading.RLock()
+
+
 def capture(model, example_inputs: tuple | torch.Tensor | None = None,
             example_kwargs: dict | None = None, *, keep: Iterable = DEFAULT_KEEP,
             dynamic_batch: bool = True) -> CoreGraph:
-    """Capture ``model`` as a :class:`CoreGraph` of core ATen operations.
+    """Capture ``model`` as a :class:`CoreGraph` of core ATen operations (one capture at a
+    time in a process: torch.export is not thread-safe).
 
     Args:
         model: an ``nn.Module`` (put in eval mode first), a ``torch.export.ExportedProgram``
@@ -571,6 +579,11 @@ def capture(model, example_inputs: tuple | torch.Tensor | None = None,
         dynamic_batch: export axis 0 of a single tensor input as dynamic (falls back to
             static shapes where the model fixes its batch size).
     """
+    with _EXPORT_LOCK:
+        return _capture(model, example_inputs, example_kwargs, keep, dynamic_batch)
+
+
+def _capture(model, example_inputs, example_kwargs, keep, dynamic_batch) -> CoreGraph:
     model = _load(model)
     if isinstance(model, torch.export.ExportedProgram):
         return CoreGraph(_decompose(model, keep, "the exported program"), None)

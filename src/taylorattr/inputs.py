@@ -33,6 +33,7 @@ layer injection, ``View``) share the ``Layout``; split apart, each would import 
 from __future__ import annotations
 
 import math
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, is_dataclass, replace
 
@@ -228,11 +229,16 @@ def kept(value):
 def watch(layer: nn.Module, to_input: bool, seen: list):
     """Keep (:func:`kept`) what ``layer`` receives (``to_input``: before it runs, so that an
     in-place layer cannot change it) or returns, in ``seen``, at every call; returns the hook
-    handle."""
+    handle. Only this thread's calls are kept: hooks are the module's, and other threads may
+    run the same model meanwhile."""
+    thread = threading.get_ident()
     if to_input:
         return layer.register_forward_pre_hook(
-            lambda module, inp: seen.append(kept(inp if len(inp) > 1 else inp[0])))
-    return layer.register_forward_hook(lambda module, inp, out: seen.append(kept(out)))
+            lambda module, inp: None if threading.get_ident() != thread
+            else seen.append(kept(inp if len(inp) > 1 else inp[0])))
+    return layer.register_forward_hook(
+        lambda module, inp, out: None if threading.get_ident() != thread
+        else seen.append(kept(out)))
 
 
 def layer_activations(model, layer, args: tuple, to_input: bool):
@@ -266,39 +272,80 @@ def layer_activations(model, layer, args: tuple, to_input: bool):
 
 
 class _Inject(nn.Module):
-    """Stands in for ``layer`` while attributing to it: returns the injected value (a tensor
-    or a tuple) as the layer's output, or runs the layer on it in place of its input(s)."""
+    """Stands in for ``layer`` while calls attribute to it: in a thread attributing to it,
+    returns the injected value (a tensor or a tuple) as the layer's output, or runs the
+    layer on it in place of its input(s); in any other thread it is the layer itself. The
+    value and the direction are the thread's own, so calls in several threads at once
+    each see their own value, and the model stays itself for everyone else."""
 
-    def __init__(self, layer: nn.Module, to_input: bool):
+    def __init__(self, layer: nn.Module):
         super().__init__()
         follow_mode(self, layer)
         self.layer = layer
-        self.to_input = to_input
-        self.value = None
+        self._local = threading.local()
+
+    @property
+    def value(self):
+        return getattr(self._local, "value", None)
+
+    @property
+    def to_input(self) -> bool | None:
+        """This thread's direction: True (the layer's input), False (its output) or None
+        (this thread does not attribute to the layer)."""
+        return getattr(self._local, "to_input", None)
+
+    @value.setter
+    def value(self, value) -> None:
+        self._local.value = value
 
     def forward(self, *args, **kwargs):
+        to_input = self.to_input
+        if to_input is None:  # a thread that does not attribute to this layer
+            return self.layer(*args, **kwargs)
         # a copy in the graph: in-place operations of the model (ReLU(inplace=True)) may
         # overwrite what they get, never the attributed tensor itself
-        if self.to_input:
+        if to_input:
             value = kept(self.value if isinstance(self.value, tuple) else (self.value,))
             return self.layer(*value, *args[len(value):], **kwargs)
         return kept(self.value)
 
 
+#: (id(model), id(layer)) -> [the injector in the model's slots, the slots, active calls]
+_SWAPS: dict[tuple[int, int], list] = {}
+_SWAPS_LOCK = threading.Lock()
+
+
 @contextmanager
 def swap_layer(model: nn.Module, layer: nn.Module, to_input: bool):
     """Replace every occurrence of ``layer`` in ``model`` by an :class:`_Inject` for the block
-    (restored on exit); yields the injector. Works for eager calls and torch.fx tracing."""
-    inject = _Inject(layer, to_input)
-    slots = [(parent, name) for parent in model.modules()
-             for name, child in parent._modules.items() if child is layer]
-    for parent, name in slots:
-        parent._modules[name] = inject
+    and yield it; the layer is put back when the last call attributing to it (in any thread)
+    ends. Calls from several threads share one injector, each with its own value and
+    direction, so layer calls on one model are re-entrant and thread-safe, and other calls
+    meanwhile see the layer itself. Works for eager calls and torch.fx tracing."""
+    key = (id(model), id(layer))
+    with _SWAPS_LOCK:
+        entry = _SWAPS.get(key)
+        if entry is None:
+            inject = _Inject(layer)
+            slots = [(parent, name) for parent in model.modules()
+                     for name, child in parent._modules.items() if child is layer]
+            for parent, name in slots:
+                parent._modules[name] = inject
+            entry = _SWAPS[key] = [inject, slots, 0]
+        entry[2] += 1
+    inject, local = entry[0], entry[0]._local
+    before = (getattr(local, "to_input", None), getattr(local, "value", None))
+    local.to_input, local.value = bool(to_input), None
     try:
         yield inject
     finally:
-        for parent, name in slots:
-            parent._modules[name] = layer
+        local.to_input, local.value = before  # a nested call in this thread ends
+        with _SWAPS_LOCK:
+            entry[2] -= 1
+            if entry[2] == 0:
+                for parent, name in entry[1]:
+                    parent._modules[name] = layer
+                del _SWAPS[key]
 
 
 class InputModel(nn.Module):
@@ -315,6 +362,7 @@ class InputModel(nn.Module):
         self.model = model
         self.layout = layout
         self.inject = inject
+        self.to_input = None if inject is None else inject.to_input  # part of its structure
         self.n_inputs = n_inputs  # the model's own inputs (layer mode), first in the context
         self.extra = extra
         self.n_context = 0

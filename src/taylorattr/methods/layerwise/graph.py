@@ -21,6 +21,7 @@ Parameters and buffers are read from the live model at every run.
 from __future__ import annotations
 
 import operator
+import threading
 import weakref
 
 import torch
@@ -198,9 +199,10 @@ def _attribute_key(v):
 def structure_key(model: nn.Module):
     """What the captured graph of ``model`` depends on besides its parameter and buffer
     values (which are read live): each module's class, its own attributes (flags,
-    hyper-parameters, plain tensors) and its parameter and buffer shapes. None where the
-    graph may hold more (hooks, modules declaring ``elementwise = True``, whose captured
-    operation names the module itself): then the capture is the model's own."""
+    hyper-parameters, plain tensors; not per-thread state) and its parameter and buffer
+    shapes. None where the graph may hold more (hooks, modules declaring
+    ``elementwise = True``, whose captured operation names the module itself): then the
+    capture is the model's own."""
     parts, first = [], {}
     # every name a module is reachable by: an alias (a wrapper's ``self.layer`` naming one of
     # its model's modules) says which module plays which part
@@ -213,7 +215,7 @@ def structure_key(model: nn.Module):
                 getattr(m, "elementwise", False) is True:
             return None
         own = tuple(sorted((k, _attribute_key(v)) for k, v in vars(m).items()
-                           if k not in _BARE))
+                           if k not in _BARE and not isinstance(v, threading.local)))
         tensors = tuple((k, tuple(t.shape), t.dtype, t.device.type)
                         for k, t in (*m._parameters.items(), *m._buffers.items())
                         if t is not None)
