@@ -8,8 +8,8 @@ run (``ValidationStage``, ``AssessmentStage``, ``SaliencyStage``, ``Interactions
 ``ExplainStage``, ``DatasetStage``, ``reproduce_costs``; :mod:`taylorattr.experiments.plans`).
 This module copies none of their settings: it times probe calls per stage model
 (untrained copies run at the trained models' speed; nothing is trained to estimate; one
-architecture is timed once, :func:`taylorattr.runtime.cost.per_row_seconds` at the stage's
-own call size), prints one line per stage on stderr and refuses, with one line and exit
+architecture is timed once per kind of pass, :func:`taylorattr.runtime.cost.call_line`, and
+the fitted line read at each stage's own call size), prints one line per stage on stderr and refuses, with one line and exit
 status 2 before any work, a run estimated above ``--budget`` (default
 :data:`DEFAULT_BUDGET`, on a terminal and in batch mode alike; ``--budget none`` lifts it
 and skips the estimate). The times are those of the machine as it is: on a busy machine
@@ -60,7 +60,7 @@ class Stage:
         return text + "".join(f"; {n}" for n in self.notes)
 
 
-#: Seconds a probe call may take (:func:`taylorattr.runtime.cost.per_row_seconds`): enough
+#: Seconds a probe call may take (:func:`taylorattr.runtime.cost.call_line`): enough
 #: that per-call overheads weigh as in the stage's own chunks, few enough that the estimate
 #: of a whole ``reproduce`` takes seconds.
 PROBE_SECONDS = 0.05

@@ -22,7 +22,8 @@ chunk size's one-off memory probe (a few rows per model and row shape,
 with ``t_f`` the seconds per forward row, ``t_b`` the extra seconds per backward row and
 ``t_T(K)`` the seconds per Taylor-mode row of order ``K``, each timed on a probe batch of
 the actual model, row shape, dtype and device (:func:`measure_rates`), per row at the
-stage's own call size (:func:`per_row_seconds` fits the per-call overhead), and
+stage's own call size (:func:`call_line` fits the per-call overhead once per model and
+kind of pass), and
 :func:`machine_load` says whether other work slowed the probes.
 
 Why one module: counting rows, timing them and turning both into seconds against a
@@ -296,8 +297,9 @@ def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order
     with ``backward``, forward + reverse sweep, per row at the rows per call the stage's
     chunked passes use (the automatic chunk size, at most ``max_rows``; ``probe_rows``
     fixes it), since the seconds per row depend on the call size (per-call overheads, and
-    on CPU whether a chunk's blocks take glibc's mmap path): :func:`per_row_seconds`,
-    with calls of about ``probe_seconds`` at most. With ``taylor_order``, Taylor-mode
+    on CPU whether a chunk's blocks take glibc's mmap path): one :func:`call_line` per
+    kind of pass (timed up to the memory's chunk size, with calls of about
+    ``probe_seconds`` at most), read at that call size. With ``taylor_order``, Taylor-mode
     passes of up to ``taylor_directions`` directions (the stage's rows per pass), run by
     ``taylor_pass(x1, directions, order)`` (the Taylor layer's
     :func:`taylorattr.taylor.mode.timing_pass`: this layer knows no Taylor mode), per
