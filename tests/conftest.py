@@ -56,6 +56,32 @@ def device_tolerance(rtol: float, atol: float = 0.0, dtype=torch.float64) -> dic
     return {"rtol": max(rtol, floor), "atol": max(atol, floor)}
 
 
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """The tiny reproduce (tests/_dist_reproduce.py's settings), run once per session (here,
+    so that every module using it shares the one run: a fixture imported into two test
+    modules is two fixtures, and ran twice, 82 s each) in a fresh process, on one thread
+    (as each rank of the torchrun job of tests/test_distributed_reproduce.py, so that the
+    two runs compare bitwise), with the
+    output folder given as a relative path (as ``make reproduce`` does). A fresh process,
+    because after the suite's earlier tests this process computed a few numbers differently
+    in their last bits (measured: principles score_1, 2e-16 relative; cause not found)."""
+    import os
+    import subprocess
+    import sys
+
+    root = tmp_path_factory.mktemp("tiny")
+    code = (f"import sys, torch\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\ntorch.set_num_threads(1)\n"
+            "from _dist_reproduce import TINY\n"
+            "from taylorattr.experiments.reproduce import reproduce\n"
+            "print(reproduce('results', show_progress=False, settings=TINY))"
+            )
+    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                       timeout=1200, check=False)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    return root / r.stdout.strip().splitlines()[-1]
+
+
 @pytest.fixture
 def one_thread():
     """Torch on one thread within the test (restored after it)."""

@@ -1,7 +1,7 @@
 """``reproduce`` under ``torchrun --nproc-per-node 2`` (CPU, gloo) writes the same tables as
 one process: each rank computes its share of the validation and assessment units and rank 0
 assembles them. Both runs are on this machine with one thread per process (torchrun's
-``OMP_NUM_THREADS=1``; the session's one-process run, ``tiny_run`` of tests/test_report.py,
+``OMP_NUM_THREADS=1``; the session's one-process run, ``tiny_run`` of tests/conftest.py,
 sets one thread), so every unit is computed by the same kernels in the same order: the
 tables are compared bitwise, not within the golden file's cross-machine tolerance."""
 from __future__ import annotations
@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 from test_distributed import _env, _free_port, _listening
-from test_report import GOLDEN, _clean, golden_selection, moved, tiny_run  # noqa: F401 (a fixture)
+from test_report import GOLDEN, _clean, golden_selection, moved
 
 pytestmark = pytest.mark.slow  # minutes of subprocesses: `make test-quick` leaves it out
 
 HERE = Path(__file__).resolve().parent
 
 
-def test_reproduce_under_torchrun_equals_one_process(tmp_path, tiny_run):  # noqa: F811
+def test_reproduce_under_torchrun_equals_one_process(tmp_path, tiny_run):
     port = _free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node",
            "2", "--master-addr", "127.0.0.1", "--master-port", str(port),

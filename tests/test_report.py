@@ -168,30 +168,6 @@ def test_cli_explain_needs_weights_for_torchvision_models(tmp_path, capsys):
     assert "--weights" in capsys.readouterr().err
 
 
-@pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory):
-    """The tiny reproduce (tests/_dist_reproduce.py's settings), run once per session in a
-    fresh process, on one thread (as each rank of the torchrun job of
-    tests/test_distributed_reproduce.py, so that the two runs compare bitwise), with the
-    output folder given as a relative path (as ``make reproduce`` does). A fresh process,
-    because after the suite's earlier tests this process computed a few numbers differently
-    in their last bits (measured: principles score_1, 2e-16 relative; cause not found)."""
-    import os
-    import subprocess
-    import sys
-
-    root = tmp_path_factory.mktemp("tiny")
-    code = (f"import sys, torch\nsys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})\ntorch.set_num_threads(1)\n"
-            "from _dist_reproduce import TINY\n"
-            "from taylorattr.experiments.reproduce import reproduce\n"
-            "print(reproduce('results', show_progress=False, settings=TINY))"
-            )
-    r = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
-                       timeout=1200, check=False)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    return root / r.stdout.strip().splitlines()[-1]
-
-
 @pytest.mark.slow
 def test_reproduce_end_to_end_on_tiny_settings(tiny_run):
     """Every stage runs and the HTML report carries each table and figure the run produced;
