@@ -479,8 +479,7 @@ class AttributionMethod:
         f_ref, total = f_ref
         if total is not None:  # the players' values are complete, not the features'
             casts = call.casts()
-            delta, bad, tol = selfcheck.misses(total[:, None], fx.detach(), f_ref,
-                                               dtype=selfcheck.lowest_dtype(fx.dtype, casts))
+            delta, bad, tol = selfcheck.misses(total[:, None], fx.detach(), f_ref)
             if bool(bad.any()):
                 selfcheck.report(type(self).__name__, delta, fx, f_ref, bad, tol, False,
                                  self.incomplete_cause, call.strict, casts=casts)
@@ -558,11 +557,10 @@ class AttributionMethod:
         """``(attributions, delta)`` after the completeness check of
         :mod:`taylorattr.runtime.completeness`: failing samples recomputed once at batch 2 (the
         sample duplicated; point baselines), what stays beyond the tolerance warned about
-        (raised with ``strict=True``); held to the lowest precision the graph the method
-        ran computes at (:meth:`Call.casts`), and to :attr:`complete_within`."""
+        (raised with ``strict=True``), naming the casts below the attributions' dtype of the
+        graph the method ran (:meth:`Call.casts`) first; held to :attr:`complete_within`."""
         casts, rtol = call.casts(), self.complete_within
-        low = selfcheck.lowest_dtype(attr.dtype, casts)
-        delta, bad, tol = selfcheck.misses(attr, fx, f_ref, dtype=low, rtol=rtol)
+        delta, bad, tol = selfcheck.misses(attr, fx, f_ref, rtol=rtol)
         tried = False
         if bool(bad.any()) and self.baseline_kind == "point" and not rtol:
             tried = True
@@ -583,10 +581,10 @@ class AttributionMethod:
                 if r2 is None or r2[1] is not None:
                     continue
                 r2 = r2[0]
-                d2, bad2, _ = selfcheck.misses(a2[:1], fx[rows], r2[:1], dtype=low)
+                d2, bad2, _ = selfcheck.misses(a2[:1], fx[rows], r2[:1])
                 if not bool(bad2.any()):
                     attr[i], delta[i], f_ref[i] = a2[0], d2[0], r2[0]
-            delta, bad, tol = selfcheck.misses(attr, fx, f_ref, dtype=low)
+            delta, bad, tol = selfcheck.misses(attr, fx, f_ref)
         if bool(bad.any()):  # a discretisation's miss is not cancellation: no attr then
             selfcheck.report(type(self).__name__, delta, fx, f_ref, bad, tol, tried,
                              self.incomplete_cause, call.strict,

@@ -30,20 +30,21 @@ or, with ``strict=True``, raised as :class:`CompletenessError`.
 **A model that computes in lower precision than its inputs.** Where the captured graph
 (:mod:`taylorattr.capture`) casts an input-dependent floating value to a dtype of larger
 ``eps`` than the inputs' (``.float()``, ``.to(torch.bfloat16)``, an autocast region under
-float64 inputs: :func:`downcasts`), ``eps`` above is that of the lowest such dtype
-(:func:`lowest_dtype`): that is the precision the model itself computes at, and its own
-``f(x)`` carries that rounding, so a float64 call of a model that computes in float32 is
-held to float32's tolerance, as the float32 call would be. timm ``efficientvit_b0``
-casts its linear attention to float32 (``LiteMLA._attn``): with float64 inputs at 64x64,
-DeepLIFT misses by 3.7e-7 and 1.9e-5 (``|df|`` 0.34, 0.37; at most 4e-14 with the casts
-removed), within float32's ``1.7e-4 max(1, |df|)``; at 32x32 by 3.5e-4 for ``|df|`` 0.57,
-beyond it, where float32's digits do not survive the attributions' sum (``sum_i |a_i|``
-1.3e4; without the casts 1.1e-4, the attention's normaliser near zero at the zero baseline:
-``sum_i |a_i|`` 2.2e12, cancellation at float64). A miss beyond the lowest dtype's tolerance names the first cast to it (the dtypes,
-the operation and where it sits) before the other likely cause (:data:`DOWNCAST`), and
-the cancellation test takes that dtype's ``eps``. The engines that run the captured graph
-(the layer-wise DeepLIFT and DeepLiftShap, Taylor attribution) report
-their casts; the model-agnostic methods see none.
+float64 inputs: :func:`downcasts`), the call is still held to the inputs' dtype's
+tolerance (a float64 call promises float64's completeness, and a miss the user did not
+ask for is never silent), and a miss beyond it names the first cast (the dtypes, the
+operation and where it sits) before the other likely cause (:data:`DOWNCAST`), with
+that dtype's ``eps`` in the cancellation test. timm ``efficientvit_b0`` casts its linear
+attention to float32 (``LiteMLA._attn``): with float64 inputs at 64x64, DeepLIFT misses
+by 3.7e-7 and 1.9e-5 (``|df|`` 0.34, 0.37; at most 4e-14 with the casts removed), beyond
+float64's 7.5e-9 and within float32's 1.7e-4: it warns, naming the cast; at 32x32 by
+3.5e-4 for ``|df|`` 0.57 (``sum_i |a_i|`` 1.3e4; without the casts 1.1e-4, the
+attention's normaliser near zero at the zero baseline: ``sum_i |a_i|`` 2.2e12,
+cancellation at float64). The engines that run the captured graph (the layer-wise
+DeepLIFT and DeepLiftShap, Taylor attribution) report their casts; the model-agnostic
+methods see none. (Taylor attribution's share check, :func:`check_total`, of how the
+shares of one pass add up, is held to the lowest dtype's rounding: the shares are computed
+at that precision.)
 
 **Completeness up to a discretisation.** A method complete only up to an error it
 controls (Integrated Gradients' quadrature: ``sum_i a_i = sum_k w_k d/dalpha f(x~ + alpha_k
@@ -196,8 +197,8 @@ CANCELLATION = (
 #: The likely cause named when the captured graph casts below the inputs' dtype.
 DOWNCAST = ("the model computes in {low}, not in {dtype}: it casts {first}{more}, so part "
             "of the computation (and f(x) itself) carries {low} rounding, which the "
-            "method's rules can amplify (the tolerance is already {low}'s); to check at "
-            "{dtype}, remove the cast(s) from the model")
+            "method's rules can amplify; to check at {dtype}, remove the cast(s) from the "
+            "model")
 
 
 def downcast_cause(casts, dtype: torch.dtype) -> str:
@@ -211,7 +212,8 @@ def downcast_cause(casts, dtype: torch.dtype) -> str:
 def report(method: str, delta: torch.Tensor, fx: torch.Tensor, f_ref: torch.Tensor,
            bad: torch.Tensor, tol: torch.Tensor, tried_batch_2: bool, cause: str,
            strict: bool, explained: str = "f(x) - f(x~)", hint: bool = True,
-           attr: torch.Tensor | None = None, casts=()) -> None:
+           attr: torch.Tensor | None = None, casts=(), held_to: torch.dtype | None = None
+           ) -> None:
     """Warn (or raise, ``strict``) about the samples ``bad`` still misses. ``attr``: the
     attributions; where they cancel to fewer than half the digits,
 
@@ -221,8 +223,9 @@ def report(method: str, delta: torch.Tensor, fx: torch.Tensor, f_ref: torch.Tens
     (the miss is then rounding of huge terms, not a wrong rule: ConvNeXt, PoolFormer,
     MLP-Mixer at a zero baseline, ``benchmarks/zoo_completeness.py``). ``casts``: the
     graph's casts below the attributions' dtype (:func:`downcasts`): named first
-    (:data:`DOWNCAST`), the tolerance is stated for the lowest dtype and ``eps`` above is
-    its (the digits the model's own computation keeps)."""
+    (:data:`DOWNCAST`), and ``eps`` above is the lowest dtype's (the digits the model's own
+    computation keeps); ``tol``: the tolerance the samples were held to, that of
+    ``held_to`` (default: the attributions' dtype)."""
     idx = bad.nonzero().flatten().tolist()
     worst = int(idx[int(delta[bad].abs().argmax())])
     df = float(fx[worst] - f_ref[worst])
@@ -237,8 +240,12 @@ def report(method: str, delta: torch.Tensor, fx: torch.Tensor, f_ref: torch.Tens
                                                       "; otherwise: ") + cause
     shown = ", ".join(map(str, idx[:10])) + (", ..." if len(idx) > 10 else "")
     repair = " (recomputing them at batch 2 did not repair them)" if tried_batch_2 else ""
-    precision = _short(low) + (f", the lowest precision of the model's {_short(delta.dtype)} "
-                               "computation" if casts else "")
+    if held_to is not None and held_to != delta.dtype:
+        precision = (f"{_short(held_to)}, the lowest precision of the model's "
+                     f"{_short(delta.dtype)} computation")
+    else:
+        precision = _short(delta.dtype) + (f"; the model computes in {_short(low)} in part"
+                                           if casts else "")
     msg = (f"{method}: attributions are incomplete for sample(s) {shown}{repair}: "
            f"sum(a) - ({explained}) = {float(delta[worst]):.3g} where {explained} = "
            f"{df:.3g} (tolerance {float(tol[worst]):.2g} for {precision}); likely cause: "
@@ -260,4 +267,4 @@ def check_total(attr: torch.Tensor, total: torch.Tensor, method: str, cause: str
     delta, bad, tol = misses(attr, total, zero, sums=True, dtype=low)
     if bool(bad.any()):
         report(method, delta, total.to(attr.dtype), zero.to(attr.dtype), bad, tol, False,
-               cause, strict, "g_K", hint=False, casts=casts)
+               cause, strict, "g_K", hint=False, casts=casts, held_to=low)
