@@ -89,9 +89,9 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
         """The base class's check; for half-precision ``x`` at the float32 values of the
         pass (``f32(x)`` for ``fx``, float32 attributions and tolerance), the attributions
         and the delta then rounded once to ``x``'s dtype (module docstring)."""
-        pass_fx = call.notes.pop("pass_output", None)
-        if attr.dtype == x.dtype:
+        if attr.dtype == x.dtype:  # not widened: no pass output was left
             return super()._self_check(call, x, base, t, fx, attr, f_ref, options)
+        pass_fx = call.notes.pop("pass_output")
         attr, delta = super()._self_check(call, x, base, t, pass_fx, attr, f_ref, options)
         call.notes.pop("pass_output", None)  # left by a batch-2 recomputation
         return attr.to(x.dtype), delta.to(x.dtype)
