@@ -127,7 +127,8 @@ def run(name: str) -> dict:
 
 def zennit_checks() -> None:
     """LRP EpsilonPlusFlat against Zennit with its canonizers on ResNet-18 and VGG-16
-    (batch-norm eps 0: Zennit's merge keeps it in the identity it leaves behind)."""
+    (batch-norm eps 1e-300, float64's eps 0, which torch 2.11 refuses: Zennit's merge keeps
+    it in the identity it leaves behind)."""
     from zennit.composites import EpsilonPlusFlat
     from zennit.torchvision import ResNetCanonizer, VGGCanonizer
 
@@ -137,7 +138,7 @@ def zennit_checks() -> None:
         model, shape = build(("torchvision", arch, {}, (3, 32, 32)))
         for m in model.modules():
             if isinstance(m, nn.BatchNorm2d):
-                m.eps = 0.0
+                m.eps = 1e-300
         x, _ = inputs(shape)
         ours = LRP(model, rule="epsilon_plus_flat").attribute(x, target=1)
         with EpsilonPlusFlat(canonizers=[canonizer()]).context(model) as modified:

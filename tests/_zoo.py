@@ -42,14 +42,19 @@ def build(name: str, size: int = 64) -> nn.Module:
 
 def prepare(model: nn.Module, size: int = 64, seed: int = 0) -> nn.Module:
     g = torch.Generator().manual_seed(seed)
+
+    def drawn(p):  # drawn on the CPU (g's device), copied to p's: the same numbers anywhere
+        return torch.empty(p.shape, dtype=p.dtype, device="cpu")
+
     with torch.no_grad():
         for name, p in model.named_parameters():
             flat = p.flatten()
             tiny_constant = bool((flat == flat[0]).all()) and float(flat[0].abs()) < 1e-3
             if p.dim() <= 1 and "bias" not in name and (tiny_constant or "gamma" in name):
-                p.uniform_(0.5, 1.5, generator=g)  # layer scale, zero-init BatchNorm gains
+                # layer scale, zero-init BatchNorm gains
+                p.copy_(drawn(p).uniform_(0.5, 1.5, generator=g))
             elif p.dim() > 1 and tiny_constant:  # a zero-init head or projection
-                p.normal_(0.0, p[0].numel() ** -0.5, generator=g)
+                p.copy_(drawn(p).normal_(0.0, p[0].numel() ** -0.5, generator=g))
     for m in model.modules():
         if isinstance(m, nn.modules.batchnorm._BatchNorm):
             m.reset_running_stats()

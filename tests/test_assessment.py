@@ -198,8 +198,8 @@ def test_infidelity_row_equals_direct_metric(first_run):
     of the same attributions on the same digits and model."""
     out, r = first_run
     model, _ = M.get_trained("m_sg", out, epochs=0, quick=True, show_progress=False)
-    images, labels = D.load_mnist()
-    x = D.mnist_split(images, labels, seed=0).held_images[:2]
+    images, labels = D.load_mnist()  # read on the CPU: the digits go to the model's device
+    x = D.mnist_split(images, labels, seed=0).held_images[:2].to(M.model_device(model))
     target = model(x).argmax(1)
     for label, name, kw in (("GI", "gradient_input", {}), ("IG", "integrated_gradients",
                                                             {"n_steps": 8, "baselines": 0.0})):
@@ -225,7 +225,7 @@ def test_bbox_row_equals_direct_metric(first_run):
     images, labels = D.load_mnist()
     split = D.mnist_split(images, labels, seed=0)
     canv = D.cluttered_mnist(split.held_images, split.held_labels, M.N_CLUTTERED_HELD, seed=1)
-    x, masks = canv.images[:2], canv.masks[:2]
+    x, masks = canv.images[:2].to(M.model_device(model)), canv.masks[:2].to(M.model_device(model))
     target = model(x).argmax(1)
     a = METHODS["gradient_input"](model, x, target=target)
     row = next(row for row in r.bbox if row["method"] == "GI")
@@ -334,11 +334,11 @@ def test_imagenet_route_end_to_end(tmp_path):
     items = [ds[i] for i in range(len(ds))]
     cover = [float(m.float().mean()) for _, m, _, _ in items]
     assert [c <= 0.33 for c in cover] == [True, False, True]
-    x = torch.stack([items[i][0] for i in (0, 2)])
-    masks = torch.stack([items[i][1] for i in (0, 2)])
+    x = torch.stack([items[i][0] for i in (0, 2)]).to(M.model_device(model))  # read on the CPU
+    masks = torch.stack([items[i][1] for i in (0, 2)]).to(x.device)
     target = model(x).argmax(1)
-    mean = torch.tensor(D.IMAGENET_MEAN).view(1, 3, 1, 1)
-    std = torch.tensor(D.IMAGENET_STD).view(1, 3, 1, 1)
+    mean = torch.tensor(D.IMAGENET_MEAN, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(D.IMAGENET_STD, device=x.device).view(1, 3, 1, 1)
     for label, name, kw in (("GI", "gradient_input", {}),
                             ("IG", "integrated_gradients",
                              {"baselines": -mean / std, "n_steps": 4})):
@@ -387,11 +387,11 @@ def test_taylor_orders_compared_by_a_paired_test(first_run):
     from taylorattr.taylor.terms import taylor_attribution
 
     model, _ = M.get_trained("m_sg", out, epochs=0, quick=True, show_progress=False)
-    x = D.mnist_split(*D.load_mnist(), seed=0).held_images[:2]
+    x = D.mnist_split(*D.load_mnist(), seed=0).held_images[:2].to(M.model_device(model))
     target = model(x).argmax(1)
     v = {k: infidelity(model, x, taylor_attribution(model, x, 0.0, target, k), target=target)
          for k in (1, 2)}
-    expected = scipy.stats.wilcoxon(v[2].numpy(), v[1].numpy(), method="exact").pvalue
+    expected = scipy.stats.wilcoxon(v[2].cpu().numpy(), v[1].cpu().numpy(), method="exact").pvalue
     assert t["p_value"] == pytest.approx(expected, rel=1e-9)
 
 

@@ -299,11 +299,15 @@ def test_taylor_mode_passes_stay_under_the_mmap_threshold_by_default(monkeypatch
     import taylorattr.taylor.terms as T
 
     wide, order = 1 << 15, 2  # one row's hidden layer: 256 KiB in float64
-    model = Recorder(d=16, h=wide)
-    x = torch.rand(3, 16, dtype=torch.float64)
+    with torch.device("cpu"):  # glibc's threshold is the CPU's, whatever the default device
+        model = Recorder(d=16, h=wide)
+        x = torch.rand(3, 16, dtype=torch.float64)
     monkeypatch.setattr(Bt, "allocator_info", lambda: _info(False))
     cap = Bt.series_rows(model, x, order)
     assert cap == 16 * 2**20 // (order * 8 * wide) == 32
+    dev = torch.get_default_device()
+    if dev.type != "cpu":  # CUDA's caching allocator has no mmap threshold: no cap there
+        assert Bt.series_rows(Recorder(d=16, h=wide).to(dev), x.to(dev), order) is None
     seen = []
     real = T.propagate
 
@@ -332,8 +336,8 @@ def test_taylor_mode_passes_stay_under_the_mmap_threshold_by_default(monkeypatch
 
 def _saturating(a, b, calls=None):
     """``t(c) = a + b c``: a fixed cost per call and a cost per row. A doubling from ``c``
-    is more than 10 % faster per row exactly when ``2 (a + b c) > 1.1 (a + 2 b c)``, i.e.
-    ``c < 4.5 a / b``."""
+    is more than ``g - 1`` faster per row exactly when ``2 (a + b c) > g (a + 2 b c)``, i.e.
+    ``c < (2 - g) a / (2 (g - 1) b)`` (:func:`_stop`)."""
     def seconds(c):
         if calls is not None:
             calls.append(c)
@@ -341,15 +345,20 @@ def _saturating(a, b, calls=None):
     return seconds
 
 
+def _stop(a, b, g=Bt.GROWTH_GAIN):
+    """The rows below which a doubling gains more than ``g`` (:func:`_saturating`)."""
+    return (2 - g) * a / (2 * (g - 1) * b)
+
+
 @pytest.mark.parametrize("a, b, start, cap", [(1.0, 0.01, 1, 10**6), (0.3, 0.01, 5, 10**6),
                                               (1.0, 1.0, 1, 10**6), (1.0, 0.001, 3, 700),
                                               (1.0, 0.01, 9, 9)])
-def test_growth_stops_where_a_doubling_gains_ten_percent_or_less(a, b, start, cap):
+def test_growth_stops_where_a_doubling_gains_the_growth_gain_or_less(a, b, start, cap):
     calls = []
     rows, times = Bt.grow_rows(_saturating(a, b, calls), cap, start, min_pass_s=0.0)
-    # by hand: double from start while c < 4.5 a / b (the doubling gains > 10 %), at most cap
+    # by hand: double from start while the doubling gains more than GROWTH_GAIN, at most cap
     want = min(start, cap)
-    while want < cap and want < 4.5 * a / b:
+    while want < cap and want < _stop(a, b):
         want = min(2 * want, cap)
     assert rows == want
     assert rows <= cap and set(times) == set(calls)
@@ -376,7 +385,7 @@ def test_the_default_grows_from_a_32nd_of_the_budget_and_max_memory_caps_it(monk
     seen = []
 
     def timer(_model, row, _backward):
-        return _saturating(1.0, 1 / 16, seen)  # grows while c < 72
+        return _saturating(1.0, _stop(1.0, 1.0) / 72, seen)  # grows while c < 72
 
     monkeypatch.setattr(Bt, "_pass_timer", timer)
     model = Recorder()
@@ -392,7 +401,7 @@ def test_the_default_grows_from_a_32nd_of_the_budget_and_max_memory_caps_it(monk
     # the chunk loops grow the plan to their grid: 20 x 10 rows in blocks of 100
     blocks = list(grid_blocks(20, 10, Bt.chunk_rows(model, x, False, max_memory=budget)))
     assert [o1 - o0 for o0, o1, _, _ in blocks] == [10, 10]
-    # 100 rows allowed: 3, 6, ..., 96; the last step, to the cap of 100, gains under 10 %
+    # 100 rows allowed: 3, 6, ..., 96; the last step, to the cap of 100, gains too little
     small = Bt.chunk_rows(model, x, False, max_memory=100 * per_row)
     assert small.plan.grow_to(10**6) == 96
     assert Bt.chunk_rows(model, x, False, internal_batch_size=500) == 500

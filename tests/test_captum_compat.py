@@ -62,14 +62,19 @@ class TwoInputs(nn.Module):
 
 
 def _setup():
+    """The shared models and inputs, drawn on the CPU (the same numbers on every device: a
+    CUDA generator draws others from the seed) and moved to the default device."""
     torch.manual_seed(0)
-    mlp, cnn, two = MLP().to(DT).eval(), CNN().to(DT).eval(), TwoInputs().to(DT).eval()
-    v = torch.randn(3, 5, dtype=DT)
-    refs = torch.randn(4, 5, dtype=DT) * 0.1
-    img = torch.randn(3, 2, 5, 5, dtype=DT)
-    pair = (torch.randn(3, 4, dtype=DT), torch.randn(3, 3, dtype=DT))
-    scale = torch.rand(3, 1, dtype=DT) + 0.5
-    return mlp, cnn, two, v, refs, img, pair, scale
+    with torch.device("cpu"):
+        mlp, cnn, two = MLP().to(DT).eval(), CNN().to(DT).eval(), TwoInputs().to(DT).eval()
+        v = torch.randn(3, 5, dtype=DT)
+        refs = torch.randn(4, 5, dtype=DT) * 0.1
+        img = torch.randn(3, 2, 5, 5, dtype=DT)
+        pair = (torch.randn(3, 4, dtype=DT), torch.randn(3, 3, dtype=DT))
+        scale = torch.rand(3, 1, dtype=DT) + 0.5
+    at = torch.get_default_device()
+    return (mlp.to(at), cnn.to(at), two.to(at), v.to(at), refs.to(at), img.to(at),
+            tuple(p.to(at) for p in pair), scale.to(at))
 
 
 MLP_, CNN_, TWO, V, REFS, IMG, PAIR, SCALE = _setup()
@@ -525,6 +530,56 @@ def test_lrp_rules_per_layer_equal_captums(rules):
     _close(out[T], out[C], EXACT)
 
 
+@pytest.mark.parametrize("rules", [
+    ("EpsilonRule(1e-3)", "GammaRule()"), ("GammaRule(gamma=1.0)", "Alpha1_Beta0_Rule()"),
+    ("Alpha1_Beta0_Rule(set_bias_to_zero=True)", "GammaRule(0.5, set_bias_to_zero=True)"),
+    ("IdentityRule()", "EpsilonRule(0.5)")])
+def test_captums_own_rule_objects_are_read_with_their_parameters(rules):
+    """The drop-in reads the rule objects of Captum itself (``captum.attr._utils.lrp_rules``)
+    set on the layers: the same relevance and delta as Captum's LRP with those very objects
+    (set again before Captum's call, which removes them)."""
+    from captum.attr._utils import lrp_rules as captum_rules
+
+    torch.manual_seed(3)
+    net = nn.Sequential(nn.Linear(5, 5), nn.ReLU(), nn.Linear(5, 3)).to(DT).eval()
+    x = torch.randn(4, 5, dtype=DT)
+    out = {}
+    for M in (T, C):
+        for layer, rule in zip((net[0], net[2]), rules):
+            layer.rule = eval(rule, {}, vars(captum_rules))
+        out[M] = M.LRP(net).attribute(x, target=1, return_convergence_delta=True)
+        for layer in (net[0], net[2]):
+            layer.__dict__.pop("rule", None)
+    _close(out[T], out[C], EXACT)
+
+
+def test_rules_left_by_a_failed_captum_call_are_read_and_others_refused():
+    """Captum's LRP attaches its default EpsilonRule to each layer before it meets one it has
+    no rule for (here Flatten), and raises without removing them: the drop-in then reads
+    them as Captum's default, the relevance of the model without rules. A rule object of
+    another kind, a subclass of Captum's included, is refused naming the module and what to
+    set."""
+    from captum.attr._utils import lrp_rules as captum_rules
+
+    torch.manual_seed(5)
+    net = nn.Sequential(nn.Conv2d(1, 2, 3), nn.ReLU(), nn.Flatten(), nn.Linear(8, 2)).to(DT)
+    x = torch.randn(2, 1, 4, 4, dtype=DT)
+    clean = T.LRP(net).attribute(x, target=1)
+    with pytest.raises(TypeError, match="no rule defined"):
+        C.LRP(net).attribute(x, target=1)
+    assert type(net[0].rule) is captum_rules.EpsilonRule  # left by Captum
+    torch.testing.assert_close(T.LRP(net).attribute(x, target=1), clean, **EXACT)
+
+    class Custom(captum_rules.EpsilonRule):
+        pass
+
+    net[0].rule = Custom()
+    with pytest.raises(TypeError, match=r"rule of module '0' must be .*Custom.*del module.rule"):
+        T.LRP(net)
+    for m in net:
+        m.__dict__.pop("rule", None)
+
+
 def test_layer_lrp_equals_captums_with_rules_per_layer_and_several_layers():
     """(Captum's LRP removes the rules it read after a call; they are set before each.)"""
     from captum.attr._utils import lrp_rules as captum_rules
@@ -554,19 +609,29 @@ def test_layer_lrp_equals_captums_with_rules_per_layer_and_several_layers():
 
 def test_lrp_identity_rule_by_hand():
     """The identity rule passes a layer's relevance unchanged: relevance at the input is the
-    epsilon rule's relevance at the second layer's input (a float64 hand computation)."""
+    epsilon rule's relevance at the second layer's input (a float64 hand computation), with
+    the stabiliser's sign that of the output (Captum's ``z + 1e-9 sign(z)``): outputs of
+    both signs (the top layer negated for the second)."""
     torch.manual_seed(4)
-    net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).to(DT).eval()
-    x = torch.randn(3, 4, dtype=DT)
-    net[0].rule = T.IdentityRule()
-    try:
-        ours = T.LRP(net).attribute(x, target=0)
-    finally:
-        del net[0].rule
-    h = net[1](net[0](x))
-    z = net[2](h)[:, :1]
-    hand = h * net[2].weight[0] / (z + 1e-9) * z  # epsilon rule, relevance f(x) at the top
-    torch.testing.assert_close(ours, hand, **EXACT)
+    with torch.device("cpu"):  # the same net on every device (the CPU's draws), then moved
+        net = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)).to(DT).eval()
+        x = torch.randn(3, 4, dtype=DT)
+    net, x = net.to(torch.get_default_device()), x.to(torch.get_default_device())
+    for sign in (1.0, -1.0):
+        with torch.no_grad():
+            net[2].weight.mul_(sign)
+            net[2].bias.mul_(sign)
+        net[0].rule = T.IdentityRule()
+        try:
+            ours = T.LRP(net).attribute(x, target=0)
+        finally:
+            del net[0].rule
+        h = net[1](net[0](x))
+        z = net[2](h)[:, :1]
+        assert bool((z * sign > 0).any())  # this sign is met
+        s = z + 1e-9 * torch.where(z >= 0, 1.0, -1.0)  # epsilon rule, relevance f(x) at the top
+        hand = h * net[2].weight[0] / s * z
+        torch.testing.assert_close(ours, hand, **EXACT)
 
 
 def test_native_layer_rules_equal_captums_rules():

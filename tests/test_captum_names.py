@@ -378,8 +378,10 @@ def test_kernel_shap_player_values_on_tuple_inputs_equal_captums(mask):
         out.append(mod.KernelShap(f).attribute((x, y), target=0, n_samples=30,
                                                return_input_shape=False, feature_mask=mask))
     assert out[1].shape == (2, 5 if mask is None else 3)
-    # Captum fits and returns these in float32; ours keep the inputs dtype
-    torch.testing.assert_close(out[1], out[0].to(DT), rtol=0, atol=1e-6)
+    assert out[1].device == x.device
+    # Captum fits and returns these in float32 and on the CPU (its fit's weights are a
+    # torch.FloatTensor); ours keep the inputs' dtype and device
+    torch.testing.assert_close(out[1], out[0].to(x.device, DT), rtol=0, atol=1e-6)
     # the same values as the input-shaped call, read per player
     torch.manual_seed(1)
     shaped = T.KernelShap(f).attribute((x, y), target=0, n_samples=30, feature_mask=mask)

@@ -1,9 +1,14 @@
 """taylorattr.capture: the captured core-ATen graph runs like the model (also for another
 batch size and from a .pt2 file), its input-dependence analysis against the graph by hand,
 and one error listing every op an engine refuses."""
+import copy
+import dataclasses
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
+import typing_extensions
 from _builders import DT
 from torch import nn
 
@@ -121,3 +126,67 @@ def test_a_failing_lowering_and_an_unreadable_file_are_capture_errors(tmp_path, 
     junk.write_bytes(b"not a program")
     with pytest.raises(CaptureError, match=r"could not load .*junk.pt2.*torch.export.save"):
         capture(str(junk))
+
+
+@dataclasses.dataclass(init=False, frozen=True, eq=False, slots=True)
+class _OldSpec:
+    """Like torch 2.11's ``LeafSpec``: a slots dataclass deprecated with typing_extensions,
+    which warns whenever it is instantiated, also by ``copy.deepcopy`` (copyreg)."""
+
+    def __init__(self):
+        pass
+
+
+_OldSpec = typing_extensions.deprecated("`isinstance(treespec, LeafSpec)` is deprecated",
+                                        category=FutureWarning)(_OldSpec)
+
+
+def _torch_warns_in_lowering(route):
+    """A stand-in for torch's lowering that first warns as torch does: ``copyreg`` (torch
+    2.11 deep-copies a deprecated pytree spec) or a DeprecationWarning of torch's own
+    module."""
+    lower = torch.export.ExportedProgram.run_decompositions
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = _OldSpec()
+
+    def run_decompositions(self, *args, **kwargs):
+        if route == "copyreg":
+            copy.deepcopy(spec)
+        else:
+            warnings.warn_explicit("torch's own API is deprecated", DeprecationWarning,
+                                   torch.utils._pytree.__file__, 1,
+                                   module="torch.utils._pytree")
+        return lower(self, *args, **kwargs)
+    return run_decompositions
+
+
+@pytest.mark.parametrize("route", ["copyreg", "torch"])
+def test_torch_deprecation_noise_in_lowering_does_not_break_the_capture(route, monkeypatch):
+    """Where the caller turns warnings into errors (``-W error``), the capture still works
+    when torch warns about its own code while lowering (torch 2.11's LeafSpec FutureWarning);
+    the graph equals the model."""
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions",
+                        _torch_warns_in_lowering(route))
+    model, x = _net(), torch.randn(2, 3, 6, 6, dtype=DT)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises((FutureWarning, DeprecationWarning)):  # the stub does warn
+            torch.export.export(model, (x,), strict=False).run_decompositions()
+        graph = capture(model, (x,))
+    torch.testing.assert_close(graph.run(x), model(x), rtol=TOL, atol=TOL)
+
+
+def test_the_models_own_warnings_stay_visible_while_capturing():
+    class Warns(nn.Module):
+        def forward(self, x):
+            warnings.warn("the model's own deprecation", FutureWarning)
+            return x.sum(-1)
+
+    x = torch.randn(2, 3, dtype=DT)
+    with pytest.warns(FutureWarning, match="the model's own deprecation"):
+        capture(Warns(), (x,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        with pytest.raises(CaptureError, match="FutureWarning: the model's own deprecation"):
+            capture(Warns(), (x,))

@@ -19,6 +19,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import device_tolerance
 from test_taylor import DT, _autograd_orders, _hessian_fields
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -49,11 +50,10 @@ LAID_OUT = {"flash_for_cpu", "efficient", "flash", "cudnn", "overrideable"}
 
 def attention_by_hand(q, k, v, mask=None, causal=False, scale=None):
     """softmax(q k^T s + B) v, written out; k and v heads repeated for grouped queries."""
-    if k.shape[1] != q.shape[1]:
-        k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+    k, v = _repeat_heads(q, k, v)
     s = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5 if scale is None else scale)
-    if causal:
-        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    if causal:  # on q's device: inside a kernel the default device does not apply
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
     if mask is not None:
         s = s.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else s + mask
     return torch.softmax(s, dim=-1) @ v
@@ -159,6 +159,13 @@ def _kernel_by_hand(op):
     return impl
 
 
+def _repeat_heads(q, k, v):
+    """``k`` and ``v`` with their heads repeated to ``q``'s (grouped-query attention)."""
+    if k.shape[1] == q.shape[1]:
+        return k, v
+    return tuple(t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+
+
 def _dispatch_to(kernel):
     """``scaled_dot_product_attention`` as CUDA's dispatcher runs it when it picks
     ``kernel`` (boolean masks turned into additive ones for the kernels taking a bias)."""
@@ -166,18 +173,21 @@ def _dispatch_to(kernel):
 
     def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
              enable_gqa=False):
-        if kernel == "mps":
-            return op(q, k, v, attn_mask, dropout_p, is_causal, None, scale=scale,
-                      enable_gqa=enable_gqa)[0]
+        if kernel == "mps":  # enable_gqa: an argument since torch 2.12 (not in 2.11)
+            if "enable_gqa" in {a.name for a in op._schema.arguments}:
+                return op(q, k, v, attn_mask, dropout_p, is_causal, None, scale=scale,
+                          enable_gqa=enable_gqa)[0]
+            k, v = _repeat_heads(q, k, v) if enable_gqa else (k, v)
+            return op(q, k, v, attn_mask, dropout_p, is_causal, None, scale=scale)[0]
         if kernel == "flash_for_cpu":
             return op(q, k, v, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)[0]
         if kernel == "flash":
             assert attn_mask is None, "the flash kernel takes no mask"
             return op(q, k, v, dropout_p, is_causal, False, scale=scale)[0]
-        if enable_gqa and k.shape[1] != q.shape[1]:
-            k, v = (t.repeat_interleave(q.shape[1] // t.shape[1], dim=1) for t in (k, v))
+        if enable_gqa:
+            k, v = _repeat_heads(q, k, v)
         if attn_mask is not None and attn_mask.dtype == torch.bool:
-            attn_mask = torch.zeros(attn_mask.shape, dtype=q.dtype).masked_fill(
+            attn_mask = torch.zeros(attn_mask.shape, dtype=q.dtype, device=q.device).masked_fill(
                 ~attn_mask, float("-inf"))
         if kernel == "overrideable":
             return op(q, k, v, attn_mask, dropout_p, is_causal, False, scale=scale)[0]
@@ -382,9 +392,13 @@ def _rms_args(node):
 
 @pytest.mark.parametrize("mask", ["float", "causal"])
 def test_a_program_holding_the_efficient_kernel_and_fused_rms_norm_is_decomposed(mask, tmp_path):
-    model = _block(mask, "efficient")
+    model = _block(mask, "efficient")  # views the attention output (the kernel's layout)
     x, base = _inputs()
-    program = torch.export.export(model, (x,), strict=False)
+    # exported with the efficient kernel's output layout, which the view was traced against
+    # (as on a GPU); without it the device's own kernel for float64 decides (the CPU's flash
+    # kernel lays the output out like the query, CUDA's math kernel does not: the view fails)
+    with device_kernel("efficient"):
+        program = torch.export.export(model, (x,), strict=False)
     program = _rewrite(program, aten.scaled_dot_product_attention.default, FUSED["efficient"],
                        _sdpa_args)
     program = _rewrite(program, aten.rms_norm.default, aten._fused_rms_norm.default, _rms_args)
@@ -439,6 +453,68 @@ def test_vendor_batch_norm_becomes_the_core_eval_batch_norm(vendor):
     by_hand = model.head(torch.tanh((model.conv(x) - bn.running_mean[:, None]) / torch.sqrt(
         bn.running_var[:, None] + bn.eps) * bn.weight[:, None] + bn.bias[:, None]).mean(-1))
     torch.testing.assert_close(graph.run(x), by_hand, rtol=1e-12, atol=1e-12)
+
+
+def _cell_inputs(gates, width=3, batch=2):
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(7)
+    draw = lambda *shape: torch.randn(*shape, dtype=DT, generator=g, device=g.device)
+    return (draw(batch, 4), draw(batch, width), draw(batch, width), draw(gates * width, 4),
+            draw(gates * width, width), draw(gates * width), draw(gates * width))
+
+
+#: decompositions against torch's own op: the CPU's math route on the CPU; on CUDA the
+#: fused kernel or cuDNN itself (other kernels: other roundings)
+EXACT = device_tolerance(1e-14, 1e-15)
+
+
+def test_cudas_fused_lstm_and_gru_cells_decompose_to_torchs_cells():
+    """``nn.LSTMCell``/``nn.GRUCell`` on CUDA run ``_thnn_fused_lstm_cell`` /
+    ``_thnn_fused_gru_cell`` on the gates ``x W_ih^T``, ``h W_hh^T``: their decompositions
+    equal torch's own cells (the CPU's math) on the same weights, with and without biases."""
+    x, h, c, w_ih, w_hh, b_ih, b_hh = _cell_inputs(4)
+    lstm = DEVICE_KERNELS[aten._thnn_fused_lstm_cell.default]
+    for biases in ((b_ih, b_hh), (None, None)):
+        hy, cy, workspace = lstm(x @ w_ih.T, h @ w_hh.T, c, *biases)
+        ref_h, ref_c = torch.lstm_cell(x, (h, c), w_ih, w_hh, *biases)
+        torch.testing.assert_close(hy, ref_h, **EXACT)
+        torch.testing.assert_close(cy, ref_c, **EXACT)
+        assert workspace.shape == (2, 12)  # as the kernel's meta function: the gates' shape
+
+    class FusedCell(nn.Module):  # a module calling the CUDA kernel, as LSTMCell does there
+        def forward(self, x):
+            return aten._thnn_fused_lstm_cell(x @ w_ih.T, h @ w_hh.T, c, b_ih, b_hh)[0]
+
+    graph = capture(FusedCell(), (x,))
+    assert _fused_ops(graph) == set() and "thnn" not in str(graph.op_counts())
+    torch.testing.assert_close(graph.run(x), torch.lstm_cell(x, (h, c), w_ih, w_hh, b_ih, b_hh)[0],
+                               **EXACT)
+    x, h, _, w_ih, w_hh, b_ih, b_hh = _cell_inputs(3)
+    gru = DEVICE_KERNELS[aten._thnn_fused_gru_cell.default]
+    for biases in ((b_ih, b_hh), (None, None)):
+        hy, workspace = gru(x @ w_ih.T, h @ w_hh.T, h, *biases)
+        torch.testing.assert_close(hy, torch.gru_cell(x, h, w_ih, w_hh, *biases), **EXACT)
+        assert workspace.shape == (2, 15)  # CUDA's: 5 gate widths
+
+
+def test_cudnns_grid_sampler_is_bilinear_zero_padded_aligned_grid_sampling():
+    g = torch.Generator(device=torch.get_default_device()).manual_seed(8)
+    x = torch.randn(2, 3, 5, 6, dtype=DT, generator=g, device=g.device)
+    grid = 1.2 * torch.rand(2, 4, 7, 2, dtype=DT, generator=g, device=g.device) - 0.6
+    got = DEVICE_KERNELS[aten.cudnn_grid_sampler.default](x, grid)
+    ref = F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+    torch.testing.assert_close(got, ref, **EXACT)
+
+
+def test_every_attention_kernel_of_this_torch_is_decomposed():
+    """Whatever ``_scaled_dot_product_*attention`` kernels this torch version has (the
+    dispatcher's whole op list), each is in DEVICE_KERNELS; only the math kernel, the
+    decompositions' own target, is not."""
+    names = {n.split("::")[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names()
+             if n.startswith("aten::_scaled_dot_product_") and "backward" not in n}
+    covered = {op_name(op).split(".")[1] for op in DEVICE_KERNELS}
+    assert names - covered == {"_scaled_dot_product_attention_math"}, names - covered
+    assert {"_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+            "_scaled_dot_product_cudnn_attention"} <= covered
 
 
 def test_fused_dropout_is_the_core_random_dropout_every_engine_refuses():

@@ -131,7 +131,9 @@ def test_validate_estimate_counts_the_units_rows(files, tmp_path, capsys, monkey
     assert "training of models not cached under --out not counted" in line
     _count_plan_passes(monkeypatch)  # DL's layer records run the model's plan
 
-    x = data.mnist_split(*data.load_mnist(None), seed=0).held_images[:2].double()
+    # the digits are read on the CPU; the model is built on the default device
+    x = data.mnist_split(*data.load_mnist(None), seed=0).held_images[:2].to(
+        torch.get_default_device(), torch.float64)
     counter = RowCounter(M._build("poly", 0).double().eval())
     taylor = {"rows": 0, "passes": 0}
     real = T.propagate
@@ -241,14 +243,16 @@ def test_dataset_estimate_equals_the_rows_the_job_runs(command, files, tmp_path,
 def test_imagenet_estimate_counts_the_scaled_patches(files, tmp_path, capsys, monkeypatch,
                                                    counts_only):
     """The ImageNet route's estimate runs the methods at the route's patch scale
-    (``--imagenet-patch-scale``; automatic: 8 at 224x224 on a CPU), as the route does: its
-    forwards equal the sum of the scaled methods' own costs."""
+    (``--imagenet-patch-scale``; automatic: 8 at 224x224 on a CPU, 1 on CUDA, the device
+    the model is built on), as the route does: its forwards equal the sum of the scaled
+    methods' own costs."""
     from taylorattr.experiments.assessment import assessment_methods
     from taylorattr.experiments.assessment.localisation import scale_patches
 
     monkeypatch.setitem(cli.COMMANDS, "assess", lambda args: "ok")
     net = M.torchvision_model("resnet18", files["r18"]).eval()
     x = torch.zeros(1, 3, 224, 224)
+    auto = 1 if next(net.parameters()).device.type == "cuda" else round(224 / 28)
     forwards = {}
     for scale in (1, 8, None):
         argv = ["assess", "--experiment", "bbox", "--samples", "1", "--imagenet-dir",
@@ -258,7 +262,7 @@ def test_imagenet_estimate_counts_the_scaled_patches(files, tmp_path, capsys, mo
         (line,) = [x for x in estimate_lines(capsys.readouterr().err, "assess")
                    if ": bbox on resnet18" in x]
         direct, skipped = 0, []
-        for m in scale_patches(assessment_methods(0), scale or 8):
+        for m in scale_patches(assessment_methods(0), scale or auto):
             try:
                 direct += m.cost(net, x).forward_rows
             except (TypeError, ValueError):  # cannot run on this model
@@ -266,7 +270,7 @@ def test_imagenet_estimate_counts_the_scaled_patches(files, tmp_path, capsys, mo
         assert counts(line)["forward"] == direct, line
         assert all(label in line.split("not counted: ")[1] for label in skipped), line
         forwards[scale] = direct
-    assert forwards[None] == forwards[8] < forwards[1]
+    assert forwards[None] == forwards[auto] and forwards[8] < forwards[1]
     assert not (tmp_path / "o").exists()
 
 

@@ -35,9 +35,10 @@ def user(tmp_path, monkeypatch):
 
 
 def hand_gi(net, path: Path, size: int, resize: int) -> tuple[torch.Tensor, int]:
-    """``(x * df_t/dx [3, H, W], t)`` in float64, ``t`` the predicted class."""
+    """``(x * df_t/dx [3, H, W], t)`` in float64 on the CPU (where the image is read and
+    the maps are loaded, whatever device ``net`` is on), ``t`` the predicted class."""
     x = imagenet_transform(load_image(path), resize, size, IMAGENET_MEAN, IMAGENET_STD)[None]
-    net = copy.deepcopy(net).double().eval()
+    net = copy.deepcopy(net).double().cpu().eval()
     x = x.double().requires_grad_(True)
     out = net(x)
     t = int(out.argmax(1))

@@ -33,9 +33,9 @@ def user(tmp_path, monkeypatch):
 
 
 def gradient_input_by_hand(net, x: torch.Tensor, target: int) -> torch.Tensor:
-    """sum_c x * d f_t / d x in float64 (baseline 0)."""
-    net = copy.deepcopy(net).double()
-    x = x.double().requires_grad_(True)
+    """sum_c x * d f_t / d x in float64 on the CPU (baseline 0), where the maps are loaded."""
+    net = copy.deepcopy(net).double().cpu()
+    x = x.double().cpu().requires_grad_(True)
     (grad,) = torch.autograd.grad(net(x)[0, target], x)
     return (x * grad)[0].sum(0).detach()
 
@@ -46,7 +46,7 @@ def test_callable_and_program_give_the_library_maps(user):
     net = small_cnn().eval()
     x = imagenet_transform(load_image(user / "photo.png"), 16, 16, IMAGENET_MEAN,
                            IMAGENET_STD)[None]
-    target = int(net(x).argmax(1))
+    target = int(net(x.to(next(net.parameters()).device)).argmax(1))
     expected = gradient_input_by_hand(net, x, target)
     common = ["--methods", "gi", "--save-maps", "--format", "npy", "--input-size", "16",
               "--resize", "16", "--beta", "0", "--budget", "none"]
@@ -93,7 +93,8 @@ def test_labels_decide_what_a_class_folder_means(user, capsys):
     for r in index_rows(user / "o3"):
         x = imagenet_transform(load_image(user / "data" / r["source"]), 16, 16,
                                IMAGENET_MEAN, IMAGENET_STD)[None]
-        assert r["explained"] == "predicted" and int(r["target"]) == int(net(x).argmax(1))
+        pred = int(net(x.to(next(net.parameters()).device)).argmax(1))
+        assert r["explained"] == "predicted" and int(r["target"]) == pred
         got = torch.from_numpy(np.load(user / "o3" / r["map"]))
         expected = gradient_input_by_hand(net, x, int(r["target"]))
         torch.testing.assert_close(got.sum(0).double(), expected, rtol=1e-4, atol=1e-6)
@@ -119,8 +120,8 @@ def test_paper_model_without_weights_uses_the_model_reproduce_trained(tmp_path, 
         x = held[int(r["index"]):int(r["index"]) + 1]
         got = torch.load(out / r["map"], weights_only=True)
         assert r["explained"] == "label" and got["target"] == int(r["target"])  # digit labels
-        expected = copy.deepcopy(model).double()
-        xd = x.double().requires_grad_(True)
+        expected = copy.deepcopy(model).double().cpu()  # the maps are loaded on the CPU
+        xd = x.double().cpu().requires_grad_(True)
         (grad,) = torch.autograd.grad(expected(xd)[0, got["target"]], xd)
         torch.testing.assert_close(got["attribution"].double(), (xd * grad)[0].detach(),
                                    rtol=1e-4, atol=1e-6)

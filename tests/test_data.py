@@ -179,7 +179,7 @@ def test_held_out_digits_are_the_permutations_head(tmp_path, seed):
     """The held-out digits picked straight from the IDX arrays by the seeded permutation."""
     folder, arrays = _mnist_folder(tmp_path, n_train=9)
     imgs, labs = arrays["train"]
-    perm = torch.randperm(9, generator=torch.Generator().manual_seed(seed)).numpy()
+    perm = torch.randperm(9, generator=torch.Generator().manual_seed(seed)).cpu().numpy()
     x, y = D.held_out_digits(folder, seed=seed)
     assert x.shape == (4, 1, 28, 28) and x.dtype == torch.float32  # min(3000, 9 // 2) = 4
     np.testing.assert_allclose(x[:, 0].numpy(), imgs[perm[:4]] / 255.0, rtol=0, atol=1e-7)
@@ -220,17 +220,18 @@ def test_boxes_to_mask_matches_slow_loop():
         if k % 2:
             boxes = np.round(boxes)
         batch.append(torch.tensor(boxes))
-        np.testing.assert_array_equal(D.boxes_to_mask(batch[-1], h, w).numpy(),
+        np.testing.assert_array_equal(D.boxes_to_mask(batch[-1], h, w).cpu().numpy(),
                                       slow_mask(boxes, h, w))
     stacked = D.boxes_to_mask(batch, h, w)
     assert stacked.shape == (6, h, w) and stacked.dtype == torch.bool
     for k in range(6):
-        np.testing.assert_array_equal(stacked[k].numpy(), slow_mask(batch[k].numpy(), h, w))
+        np.testing.assert_array_equal(stacked[k].cpu().numpy(),
+                                      slow_mask(batch[k].cpu().numpy(), h, w))
     same_k = torch.stack([torch.tensor([[1, 2, 5, 6], [4, 0, 9, 3]]), torch.tensor([[0, 0, 0, 0],
                                                                                    [2, 2, 30, 4]])])
     got = D.boxes_to_mask(same_k, h, w)
     for k in range(2):
-        np.testing.assert_array_equal(got[k].numpy(), slow_mask(same_k[k].numpy(), h, w))
+        np.testing.assert_array_equal(got[k].cpu().numpy(), slow_mask(same_k[k].cpu().numpy(), h, w))
     # integer boxes select image[y0:y1, x0:x1]
     ref = np.zeros((h, w), bool)
     ref[2:6, 1:5] = True
@@ -403,7 +404,9 @@ def test_image_folder_annotations_dir_and_synsets(tmp_path):
     syn.write_text("n00000001 first class\nn00000002 second, class\n")
     ds = D.ImageFolderWithBoxes(imgs, annotations=anns, synsets=syn)
     assert ds.synsets == ["n00000001", "n00000002"] and ds[0][2] == 1
-    torch.testing.assert_close(ds.boxes(0), torch.tensor([[4.0, 4, 20, 30]], dtype=torch.float64))
+    # boxes read from an annotation file are on the CPU, whatever the default device
+    torch.testing.assert_close(ds.boxes(0), torch.tensor([[4.0, 4, 20, 30]], dtype=torch.float64,
+                                                         device="cpu"))
     with pytest.raises(ValueError, match="not in the given synsets"):
         D.ImageFolderWithBoxes(imgs, annotations=anns, synsets=["n1"])
 
@@ -484,7 +487,7 @@ def test_transform_mask_equals_box_transformed_by_hand():
         for c in range(224):
             cx, cy = Fraction(2 * (c + left) + 1, 2), Fraction(2 * (r + top) + 1, 2)
             ref[r, c] = box[0] * sx <= cx < box[2] * sx and box[1] * sy <= cy < box[3] * sy
-    np.testing.assert_array_equal(got.numpy(), ref)
+    np.testing.assert_array_equal(got.cpu().numpy(), ref)
 
 
 # --------------------------------------------------------------------------- photos

@@ -1,4 +1,5 @@
-"""Same seed, bitwise the same numbers on the CPU (issue 8).
+"""Same seed, bitwise the same numbers on the CPU (issue 8), and on CUDA with cuDNN's
+deterministic algorithms (``taylorattr.testing.cudnn_deterministic``).
 
 Expected Gradients (draws and attributions), infidelity's Gaussian perturbations and
 scores, and trained weights (``models.train`` and ``models.get_trained`` on a tiny
@@ -10,12 +11,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import device_tolerance
 from torch import nn
 
 from taylorattr import metrics as M
 from taylorattr import models
 from taylorattr.methods import ExpectedGradients
 from taylorattr.methods.expected_gradients import draw
+from taylorattr.testing import cudnn_deterministic
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -48,6 +51,7 @@ def _keep_global_rng():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("source", ["noise", "reference"])
+@cudnn_deterministic()  # on CUDA, bitwise only with cuDNN's deterministic algorithms
 def test_expected_gradients_is_bitwise_reproducible(dtype, source):
     model, x = _net(dtype), _inputs(dtype)
     kw = ({"noise_std": 0.3} if source == "noise"
@@ -63,7 +67,8 @@ def test_expected_gradients_is_bitwise_reproducible(dtype, source):
     # another chunking of the forward/backward passes: the same draws, but the model's
     # summation order may change with the rows per call, so round-off, not bitwise
     a3 = eg.attribute(x, n_samples=12, seed=5, **kw)
-    torch.testing.assert_close(a3, a1, rtol=0, atol=1e-6 if dtype == torch.float32 else 1e-12)
+    torch.testing.assert_close(a3, a1, **device_tolerance(
+        0.0, 1e-6 if dtype == torch.float32 else 1e-12, dtype))
     assert not torch.equal(eg.attribute(x, n_samples=12, seed=6, **kw), a1)
 
 

@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 
 import taylorattr
 from taylorattr.registry import METHODS
-from taylorattr.testing import _bind, conv_model, image_batch
+from taylorattr.testing import _bind, conv_model, cudnn_deterministic, image_batch
 
 SRC = Path(taylorattr.__file__).resolve().parent
 #: the factories the default device rewrites (PyTorch's list), by module and name
@@ -153,10 +153,11 @@ def test_the_recorder_sees_a_device_less_call():
 
 @pytest.mark.parametrize("name,i", VARIANTS, ids=IDS)
 def test_no_method_creates_a_tensor_on_the_default_device(name, i):
-    """Every registered variant on CPU float32 inputs makes no factory call of its own without
-    a device: under a CUDA default device nothing of it lands beside the inputs."""
-    x = image_batch(torch.float32)
-    model = conv_model(torch.float32)
+    """Every registered variant on CPU float32 inputs and a CPU model makes no factory call of
+    its own without a device: under a CUDA default device nothing of it lands beside the
+    inputs (there, a device-less factory would also fail the call)."""
+    x = image_batch(torch.float32, device="cpu")
+    model = conv_model(torch.float32, device="cpu")
     bound = _bind(METHODS[name], METHODS[name].variants[i], model, torch.float32)
     with _FactoryRecorder() as rec:
         a = bound(model, x, 0.0, None)
@@ -169,7 +170,8 @@ def test_draws_are_made_on_the_cpu_and_moved():
     stands in for CUDA: a CPU generator cannot draw there either)."""
     from taylorattr._validation import cpu_generator, draw
 
-    want = torch.randn(2, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    want = torch.randn(2, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64,
+                       device="cpu")
     got = draw(torch.randn, 2, 3, generator=cpu_generator(5), device="cpu", dtype=torch.float64)
     assert torch.equal(got, want)
     moved = draw(torch.randn, 2, 3, generator=cpu_generator(5), device="meta")
@@ -191,3 +193,18 @@ def test_the_suites_own_draws_follow_the_default_device():
     with torch.device("meta"), _HostDraws():
         got = torch.rand(4, generator=torch.Generator().manual_seed(0))
     assert got.device.type == "meta" and got.shape == want.shape
+
+
+@pytest.mark.parametrize("name,i", VARIANTS, ids=IDS)
+@cudnn_deterministic()  # bitwise on CUDA too (as the common checks' deterministic)
+def test_a_cpu_target_explains_inputs_on_any_device(name, i):
+    """As Captum: a target given as a CPU integer tensor or a list of ints, beside inputs on
+    another device (the default one: CUDA under ``TAYLORATTR_DEVICE=cuda``), is moved to the
+    model output's device (``_validation.resolve_target``) and gives bit for bit the
+    attributions of the same target on the inputs' device."""
+    x = image_batch()
+    model = conv_model()
+    bound = _bind(METHODS[name], METHODS[name].variants[i], model, x.dtype)
+    want = bound(model, x, 0.0, torch.tensor([0, 2], device=x.device))
+    for target in (torch.tensor([0, 2], device="cpu"), [0, 2]):
+        assert torch.equal(bound(model, x, 0.0, target), want), type(target).__name__

@@ -53,7 +53,9 @@ class LinearAttention(nn.Module):
 
 def _model(compute):
     torch.manual_seed(1)  # the same weights with and without the cast
-    return LinearAttention(compute).to(DT).eval()
+    with torch.device("cpu"):  # and on every device (the CPU's draws), then moved
+        model = LinearAttention(compute).to(DT).eval()
+    return model.to(torch.get_default_device())
 
 
 def _data():

@@ -67,8 +67,8 @@ def _infidelity_slow(model, x, a, t):
 
 
 def _bbox_slow(a, mask):
-    r = a.sum(0).flatten().numpy()
-    m = mask.flatten().numpy()
+    r = a.sum(0).flatten().cpu().numpy()
+    m = mask.flatten().cpu().numpy()
     n = int(m.sum())
     return float(m[np.argsort(-r, kind="stable")[:n]].sum() / n)
 
@@ -213,7 +213,9 @@ def test_attribute_dataset_writes_maps_equal_to_autograd(tmp_path):
         saved = _io.load_tensors(tmp_path / f"{i:06d}.pt")
         x, t = ds[i]
         assert saved["index"] == i and saved["target"] == t and saved["method"] == "GI"
-        torch.testing.assert_close(saved["attribution"], _gi(model, x, t), rtol=1e-12, atol=1e-15)
+        # saved maps hold CPU tensors (they load without a GPU)
+        torch.testing.assert_close(saved["attribution"], _gi(model, x, t).cpu(), rtol=1e-12,
+                                   atol=1e-15)
         with Image.open(tmp_path / f"{i:06d}.preview.png") as im:
             assert im.size == (W, H)
 

@@ -23,7 +23,8 @@ def test_integrated_gradients_sums_its_quadrature_in_float32():
     # one step (2 rows) per chunk: 64 additions into the running total
     ours = IntegratedGradients(model).attribute(x, 0.0, target=0, n_steps=n,
                                                 internal_batch_size=2)
-    alphas, weights = quadrature("gausslegendre", n)
+    alphas, weights = quadrature("gausslegendre", n)  # a float64 table on the CPU
+    alphas, weights = alphas.to(x.device), weights.to(x.device)  # as the method moves them
     grads = []
     for k in range(n):  # the same rows, one step per call, as the chunks run them
         rows = torch.addcmul(torch.zeros_like(x), alphas[k].to(BF), x).requires_grad_(True)

@@ -31,7 +31,7 @@ def test_orders_split_exactly_and_sum_to_the_output_change(tmp_path):
         df = model(x).gather(1, t[:, None])[:, 0] - model(torch.zeros_like(x)).gather(
             1, t[:, None])[:, 0]
     unit = next((tmp_path / "interactions" / "units").glob("*.pt"))
-    torch.testing.assert_close(torch.load(unit)["df"], df)
+    torch.testing.assert_close(torch.load(unit)["df"], df.cpu())  # units are stored on the CPU
     # each order's P_k by another route: taylor_terms' single expansion along the whole delta
     orders = taylor_terms(model, x, 0.0, t, 3).orders  # [B, K]
     for k in (1, 2, 3):

@@ -87,11 +87,12 @@ def test_gradient_route_equals_pairs_route_on_a_cnn(order):
 def test_default_groups():
     flat = nn.Sequential(nn.Linear(6, 1), nn.Flatten(0)).to(DT).eval()
     r = interactions(flat, torch.randn(1, 6, dtype=DT), order=1)
-    assert torch.equal(r.groups, torch.arange(6))
+    assert torch.equal(r.groups.cpu(), torch.arange(6, device="cpu"))
     image = nn.Sequential(nn.Flatten(), nn.Linear(784, 2)).to(DT).eval()
     r = interactions(image, torch.rand(1, 1, 28, 28, dtype=DT), order=1)
-    rows, cols = torch.meshgrid(torch.arange(28), torch.arange(28), indexing="ij")
-    assert torch.equal(r.groups[0], (rows // 4) * 7 + cols // 4)  # 4x4 patches: 49 <= 64
+    rows, cols = torch.meshgrid(torch.arange(28, device="cpu"), torch.arange(28, device="cpu"),
+                                indexing="ij")
+    assert torch.equal(r.groups[0].cpu(), (rows // 4) * 7 + cols // 4)  # 4x4 patches: 49 <= 64
     assert r.pairs.shape == (1, 1, 49, 49) and r.own.shape == (1, 1, 49)
 
 

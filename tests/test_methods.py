@@ -31,6 +31,7 @@ from taylorattr.methods.expected_gradients import draw
 from taylorattr.methods.integrated_gradients import quadrature
 from taylorattr.methods.layerwise import denominator, edge_terms
 from taylorattr.registry import METHODS
+from taylorattr.testing import cudnn_deterministic
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
@@ -88,12 +89,16 @@ class PolyUndeclared(nn.Module):
 
 
 def make(model, seed=0):
+    """``model`` with N(0, 0.8^2) weights and N(0, 0.3^2) biases drawn after
+    ``torch.manual_seed(seed)`` on the CPU and copied in: the same model on every device (a
+    CUDA generator draws other numbers from the same seed)."""
     torch.manual_seed(seed)
     for m in model.modules():
         if isinstance(m, (nn.Linear, nn.Conv2d)):
-            nn.init.normal_(m.weight, std=0.8)
-            if m.bias is not None:
-                nn.init.normal_(m.bias, std=0.3)
+            for p, std in ((m.weight, 0.8), (m.bias, 0.3)):
+                if p is not None:
+                    with torch.no_grad():
+                        p.copy_(nn.init.normal_(torch.empty(p.shape, device="cpu"), std=std))
     return model.to(DT).eval()
 
 
@@ -261,8 +266,9 @@ def test_quadrature_rules_integrate_what_they_should():
         for deg in range(2 * n):
             assert math.isclose(float((w * a**deg).sum()), 1 / (deg + 1), rel_tol=1e-12)
     a, w = quadrature("riemann_trapezoid", 5)
-    assert torch.allclose(a, torch.linspace(0, 1, 5, dtype=DT))
-    assert torch.allclose(w, torch.tensor([1, 2, 2, 2, 1], dtype=DT) / 8)
+    assert a.device.type == w.device.type == "cpu"  # a table, whatever the default device
+    assert torch.allclose(a, torch.linspace(0, 1, 5, dtype=DT, device="cpu"))
+    assert torch.allclose(w, torch.tensor([1, 2, 2, 2, 1], dtype=DT, device="cpu") / 8)
     for method in ("riemann_left", "riemann_right", "riemann_middle"):
         a, w = quadrature(method, 4)
         assert math.isclose(float(w.sum()), 1.0) and float(a.min()) >= 0 and float(a.max()) <= 1
@@ -405,6 +411,7 @@ def test_layerwise_models_are_retraced_when_a_submodule_is_replaced():
     assert not torch.allclose(before, after)
 
 
+@cudnn_deterministic()  # on CUDA, bitwise only with cuDNN's deterministic algorithms
 def test_expected_gradients_is_bitwise_deterministic_per_seed():
     model, x, _, t = case("cnn-sigmoid")
     ref = torch.randn((7,) + tuple(x.shape[1:]), dtype=DT)
@@ -699,7 +706,7 @@ def _raises(exc, word, fn):
 def test_bad_arguments_name_themselves():
     model, x, b, _ = case("cnn-sigmoid")
     ig, occ, eg = IntegratedGradients(model), Occlusion(model), ExpectedGradients(model)
-    _raises(TypeError, "inputs", lambda: ig.attribute(x.numpy()))
+    _raises(TypeError, "inputs", lambda: ig.attribute(x.cpu().numpy()))
     _raises(TypeError, "inputs", lambda: GradientInput(model).attribute(x.long()))
     _raises(ValueError, "target", lambda: ig.attribute(x, target=7))
     _raises(TypeError, "target", lambda: DeepLift(model).attribute(x, target=1.0))

@@ -264,7 +264,7 @@ def test_infidelity_errors_name_the_argument():
     cases = [
         ({"attributions": a[:1]}, ValueError, "attributions"),
         ({"attributions": a.view(2, 25)}, ValueError, "attributions"),
-        ({"attributions": a.numpy()}, TypeError, "attributions"),
+        ({"attributions": a.cpu().numpy()}, TypeError, "attributions"),
         ({"inputs": x.view(2, 25), "attributions": a.view(2, 25)}, ValueError, "square"),
         ({"n_perturb_samples": 10}, ValueError, "n_perturb_samples"),
         ({"noise_std": 0.1}, ValueError, "noise_std"),
@@ -335,7 +335,7 @@ def test_approximation_error_closed_form():
 def quantus_relevance_rank_accuracy(a, s, absolute=False):
     """Slow re-implementation of Quantus's RelevanceRankAccuracy.evaluate_instance."""
     out = []
-    for ai, si in zip(a.numpy(), s.numpy()):
+    for ai, si in zip(a.cpu().numpy(), s.cpu().numpy()):
         if ai.ndim == 3:
             ai = ai.sum(0)
         if absolute:
@@ -411,13 +411,14 @@ def test_bbox_accuracy_constant_map_and_errors():
 
 def test_boxes_to_mask():
     mask = boxes_to_mask([(1, 0, 3, 2), (2, 1, 4, 4)], height=5, width=6)
-    slow = torch.zeros(5, 6, dtype=torch.bool)
+    slow = torch.zeros(5, 6, dtype=torch.bool, device="cpu")  # boxes given as numbers: the CPU
     for x0, y0, x1, y1 in [(1, 0, 3, 2), (2, 1, 4, 4)]:
         for r in range(5):
             for c in range(6):
                 slow[r, c] |= (x0 <= c < x1) and (y0 <= r < y1)
     assert torch.equal(mask, slow)
-    # float coordinates: pixel centres decide; parts outside the image are clipped
+    # float coordinates: pixel centres decide; parts outside the image are clipped (a
+    # tensor's mask is on the tensor's device)
     assert torch.equal(boxes_to_mask(torch.tensor([[0.6, -3.0, 2.4, 1.6]]), 3, 3),
                        torch.tensor([[0, 1, 0], [0, 1, 0], [0, 0, 0]], dtype=torch.bool))
     assert not boxes_to_mask([], 4, 4).any()

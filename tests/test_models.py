@@ -127,6 +127,34 @@ def test_training_is_bitwise_deterministic(name):
     assert not all(torch.equal(a[k], c[k]) for k in a)
 
 
+def test_initial_weights_come_from_the_cpu_generator_alone(monkeypatch):
+    """``_build`` seeds the CPU generator only (``torch.manual_seed`` would reseed every
+    device's and change a CUDA user's random stream): the weights are those of
+    ``torch.manual_seed(seed)`` and the CPU factory, on the default device, whatever it is;
+    ``train`` leaves cuDNN's flags as it found them."""
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"):
+        torch.manual_seed(3)
+        expected = M.MODELS["c_sp"]().state_dict()
+
+    def refuse(seed):
+        raise AssertionError("torch.manual_seed reseeds every device's generator")
+    monkeypatch.setattr(torch, "manual_seed", refuse)
+    state = torch.get_rng_state()
+    model = M._build("c_sp", 3)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert M.model_device(model) == torch.empty(0).device  # the default device
+    assert all(torch.equal(v.cpu(), expected[k]) for k, v in model.state_dict().items())
+    flags = torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark
+    x, y = _tiny_data(16)
+    seen = []
+    hook = model.register_forward_pre_hook(lambda *_: seen.append(
+        (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)))
+    M.train(model, (x, y), epochs=1, show_progress=False)
+    hook.remove()
+    assert seen and set(seen) == {(True, False)}  # every training step deterministic
+    assert (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) == flags
+
+
 def test_training_learns_and_accepts_datasets():
     x, y = _tiny_data(200)
     torch.manual_seed(0)
@@ -227,8 +255,8 @@ def test_get_trained_leaves_global_rng_alone(tmp_path):
 def test_io_round_trips_and_leaves_no_temporaries(tmp_path):
     state = {"w": torch.randn(3, 4), "b": torch.arange(5)}
     _io.save_tensors(state, tmp_path / "sub" / "s.pt")
-    got = _io.load_tensors(tmp_path / "sub" / "s.pt")
-    assert all(torch.equal(got[k], state[k]) for k in state)
+    got = _io.load_tensors(tmp_path / "sub" / "s.pt")  # on the CPU (map_location)
+    assert all(torch.equal(got[k], state[k].cpu()) for k in state)
     _io.save_json({"a": 1.5, "t": torch.tensor([1, 2]), "n": np.float64(2.0)}, tmp_path / "x.json")
     assert json.loads((tmp_path / "x.json").read_text()) == {"a": 1.5, "t": [1, 2], "n": 2.0}
     assert _io.load_json(tmp_path / "x.json")["t"] == [1, 2]
@@ -375,8 +403,9 @@ def test_efficientnet_lite0_offline_and_predicts_a_cat(no_network):
     from taylorattr.data import imagenet_transform
 
     raw = imagenet_transform(skd.chelsea(), mean=(0, 0, 0), std=(1, 1, 1))
-    torch.testing.assert_close(x[0], (raw * 255 - 127) / 128, rtol=0, atol=1e-5)
-    torch.testing.assert_close(model.unnormalize(x[0]), raw, rtol=0, atol=1e-6)
+    assert x.device == M.model_device(model)  # the photo, read on the CPU, goes to the model
+    torch.testing.assert_close(x[0].cpu(), (raw * 255 - 127) / 128, rtol=0, atol=1e-5)
+    torch.testing.assert_close(model.unnormalize(x[0]).cpu(), raw, rtol=0, atol=1e-6)
     with torch.no_grad():
         logits = model(x)
         with warnings.catch_warnings():

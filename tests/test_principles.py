@@ -65,7 +65,7 @@ def _zeros_used(x):
 
 def test_probes_compute_the_stated_polynomials(probes):
     x = probes["independent"].inputs
-    e = torch.eye(6, dtype=DT)
+    e = torch.eye(6, dtype=DT, device=x.device)  # the probes live on the CPU on every device
 
     def f(name, inputs):
         with torch.no_grad():
@@ -91,13 +91,14 @@ def test_probe_taylor_terms_are_separable_as_declared(probes):
     assert terms.interactive.abs().max() < 1e-9  # additively separable
     assert terms.error.abs().max() < 1e-9        # a cubic: order 3 is exact
     t = torch.stack([PM._replaced(p.model, p.inputs, _zeros_used(p.inputs), [i], torch.zeros(
-        p.inputs.shape[0], dtype=torch.long))[:, 0] for i in range(6)], 1)
+        p.inputs.shape[0], dtype=torch.long, device=p.inputs.device))[:, 0] for i in range(6)], 1)
     assert torch.allclose(terms.first + terms.independent, t, atol=1e-9)
     q = probes["pairwise"]
     terms = ta.taylor_terms(q.model, q.inputs, 0.0, target=0, order=3)
     x = q.inputs
-    c0 = q.model(torch.eye(6, dtype=DT)[[0]] + torch.eye(6, dtype=DT)[[1]])[0, 0].item()
-    c1 = q.model(torch.eye(6, dtype=DT)[[3]] + torch.eye(6, dtype=DT)[[4]])[0, 0].item()
+    e = torch.eye(6, dtype=DT, device=x.device)
+    c0 = q.model(e[[0]] + e[[1]])[0, 0].item()
+    c1 = q.model(e[[3]] + e[[4]])[0, 0].item()
     # interactive terms of x0 x1 and x3 x4 at expansion point x with delta = x: -c x_i x_j
     expected = -(c0 * x[:, 0] * x[:, 1] + c1 * x[:, 3] * x[:, 4])
     assert torch.allclose(terms.interactive, expected, atol=1e-8)

@@ -146,7 +146,7 @@ def test_scaled_variants_equal_the_scaled_windows():
 
 def test_imagenet_route_runs_the_scaled_windows(tmp_path, monkeypatch):
     folder = _folder(tmp_path)
-    net = tiny_cnn(3, 1000)
+    net = tiny_cnn(3, 1000).cpu()  # the automatic scale of a CPU model, on every device
     monkeypatch.setattr(M, "torchvision_model", lambda name, path: net)
     route = A.ImagenetRoute(folder, {"resnet18": tmp_path / "unused.pt"}, (64, 56))
     assert route.resolved_patch_scale("cpu") == 2 and route.resolved_patch_scale("cuda") == 1
@@ -170,8 +170,8 @@ def test_imagenet_route_runs_the_scaled_windows(tmp_path, monkeypatch):
     ds = D.ImageFolderWithBoxes(folder, size=56, resize=64)
     x = torch.stack([ds[i][0] for i in range(2)])
     masks = torch.stack([ds[i][1] for i in range(2)])
-    black = -torch.tensor(D.IMAGENET_MEAN).view(1, 3, 1, 1) / torch.tensor(
-        D.IMAGENET_STD).view(1, 3, 1, 1)
+    black = -torch.tensor(D.IMAGENET_MEAN, device="cpu").view(1, 3, 1, 1) / torch.tensor(
+        D.IMAGENET_STD, device="cpu").view(1, 3, 1, 1)
     t = net(x).argmax(1)
     for label, patch in (("Occ-2x2", 4), ("Occ-1", 2)):
         a = METHODS["occlusion_patch"](net, x, baselines=black, target=t, patch=patch)
@@ -187,8 +187,8 @@ def test_pixel_level_on_a_cpu_is_flagged_gpu_scale():
                                    METHODS["integrated_gradients"].bind(n_steps=4)]
 
     result = A.AssessmentResult()
-    x = torch.zeros(1, 3, 224, 224)
-    AL._scaled_methods(_Stage, route, tiny_cnn(3, 1000), x, Point(0.0), result)
+    x = torch.zeros(1, 3, 224, 224, device="cpu")  # on a CPU, whatever the default device
+    AL._scaled_methods(_Stage, route, tiny_cnn(3, 1000).cpu(), x, Point(0.0), result)
     info = result.settings["imagenet"]
     assert info["gpu_scale"] == ["Occ-1"] and info["rows_per_image"]["Occ-1"] == 224 * 224 + 1
     assert "Occ-1" in AL._window_notes(info) and "GPU-scale" in AL._window_notes(info)["Occ-1"]

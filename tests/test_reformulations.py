@@ -140,7 +140,9 @@ def test_window_ids_match_a_slow_loop():
         for i in range(7):
             for j in range(5):
                 assert groups[c, i, j] == (i // 3) * n_cols + j // 2
-    torch.testing.assert_close(window_ids((10,), 4), torch.tensor([0] * 4 + [1] * 4 + [2] * 2))
+    # a layout, built on the CPU whatever the default device (its users move it to the inputs')
+    torch.testing.assert_close(window_ids((10,), 4),
+                               torch.tensor([0] * 4 + [1] * 4 + [2] * 2, device="cpu"))
 
 
 def test_bad_arguments():

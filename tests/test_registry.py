@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _builders import DT
+from conftest import device_tolerance
 
 import taylorattr as ta
 from taylorattr import registry
@@ -83,7 +84,9 @@ def test_a_registered_method_reaches_every_experiment(toy, tmp_path):
     assert "GI/2" in [m.label for m in validation_methods()]
     v = run_validation(ws, models=("poly",), orders=(2,), n_samples=2, batch_size=2)
     row = next(r for r in v.rows if r["method"] == "GI/2")
-    assert row["percentage_change"] == pytest.approx(0.0, abs=1e-20) and row["paper"] is None
+    # exactly 0 on the CPU; on CUDA the method and its reformulation reduce in other orders
+    assert row["percentage_change"] == pytest.approx(
+        0.0, abs=device_tolerance(0.0, 1e-20)["atol"]) and row["paper"] is None
     # assessment: infidelity with the optimal beta does not see the factor 1/2
     r = A.run_assessment(ws, experiments=("infidelity",), n_samples=2, batch_size=2,
                          models={"infidelity": ("m_sg",)}, methods=("GI", "GI/2"),

@@ -78,7 +78,7 @@ def _png(path, seed):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(1, 1))
-    ax.imshow(torch.rand(4, 4, generator=torch.Generator().manual_seed(seed)).numpy())
+    ax.imshow(torch.rand(4, 4, generator=torch.Generator().manual_seed(seed)).cpu().numpy())
     fig.savefig(path)
     plt.close(fig)
     return path
@@ -269,9 +269,10 @@ def _same_tables_as_v01(out):
     assert _close(golden_selection(out, golden), golden)
 
 
-def golden_tolerance(path: str) -> dict | None:
+def golden_tolerance(path: str, row: dict | None = None) -> dict | None:
     """What the golden tables promise across machines, package versions and CPU kernels:
-    ``pytest.approx`` arguments for the number at ``path``, None where no number is promised.
+    ``pytest.approx`` arguments for the number at ``path`` (in the table row ``row``), None
+    where no number is promised.
 
     Measured spread (the tiny run with AVX-512 kernels against ``ATEN_CPU_CAPABILITY=default``,
     a fresh venv against the versions the file was first written with; the tiny run's models
@@ -285,12 +286,20 @@ def golden_tolerance(path: str) -> dict | None:
       round-off of an exact method's zero (2.2e-11 against 1.0e-11): rel 0.05, abs 1e-9.
     * bounding-box accuracy: a share of the n best-ranked pixels, and near-ties at the cut
       fall either way: moved by up to 0.051 (its sem, over 2 canvases, by 0.144): abs 0.1
-      (sem 0.25).
+      (sem 0.25) (measured: GI equals its float64 value to 1e-3 on every model).
+      The occlusion rows (Occ-1, Occ-2x2) are not promised: on the untrained models an
+      occluded pixel changes the output by at most 7e-7 to 3e-5 of |f|, a few to a few
+      hundred float32 ulps, so their ranking is round-off (VGG-style Occ-1: 0.262 here,
+      0.211 in float64, 0.132 on the H200 machine's CPU with torch 2.11; Occ-2x2 0.267
+      against 0.232 in float64); they are compared bitwise on one machine
+      (tests/test_distributed_reproduce.py).
     * Spearman correlations over 6 methods whose scores are near-ties: rank flips moved
       them by up to 0.32 in [-1, 1]: no promise across machines (they are compared bitwise
       on one machine, tests/test_distributed_reproduce.py).
     """
     leaf = path.rsplit("/", 1)[-1]
+    if leaf.startswith("bbox_accuracy") and str((row or {}).get("method", "")).startswith("Occ"):
+        return None
     if path.startswith("tables/validation"):
         return {"rel": 1e-6, "abs": 1e-12}
     if leaf in ("infidelity", "infidelity_sem"):
@@ -304,15 +313,15 @@ def golden_tolerance(path: str) -> dict | None:
     return {"rel": 1e-9, "abs": 1e-12}
 
 
-def _close(a, b, path="tables"):
+def _close(a, b, path="tables", row=None):
     if isinstance(b, dict):
         assert isinstance(a, dict) and set(a) == set(b), (path, sorted(set(a) ^ set(b)))
-        return all(_close(a[k], b[k], f"{path}/{k}") for k in b)
+        return all(_close(a[k], b[k], f"{path}/{k}", b) for k in b)
     if isinstance(b, list):
         assert isinstance(a, list) and len(a) == len(b), path
         return all(_close(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b)))
     if isinstance(b, float) and isinstance(a, float):
-        tolerance = golden_tolerance(path)
+        tolerance = golden_tolerance(path, row)
         assert tolerance is None or a == pytest.approx(b, nan_ok=True, **tolerance), path
         return True
     assert a == b, path

@@ -191,7 +191,7 @@ def malformed_tensor(draw, shape, kinds=INPUT_KINDS, dtypes=BAD_DTYPES):
     kind = draw(st.sampled_from(kinds))
     good = rand(shape, draw(st.integers(0, 2**16)))
     if kind == "not_tensor":
-        return draw(st.sampled_from([good.tolist(), good.numpy(), 0.5, None, "x", (1, 2)]))
+        return draw(st.sampled_from([good.tolist(), good.cpu().numpy(), 0.5, None, "x", (1, 2)]))
     if kind == "rank":
         return draw(st.sampled_from([good.sum(), good.flatten()[: draw(st.integers(1, 4))]]))
     if kind == "empty_batch":
@@ -635,7 +635,7 @@ def test_bbox_accuracy_refuses_malformed_attributions_masks_and_options(data):
         elif kind == "nonfinite":
             mask = torch.full((b, h, w), data.draw(st.sampled_from(NONFINITE)))
         elif kind == "type":
-            mask = data.draw(st.sampled_from([mask.tolist(), mask.numpy(), None, 1]))
+            mask = data.draw(st.sampled_from([mask.tolist(), mask.cpu().numpy(), None, 1]))
         elif kind == "complex":
             mask = mask.to(torch.complex64)
         else:  # one sample without any mask pixel
@@ -830,6 +830,9 @@ def test_generated_case_count(request):
     total = sum(CASES.values())
     if request.config.option.keyword or request.config.option.markexpr or total == 0:
         return  # the module ran partially: the count is only meaningful for the whole module
+    if hasattr(request.config, "workerinput") and request.config.getoption(
+            "dist", "no") not in ("loadfile", "loadscope"):
+        return  # pytest-xdist shares the module's tests out to several processes
     with request.config.pluginmanager.get_plugin("capturemanager").global_and_fixture_disabled():
         print(f"\n[test_robustness] generated malformed cases: {total} "
               f"{dict(sorted(CASES.items()))}")

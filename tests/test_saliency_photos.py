@@ -46,13 +46,14 @@ def test_photo_taylor_panels_are_those_of_the_smoothed_network(tiny_row):
     title = " ".join(panel.predicted.split())  # wrapped onto lines
     assert f"beta = {smoothed.beta:g}" in title
     assert f"output gap {smoothed.output_gap:.2g}" in title
+    # the panels' maps are stored units, kept on the CPU: the direct maps are compared there
     for order in (1, 2):
         direct = ta.TaylorAttribution(smoothed).attribute(x, 0.0, target=target, order=order)
-        torch.testing.assert_close(panel.maps[f"Taylor-{order}"], direct[0].sum(0).float())
-    gi = ta.GradientInput(model).attribute(x, target=target)[0].sum(0).float()
+        torch.testing.assert_close(panel.maps[f"Taylor-{order}"], direct[0].sum(0).float().cpu())
+    gi = ta.GradientInput(model).attribute(x, target=target)[0].sum(0).float().cpu()
     torch.testing.assert_close(panel.maps["GI"], gi)
     assert (panel.maps["Taylor-1"] - gi).abs().max() > 1e-4  # not Gradient*Input any more
-    dl = ta.DeepLift(model).attribute(x, 0.0, target=target)[0].sum(0).float()
+    dl = ta.DeepLift(model).attribute(x, 0.0, target=target)[0].sum(0).float().cpu()
     torch.testing.assert_close(panel.maps["DL"], dl)
 
 

@@ -259,11 +259,12 @@ def test_shapley_interactions_equal_enumeration_and_shapiq():
         def game(coalitions, b=b):
             keep = torch.tensor(coalitions, dtype=torch.bool)
             with torch.no_grad():
-                return model(torch.where(keep, x[b], base[b]))[:, 1].numpy()
+                return model(torch.where(keep, x[b], base[b]))[:, 1].cpu().numpy()
 
         theirs = shapiq.ExactComputer(n_players=6, game=game)("SII", order=2)
-        torch.testing.assert_close(sii[b], torch.from_numpy(theirs.get_n_order_values(2)),
-                                   rtol=0, atol=1e-12)
+        torch.testing.assert_close(
+            sii[b], torch.from_numpy(theirs.get_n_order_values(2)).to(sii.device),
+            rtol=0, atol=1e-12)
 
 
 def test_sampled_shapley_interactions_cover_the_exact_index():
@@ -294,9 +295,14 @@ def test_shapley_interactions_equal_taylor_pairs_on_a_quadratic_network():
 # ---------------------------------------------------------------- network Integrated Hessians
 
 def _sigmoid_mlp():
+    """Seeded, its weights drawn on the CPU (the same net on every device: a CUDA generator
+    draws other numbers from the same seed, and the coarse grid's miss below is the CPU
+    net's) and moved to the default device."""
     torch.manual_seed(4)
-    return nn.Sequential(nn.Linear(5, 6), nn.Sigmoid(), nn.Linear(6, 6), nn.Tanh(),
-                         nn.Linear(6, 1), nn.Flatten(0)).to(DT).eval()
+    with torch.device("cpu"):
+        net = nn.Sequential(nn.Linear(5, 6), nn.Sigmoid(), nn.Linear(6, 6), nn.Tanh(),
+                            nn.Linear(6, 1), nn.Flatten(0))
+    return net.to(torch.get_default_device(), DT).eval()
 
 
 def test_network_integrated_hessians_equal_a_fine_grid():

@@ -69,16 +69,40 @@ def test_exact_shapley_equals_enumeration(grouped):
         torch.testing.assert_close(delta, torch.zeros_like(delta), **TIGHT)
 
 
+def _global_generator() -> torch.Generator:
+    """The global generator Captum's draws come from: the default device's (its factories
+    name no device), CUDA's under ``TAYLORATTR_DEVICE=cuda``, which draws other numbers
+    from the same seed than the CPU's."""
+    d = torch.get_default_device()
+    if d.type == "cuda":
+        return torch.cuda.default_generators[torch.cuda.current_device() if d.index is None
+                                             else d.index]
+    return torch.default_generator
+
+
 def test_sampling_equals_captum_shapley_value_sampling():
+    """``seed=s`` draws the orders of the CPU's global generator after
+    ``torch.manual_seed(s)`` (Captum's, on the CPU default device); given Captum's orders
+    (drawn here as Captum draws them, one ``torch.randperm`` per sample from the default
+    device's generator) the estimate equals Captum's on every device."""
     model = _mlp()
     x, base = _data()
     mask = torch.tensor([[0, 1, 1, 2, 3, 4]])
     ours = ShapleyValues(model).attribute(x, base, target=2, feature_mask=mask,
                                           method="sampling", n_samples=7, seed=11)
     torch.manual_seed(11)
+    cpu_orders = torch.stack([torch.randperm(5, device="cpu") for _ in range(7)])
+    assert torch.equal(ours, ShapleyValues(model).attribute(
+        x, base, target=2, feature_mask=mask, permutations=cpu_orders))
+    torch.manual_seed(11)
+    orders = torch.stack([torch.randperm(5, generator=_global_generator(),
+                                         device=torch.get_default_device()) for _ in range(7)])
+    torch.manual_seed(11)
     theirs = ShapleyValueSampling(model).attribute(x, base, target=2, feature_mask=mask,
                                                    n_samples=7)
-    torch.testing.assert_close(ours, theirs.to(DT), rtol=1e-5, atol=1e-5)  # Captum sums in float32
+    with_theirs = ShapleyValues(model).attribute(x, base, target=2, feature_mask=mask,
+                                                 permutations=orders)
+    torch.testing.assert_close(with_theirs, theirs.to(DT), rtol=1e-5, atol=1e-5)  # Captum sums in float32
     # the same orders given explicitly
     perms = torch.stack([torch.randperm(5, generator=torch.Generator().manual_seed(3))
                          for _ in range(2)])
@@ -98,10 +122,21 @@ def test_kernel_shap_equals_captum(grouped):
     mask = torch.tensor([[0, 0, 1, 2, 3, 3]]) if grouped else None
     ours = KernelShap(model).attribute(x, base, target=0, feature_mask=mask, n_samples=40,
                                        seed=5, sampler="captum")
+    # seed=5 draws the CPU's global generator's coalitions after torch.manual_seed(5) ...
+    torch.manual_seed(5)
+    assert torch.equal(ours, KernelShap(model).attribute(
+        x, base, target=0, feature_mask=mask, n_samples=40, seed=torch.default_generator,
+        sampler="captum"))
+    # ... and drawing from Captum's generator (the default device's: CUDA's under
+    # TAYLORATTR_DEVICE=cuda) gives Captum's estimate on every device
+    torch.manual_seed(5)
+    with_theirs = KernelShap(model).attribute(x, base, target=0, feature_mask=mask,
+                                              n_samples=40, seed=_global_generator(),
+                                              sampler="captum")
     torch.manual_seed(5)
     theirs = CaptumKernelShap(model).attribute(x, base, target=0, feature_mask=mask,
                                                n_samples=40)
-    torch.testing.assert_close(ours, theirs.to(DT), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(with_theirs, theirs.to(DT), rtol=1e-5, atol=1e-5)
 
 
 def test_shapley_reformulation_is_exact_on_polynomial_networks():

@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 from _polynomial import DT, poly_net, terms_at_x
+from conftest import device_tolerance
 from torch import nn
 
 import taylorattr as ta
@@ -126,12 +127,16 @@ def test_singleton_groups_equal_the_per_feature_fields(order):
     masked = ta.taylor_terms(model, x, 0.3, target=1, order=order,
                              feature_mask=100 - 2 * singletons[None])  # reversed ids
     plain = ta.taylor_terms(model, x, 0.3, target=1, order=order)
+    # bitwise on the CPU; on CUDA the grouped and the plain route run their model passes on
+    # other row counts, for which cuDNN/cuBLAS pick other kernels that round differently
+    # (measured: 1.8e-14 relative, torch 2.11 on an H200)
+    same = device_tolerance(0.0, 0.0)
     for name in ("first", "independent", "interactive_ig"):
         torch.testing.assert_close(getattr(grouped, name), getattr(plain, name).flatten(1),
-                                   rtol=0, atol=0)
+                                   **same)
         torch.testing.assert_close(getattr(masked, name), getattr(plain, name).flatten(1).flip(1),
-                                   rtol=0, atol=0)
-    torch.testing.assert_close(grouped.interactive, plain.interactive, rtol=0, atol=0)
+                                   **same)
+    torch.testing.assert_close(grouped.interactive, plain.interactive, **same)
 
 
 def test_tuple_inputs_give_one_group_level_tensor():

@@ -121,7 +121,8 @@ def test_load_tensors_refuses_pickled_objects_and_corrupt_files(tmp_path):
     with pytest.raises(FileNotFoundError):
         _io.load_tensors(tmp_path / "missing.pt")
     _io.save_tensors({"weight": torch.arange(3.0)}, tmp_path / "ok.pt")
-    assert torch.equal(_io.load_tensors(tmp_path / "ok.pt")["weight"], torch.arange(3.0))
+    # loaded on the CPU (load_tensors' map_location), whatever the default device
+    assert torch.equal(_io.load_tensors(tmp_path / "ok.pt")["weight"], torch.arange(3.0, device="cpu"))
 
 
 def test_torchvision_model_refuses_pickled_objects_as_user_weights(tmp_path):
@@ -262,7 +263,9 @@ def test_parse_voc_xml_refuses_unsafe_and_malformed_annotations(tmp_path, name, 
 def test_parse_voc_xml_reads_a_valid_annotation(tmp_path):
     ann = data.parse_voc_xml(_write(tmp_path / "a.xml", VOC_GOOD))
     assert ann.names == ["n01"] and ann.size == (10, 8)
-    torch.testing.assert_close(ann.boxes, torch.tensor([[0.0, 1.0, 5.0, 6.0]], dtype=torch.float64))
+    # boxes read from a file are on the CPU, whatever the default device
+    torch.testing.assert_close(ann.boxes, torch.tensor([[0.0, 1.0, 5.0, 6.0]], dtype=torch.float64,
+                                                       device="cpu"))
 
 
 # ------------------------------------------------------------------------------ images

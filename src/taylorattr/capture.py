@@ -43,6 +43,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import operator
@@ -50,6 +51,7 @@ import os
 import re
 import threading
 import traceback
+import warnings
 import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -57,13 +59,14 @@ from dataclasses import dataclass
 
 import torch
 from torch import fx, nn
+from torch._decomp import get_decompositions
 from torch._prims_common import compute_elementwise_output_logical_to_physical_perm
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.fx.experimental.symbolic_shapes import is_concrete_int
 
-__all__ = ["CUTS", "DEFAULT_KEEP", "DEVICE_KERNELS", "CaptureError", "CoreGraph",
-           "UnsupportedOps", "capture", "op_name", "refuse", "where"]
+__all__ = ["CUTS", "DEFAULT_KEEP", "DEVICE_KERNELS", "VERSION_GAPS", "CaptureError",
+           "CoreGraph", "UnsupportedOps", "capture", "op_name", "refuse", "where"]
 
 aten = torch.ops.aten
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -197,6 +200,48 @@ def _fused_dropout(x, p, generator=None):
     return y, mask.to(torch.uint8)
 
 
+def _biased(gates, bias):
+    """``gates + bias`` (the fused RNN-cell kernels' optional biases)."""
+    return gates if bias is None else gates + bias
+
+
+def _fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    """CUDA's ``_thnn_fused_lstm_cell`` (``nn.LSTMCell`` / ``torch.lstm_cell`` on CUDA;
+    the gates ``x W_ih^T`` and ``h W_hh^T`` come in computed), in its math form:
+
+        i, f, g, o = chunk4(x W_ih^T + h W_hh^T + b_ih + b_hh)
+        c' = sigmoid(f) c + sigmoid(i) tanh(g),   h' = sigmoid(o) tanh(c')
+
+    Returns ``(h', c', workspace)``, the workspace (read by the backward kernel only) zeros."""
+    gates = _biased(_biased(input_gates + hidden_gates, input_bias), hidden_bias)
+    i, f, g, o = gates.chunk(4, 1)
+    cy = torch.sigmoid(f) * cx + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(cy), cy, input_gates.new_zeros(input_gates.shape)
+
+
+def _fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    """CUDA's ``_thnn_fused_gru_cell`` (``nn.GRUCell`` / ``torch.gru_cell`` on CUDA), in
+    its math form (``a = x W_ih^T + b_ih``, ``b = h W_hh^T + b_hh``, each chunked r, z, n):
+
+        r = sigmoid(a_r + b_r),  z = sigmoid(a_z + b_z),  n = tanh(a_n + r b_n)
+        h' = n + z (h - n)
+
+    Returns ``(h', workspace)``, the workspace (backward only) zeros."""
+    a = _biased(input_gates, input_bias).chunk(3, 1)
+    b = _biased(hidden_gates, hidden_bias).chunk(3, 1)
+    r, z = torch.sigmoid(a[0] + b[0]), torch.sigmoid(a[1] + b[1])
+    n = torch.tanh(a[2] + r * b[2])
+    rows, width = hx.shape[0], hx.shape[1]
+    return n + z * (hx - n), hx.new_zeros((rows, 5 * width))
+
+
+def _cudnn_grid_sampler(x, grid):
+    """cuDNN's grid sampler (``F.grid_sample`` on CUDA where cuDNN accepts it: 4-D,
+    bilinear, zero padding, ``align_corners=True``) as the core ``grid_sampler_2d`` with
+    those settings."""
+    return aten.grid_sampler_2d.default(x, grid, 0, 0, True)
+
+
 def _device_kernels() -> dict:
     table = {}
     attention = ("_scaled_dot_product_flash_attention_for_cpu",
@@ -210,7 +255,9 @@ def _device_kernels() -> dict:
             table[packet.default] = _attention_kernel(packet.default)
     others = {"_fused_rms_norm": _fused_rms_norm, "rms_norm": _rms_norm,
               "cudnn_batch_norm": _cudnn_batch_norm,
-              "miopen_batch_norm": _vendor_batch_norm, "_fused_dropout": _fused_dropout}
+              "miopen_batch_norm": _vendor_batch_norm, "_fused_dropout": _fused_dropout,
+              "_thnn_fused_lstm_cell": _fused_lstm_cell, "_thnn_fused_gru_cell": _fused_gru_cell,
+              "cudnn_grid_sampler": _cudnn_grid_sampler}
     for name, fn in others.items():
         packet = getattr(aten, name, None)
         if packet is not None and hasattr(packet, "default"):
@@ -223,7 +270,12 @@ def _device_kernels() -> dict:
 #: (flash, flash for CPU, efficient, cuDNN, overrideable, MPS math) to the math attention
 #: of :func:`_math_attention`, ``_fused_rms_norm`` (and ``rms_norm``, before it picks it)
 #: to :func:`_fused_rms_norm`, cuDNN and MIOpen batch norm to the core batch norm,
-#: ``_fused_dropout`` to ``native_dropout``. (``_fused_sdp_choice``, the kernel choice
+#: ``_fused_dropout`` to ``native_dropout``, CUDA's fused LSTM and GRU cells
+#: (``_thnn_fused_lstm_cell``, ``_thnn_fused_gru_cell``: ``nn.LSTMCell``/``nn.GRUCell``) to
+#: their gate equations, ``cudnn_grid_sampler`` to ``grid_sampler_2d``. (Whole RNNs,
+#: ``nn.LSTM``/``nn.GRU``/``nn.RNN``, never reach ``_cudnn_rnn``/``miopen_rnn``: torch's
+#: table decomposes them into cells first, on every device; convolutions stay the core
+#: ``convolution``, whose device kernel is chosen below the graph.) (``_fused_sdp_choice``, the kernel choice
 #: itself, returns an int that export evaluates while tracing: it is never a node; every
 #: kernel it can pick is here.) Applied by every capture; an op named in ``keep`` stays
 #: whole.
@@ -261,6 +313,13 @@ def _rerouted(program):
         graph.erase_node(node)
     program.graph_module.recompile()
     return program
+
+#: Operations that torch's default table decomposes in some versions only, with torch's own
+#: decomposition: the capture holds the same core operations on every supported torch.
+#: ``linalg_vector_norm`` (``F.normalize``, ``Tensor.norm``): torch 2.11 keeps it whole
+#: (its refs decomposition joined the default table later, pytorch PR 185735), so on 2.11
+#: XCiT's graph held it and the layer-wise engines refused it.
+VERSION_GAPS: dict = get_decompositions([aten.linalg_vector_norm.default])
 
 #: Ops whose value is treated as a constant by the input-dependence analysis (``detach``:
 #: the model asks for a value without derivatives, e.g. a numerically stabilising shift).
@@ -493,7 +552,8 @@ def _load(model):
             raise FileNotFoundError(f"model: no such file {os.fspath(model)!r} (a .pt2 program "
                                     "saved with torch.export.save)")
         try:
-            return torch.export.load(model)
+            with _torch_deprecations_silenced():
+                return torch.export.load(model)
         except Exception as exc:  # a corrupt or foreign file: torch raises many kinds
             raise _capture_error(exc, f"model: could not load {os.fspath(model)!r} with "
                                  "torch.export.load", "What you can do: pass a .pt2 file "
@@ -503,20 +563,45 @@ def _load(model):
 
 
 def _decompose(program, keep: Iterable, what: str):
-    """``program`` lowered to core ATen with :data:`DEVICE_KERNELS` decomposed (all but
-    ``keep``); a failure raises :class:`CaptureError` naming the step, the user's line
+    """``program`` lowered to core ATen with :data:`DEVICE_KERNELS` and
+    :data:`VERSION_GAPS` decomposed (all but ``keep``); a failure raises :class:`CaptureError` naming the step, the user's line
     and what to do."""
     table = torch.export.default_decompositions()
+    table.update(VERSION_GAPS)
     table.update(DEVICE_KERNELS)
     for op in keep:
         table.pop(op, None)
     try:
-        return _rerouted(program).run_decompositions(table)
+        with _torch_deprecations_silenced():
+            return _rerouted(program).run_decompositions(table)
     except Exception as exc:  # lowering raises many kinds of errors
         raise _capture_error(exc, f"lowering {what} to core ATen operations failed",
                              "What you can do: replace the operation named above by standard "
                              "torch operations, or report the model (torch.export could "
                              "trace it but not lower it).") from exc
+
+
+#: The modules whose deprecation warnings a capture silences (a regular expression on the
+#: module a warning is attributed to): torch's internals; typing_extensions, which issues
+#: torch's ``@deprecated`` warnings; and copy/copyreg, through which torch copies its own
+#: objects (torch 2.11's run_decompositions deep-copies pytree specs: ``copyreg.__newobj__``
+#: instantiates the deprecated ``LeafSpec``, "`isinstance(treespec, LeafSpec)` is
+#: deprecated", a FutureWarning attributed to copyreg).
+_TORCH_INTERNALS = r"(torch|typing_extensions|copy|copyreg)(\..*)?$"
+
+
+@contextlib.contextmanager
+def _torch_deprecations_silenced():
+    """Export, lowering and loading without torch's deprecation noise: ``FutureWarning`` and
+    ``DeprecationWarning`` raised by torch's own modules (:data:`_TORCH_INTERNALS`) about
+    torch's own code are ignored, so a caller whose filters turn warnings into errors
+    (``-W error``, pytest's ``filterwarnings = error``) can still capture. Every other
+    warning keeps the caller's filters: the model's own, and torch's about the model's code
+    (attributed to the model's line, not to torch)."""
+    with warnings.catch_warnings():
+        for category in (FutureWarning, DeprecationWarning):
+            warnings.filterwarnings("ignore", category=category, module=_TORCH_INTERNALS)
+        yield
 
 
 def _capture_error(error: BaseException, what: str, advice: str,
@@ -603,8 +688,9 @@ def _capture(model, example_inputs, example_kwargs, keep, dynamic_batch) -> Core
     error = None
     for dynamic in attempts:
         try:
-            program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic,
-                                          strict=False)
+            with _torch_deprecations_silenced():
+                program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic,
+                                              strict=False)
             break
         except Exception as exc:  # noqa: BLE001 - export raises many kinds of errors
             error = exc

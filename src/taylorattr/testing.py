@@ -18,7 +18,9 @@ run on a small float64 model ``f: [B, 1, 6, 6] -> [B, 3]`` (:func:`conv_model`).
 
 * ``keeps_shape_dtype_device[float32|float64]``: the attributions ``a`` have the inputs'
   shape, dtype and device, and are finite;
-* ``deterministic``: the same call twice (same settings, same seed) agrees bit for bit;
+* ``deterministic``: the same call twice (same settings, same seed) agrees bit for bit
+  (on CUDA within :func:`cudnn_deterministic`: cuDNN's default convolution backward
+  passes add with atomics in a varying order);
 * ``cost_equals_rows_run``: the rows the method declares before running
   (:meth:`~taylorattr.registry.BoundMethod.cost`, no model run) equal the forward and
   backward rows a :class:`~taylorattr.runtime.cost.RowCounter` around the model counts;
@@ -35,6 +37,13 @@ run on a small float64 model ``f: [B, 1, 6, 6] -> [B, 3]`` (:func:`conv_model`).
   ValueError or TypeError whose message names the argument;
 * ``tuple_inputs``: tuple inputs come back as a tuple of attributions shaped like the
   inputs, or are refused naming the inputs, the tuple or the model's several inputs.
+
+The checks run on one device, :func:`check_device`: PyTorch's default device
+(``torch.get_default_device()``, the CPU unless ``torch.set_default_device`` changed it;
+``TAYLORATTR_DEVICE=cuda make test`` makes it CUDA). The models, inputs, baselines,
+reference images and malformed targets are all put there explicitly; the models' weights and
+the images are drawn on the CPU from seeded generators and moved, so they are the same
+numbers on every device.
 
 A method that attributes to a layer of its own (``conductance_layer``) is checked at the
 model's own input (the model itself as the layer, ``layer_input=True``), where its
@@ -61,8 +70,10 @@ from .methods import AttributionMethod, UnsupportedModelError
 from .methods.layerwise import engine
 from .registry import METHODS, BoundMethod, MethodSpec, Variant
 from .runtime.cost import RowCounter
+from .runtime.determinism import cudnn_deterministic
 
-__all__ = ["CHEAP", "Check", "assert_cost_counted", "check_method", "conv_model", "image_batch",
+__all__ = ["CHEAP", "Check", "assert_cost_counted", "check_device", "check_method", "conv_model",
+           "cudnn_deterministic", "image_batch",
            "method_checks", "observed_plan_run", "parametrize_with_checks", "plan_runs_counted",
            "reference_images", "two_input_model"]
 
@@ -76,12 +87,27 @@ BAD_INPUTS = ("nan", "inf", "no-batch", "empty-batch", "complex")
 
 
 # ---------------------------------------------------------------------------- the models
-def conv_model(dtype=torch.float64) -> nn.Module:
+def check_device(device=None) -> torch.device:
+    """The device the checks run on: ``device`` if given, else PyTorch's default device
+    (``torch.get_default_device()``)."""
+    return torch.device(device) if device is not None else torch.get_default_device()
+
+
+def _seeded(build, seed: int, dtype, device) -> nn.Module:
+    """``build()`` with its weights drawn on the CPU after ``torch.manual_seed(seed)`` (the
+    same weights on every device: a CUDA generator draws other numbers from the same seed),
+    then moved to ``dtype`` and :func:`check_device` ``(device)``, in eval mode."""
+    torch.manual_seed(seed)
+    with torch.device("cpu"):
+        model = build()
+    return model.to(device=check_device(device), dtype=dtype).eval()
+
+
+def conv_model(dtype=torch.float64, device=None) -> nn.Module:
     """``f: [B, 1, 6, 6] -> [B, 3]``: a 3x3 convolution to 2 channels, softplus, a linear
-    map (seeded: the same weights on every call)."""
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Softplus(), nn.Flatten(),
-                         nn.Linear(2 * 6 * 6, 3)).to(dtype).eval()
+    map (seeded: the same weights on every call and device), on :func:`check_device`."""
+    return _seeded(lambda: nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.Softplus(),
+                                         nn.Flatten(), nn.Linear(2 * 6 * 6, 3)), 0, dtype, device)
 
 
 class _TwoInputs(nn.Module):
@@ -89,7 +115,6 @@ class _TwoInputs(nn.Module):
 
     def __init__(self):
         super().__init__()
-        torch.manual_seed(1)
         self.conv = nn.Conv2d(1, 2, 3, padding=1)
         self.act = nn.Softplus()
         self.head = nn.Linear(2 * 6 * 6, 3)
@@ -99,19 +124,22 @@ class _TwoInputs(nn.Module):
         return self.head(self.act(self.conv(x1)).flatten(1)) + self.side(x2)
 
 
-def two_input_model(dtype=torch.float64) -> nn.Module:
-    """``f(x1 [B, 1, 6, 6], x2 [B, 4]) -> [B, 3]`` (seeded)."""
-    return _TwoInputs().to(dtype).eval()
+def two_input_model(dtype=torch.float64, device=None) -> nn.Module:
+    """``f(x1 [B, 1, 6, 6], x2 [B, 4]) -> [B, 3]`` (seeded, as :func:`conv_model`), on
+    :func:`check_device`."""
+    return _seeded(_TwoInputs, 1, dtype, device)
 
 
-def image_batch(dtype=torch.float64, seed: int = 1, n: int = 2) -> torch.Tensor:
-    """``n`` standard normal images ``[n, 1, 6, 6]`` drawn from a generator seeded ``seed``."""
-    return draw(torch.randn, n, 1, 6, 6, dtype=dtype, generator=cpu_generator(seed), device="cpu")
+def image_batch(dtype=torch.float64, seed: int = 1, n: int = 2, device=None) -> torch.Tensor:
+    """``n`` standard normal images ``[n, 1, 6, 6]`` drawn on the CPU from a generator seeded
+    ``seed`` and moved to :func:`check_device` ``(device)``."""
+    return draw(torch.randn, n, 1, 6, 6, dtype=dtype, generator=cpu_generator(seed),
+                device=check_device(device))
 
 
-def reference_images(dtype=torch.float64) -> ReferenceSet:
+def reference_images(dtype=torch.float64, device=None) -> ReferenceSet:
     """Three reference images (seed 2): the references of a reference-set variant."""
-    return ReferenceSet(image_batch(dtype, seed=2, n=3))
+    return ReferenceSet(image_batch(dtype, seed=2, n=3, device=device))
 
 
 # ---------------------------------------------------------------------------- binding
@@ -129,8 +157,8 @@ def _bind(spec: MethodSpec, variant: Variant, model, dtype, per_feature=False) -
     :func:`reference_images`; ``per_feature``: ``patch=None`` where the method has a patch
     that the entry does not pin."""
     own = {}
-    if isinstance(variant.settings.get("baselines"), ReferenceSet):
-        own["baselines"] = reference_images(dtype)
+    if isinstance(variant.settings.get("baselines"), ReferenceSet):  # on check_device, as
+        own["baselines"] = reference_images(dtype)                       # the check's model
     if per_feature and "patch" in spec.options() and "patch" not in spec.fixed:
         own["patch"] = None
     return spec.bind(variant, context=_context(model, per_feature), **own)
@@ -229,8 +257,10 @@ def _malformed_inputs(kind: str) -> torch.Tensor:
 
 
 def _bad_target(label: str):
+    """The malformed target ``label``; a tuple as a tensor on :func:`check_device`, so that
+    it is refused for what is wrong with it, not for its device."""
     value = BAD_TARGETS[label]
-    return torch.tensor(value, device="cpu") if isinstance(value, tuple) else value
+    return torch.tensor(value, device=check_device()) if isinstance(value, tuple) else value
 
 
 def _keeps_shape(spec, variant, dtype):
@@ -249,8 +279,9 @@ def _keeps_shape(spec, variant, dtype):
 def _deterministic(spec, variant):
     def run():
         model, x = conv_model(), image_batch()
-        first = _bind(spec, variant, model, x.dtype)(model, x, 0.0, None)
-        again = _bind(spec, variant, model, x.dtype)(model, x, 0.0, None)
+        with cudnn_deterministic():
+            first = _bind(spec, variant, model, x.dtype)(model, x, 0.0, None)
+            again = _bind(spec, variant, model, x.dtype)(model, x, 0.0, None)
         assert torch.equal(first, again), \
             f"two equal calls differ by up to {float((first - again).abs().max()):.3g}"
     return run
@@ -296,8 +327,9 @@ def _tuple_inputs(spec, variant):
     def run():
         model = two_input_model()
         gen = cpu_generator(3)
-        xs = (draw(torch.randn, 2, 1, 6, 6, dtype=torch.float64, generator=gen, device="cpu"),
-              draw(torch.randn, 2, 4, dtype=torch.float64, generator=gen, device="cpu"))
+        xs = (draw(torch.randn, 2, 1, 6, 6, dtype=torch.float64, generator=gen,
+                   device=check_device()),
+              draw(torch.randn, 2, 4, dtype=torch.float64, generator=gen, device=check_device()))
         try:
             out = _call(spec, variant, model, xs)
         except (TypeError, ValueError, UnsupportedModelError) as err:
@@ -347,7 +379,8 @@ def _variant_checks(spec: MethodSpec, variant: Variant, first: bool) -> list[tup
     if spec.baseline_kind == "point":
         checks.append(("refuses_baselines[wrong-shape]",
                        _refuses(spec, variant, "baselines", lambda m: call(
-                           baselines=torch.zeros(3, 1, 5, 5, dtype=torch.float64, device="cpu"))(m))))
+                           baselines=torch.zeros(3, 1, 5, 5, dtype=torch.float64,
+                                                 device=check_device()))(m))))
     checks.append(("refuses_unknown_option",
                    _refuses(spec, variant, "no_such_option", lambda m: call(no_such_option=1)(m))))
     if first:  # the options are the class's: once per entry is enough

@@ -34,6 +34,7 @@ __all__ = [
     "captum_noise",
     "for_layers",
     "future_call",
+    "global_generator",
     "native_call",
     "not_offered",
 ]
@@ -115,6 +116,28 @@ def captum_noise(parts: tuple, stdevs, copies: int) -> tuple:
         noise = torch.normal(0, torch.tensor(s, device=p.device).repeat(size))
         out.append(noise.reshape((p.shape[0], copies) + tuple(p.shape[1:])))
     return tuple(out)
+
+
+def global_generator() -> torch.Generator:
+    """The generator Captum's draws come from: the global generator of the default device.
+
+    Captum draws with device-less factories (``torch.randperm(G)``, ``torch.randn(1, G)``,
+    ``torch.bernoulli(torch.ones(1, G) * 0.5)``), which land on the default device and draw
+    from its generator: ``torch.default_generator`` on the CPU, the current CUDA device's
+    after ``torch.set_default_device("cuda")`` (seeded too by ``torch.manual_seed``). The
+    drop-in draws from the same generator, so it draws Captum's numbers on every device."""
+    where = torch.get_default_device()
+    if where.type == "cpu":
+        return torch.default_generator
+    module = torch.get_device_module(where.type)
+    if hasattr(module, "init"):
+        module.init()  # the per-device generators exist once the backend is initialised
+    generators = getattr(module, "default_generators", None)
+    if not generators:
+        raise NotImplementedError(f"the default device is {where}, whose global generator "
+                                  "taylorattr.captum cannot read; set the default device to "
+                                  "'cpu' or 'cuda' for Captum's draws")
+    return generators[module.current_device() if where.index is None else where.index]
 
 
 def for_layers(layer, run, want_delta: bool = False):

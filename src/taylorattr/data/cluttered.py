@@ -37,7 +37,8 @@ def cluttered_mnist(images: torch.Tensor, labels: torch.Tensor, n: int, canvas: 
 
     The digit placement and the clutter come from two generators seeded from ``seed``,
     so the same seed gives the same digits at the same places whatever ``n_clutter`` is.
-    Returns ``ClutteredMnist(images, labels, boxes, masks)``.
+    Returns ``ClutteredMnist(images, labels, boxes, masks)`` on the device of ``images``
+    (the canvases are composed on the CPU, from CPU draws: the same on every device).
     """
     if not isinstance(images, torch.Tensor) or images.dim() not in (3, 4):
         raise ValueError("images must be a tensor [N, 1, S, S] or [N, S, S]")
@@ -109,5 +110,7 @@ def cluttered_mnist(images: torch.Tensor, labels: torch.Tensor, n: int, canvas: 
         np.maximum(region, digits[pick_np[i]], out=region)
     boxes_t = torch.from_numpy(boxes)
     masks = boxes_to_mask(boxes_t[:, None], canvas, canvas)
-    return ClutteredMnist(torch.from_numpy(out).unsqueeze(1), labels[pick].to(torch.int64).clone(),
-                          boxes_t, masks)
+    dev = images.device
+    return ClutteredMnist(torch.from_numpy(out).unsqueeze(1).to(dev),
+                          labels[pick.to(labels.device)].to(dev, torch.int64).clone(),
+                          boxes_t.to(dev), masks.to(dev))

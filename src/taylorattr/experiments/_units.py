@@ -8,7 +8,9 @@ picks up where it stopped. Results are dicts of tensors and plain numbers.
 A key names what the unit is computed from (the stage puts the model's weights, the
 inputs, the method and its settings in it); every unit also records the library version
 it was computed with (:func:`.fingerprints.library_version`: release, source hash, torch),
-and a unit of another version is recomputed, never reused.
+and a unit of another version is recomputed, never reused. Results are kept and returned
+on the CPU, so a computed unit and a loaded one are alike (a run resumed after a crash, or
+on another device, concatenates them) and every file loads on a machine without a GPU.
 """
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from .. import _io
 from .._io import fingerprint
@@ -25,6 +29,17 @@ __all__ = ["UnitStore", "fingerprint", "model_fingerprint"]
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
 _VERSION = "_library_version"
+
+
+def _on_cpu(value):
+    """``value`` with every tensor (in dicts, lists and tuples) detached and on the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _on_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_on_cpu(v) for v in value)
+    return value
 
 
 def model_fingerprint(model) -> str:
@@ -48,6 +63,6 @@ class UnitStore:
             unit = _io.load_tensors(path)
             if isinstance(unit, dict) and unit.pop(_VERSION, None) == library_version():
                 return unit
-        result = compute()
+        result = _on_cpu(compute())
         _io.save_tensors({**result, _VERSION: library_version()}, path)
         return result

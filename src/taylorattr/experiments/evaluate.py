@@ -51,6 +51,7 @@ from .. import _io
 from .. import registry as _registry
 from .._validation import check_positive_int, check_real, check_seed
 from ..metrics import bbox_accuracy, infidelity, infidelity_cost
+from ..models import model_device as _model_device
 from ..runtime import distributed, progress
 from ..runtime.batching import chunk_rows
 from .assessment.infidelity import (
@@ -334,11 +335,6 @@ def _stage(show: bool, command: str, label: str):
     if not isinstance(show, bool):
         raise TypeError(f"show_progress must be a bool, got {type(show).__name__}")
     return functools.partial(progress.stage, command, label, unit="item") if show else None
-
-
-def _model_device(model):
-    p = next(model.parameters(), None)
-    return p.device if p is not None else torch.device("cpu")
 
 
 def _prepare(model, dev):

@@ -63,8 +63,8 @@ class InteractionsStage:
         return run_interactions(ws, self.models, self.samples, self.order)
 
     def cost(self) -> StageCost:
-        x = data.held_out_digits(self.mnist_dir)[0]
-        x = x[:self.samples].double()
+        x = data.held_out_digits(self.mnist_dir)[0]  # read on the CPU; the models are on
+        x = x[:self.samples].to(torch.get_default_device(), torch.float64)  # the default device
         parts = tuple((unit_costs(x, self.order), architecture(name, self.seed).double(), x)
                       for name in self.models)
         return StageCost("interactions", parts, len(self.models) * int(x.shape[0]))

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..models import MODELS
+from ..models import _build
 from ..runtime.cost import Cost
 
 __all__ = ["TRAINING_NOTE", "StageCost", "architecture", "forwards", "merged", "method_costs"]
@@ -61,9 +61,8 @@ def method_costs(methods, model, x: torch.Tensor, baseline=0.0) -> tuple[list, l
 
 
 def architecture(name: str, seed: int = 0) -> torch.nn.Module:
-    """The registered model ``name``, untrained, in eval mode: it runs at the trained
-    model's speed, so the estimate times it without training anything."""
+    """The registered model ``name``, untrained, in eval mode, with the initial weights
+    training starts from (:func:`taylorattr.models.training._build`: the default device):
+    it runs at the trained model's speed, so the estimate times it without training."""
 
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return MODELS[name]().eval()
+    return _build(name, seed).eval()

@@ -270,7 +270,8 @@ def training_cost(cfg: ReproduceSettings, seed: int = 0, mnist_dir=None, out=Non
             images += n
             parts.append(([Cost(forward_rows=rows, backward_rows=rows,
                                 call_rows=train.batch_size)],
-                          architecture(name, s), x.to(torch.get_default_dtype())))
+                          architecture(name, s),  # on the default device: x goes there too
+                          x.to(torch.get_default_device(), torch.get_default_dtype())))
     return StageCost(f"training of {len(parts)} models", tuple(parts), images) if parts else None
 
 

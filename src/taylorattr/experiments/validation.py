@@ -99,8 +99,8 @@ class ValidationStage:
     def cost(self) -> list[StageCost]:
         """One :class:`~.plans.StageCost` per model (untrained copies, float64, as run)."""
 
-        held = data.held_out_digits(self.mnist_dir)[0]
-        held = held[:self.n_samples].double()
+        held = data.held_out_digits(self.mnist_dir)[0]  # read on the CPU; the models are
+        held = held[:self.n_samples].to(torch.get_default_device(), torch.float64)  # here
         scope = f" ({self.runs} trainings)" if self.runs > 1 else ""
         out = []
         for name in self.models:

@@ -19,6 +19,10 @@ Data-dependent method settings: a registry variant whose references are the trai
 digits holds a :class:`TrainingDigits` (a lazy :class:`~taylorattr.baselines.ReferenceSet`
 of the bundled digits); :meth:`Workspace.method_kwargs` rebinds it to the workspace's own
 MNIST source, as ``run_assessment(ws, method_kwargs=ws.method_kwargs("assessment"))``.
+
+Devices: the models are built on the default device (``torch.get_default_device()``,
+the CPU unless a user sets another), and the shared data, read from files on the CPU, is
+moved there once, so every stage feeds a model data on its own device.
 """
 from __future__ import annotations
 
@@ -110,10 +114,11 @@ class Workspace:
         return self._cache[key]
 
     def held_out_split(self):
-        """The fixed MNIST split (:func:`taylorattr.data.mnist_split`, seed 0)."""
+        """The fixed MNIST split (:func:`taylorattr.data.mnist_split`, seed 0), on the
+        default device (where the models are)."""
 
-        return self._cached("split", lambda: data.mnist_split(*data.load_mnist(self.mnist_dir),
-                                                               seed=0))
+        return self._cached("split", lambda: _on_default_device(
+            data.mnist_split(*data.load_mnist(self.mnist_dir), seed=0)))
 
     def held_out_digits(self, n: int | None = None) -> torch.Tensor:
         """The first ``n`` held-out digits ``[n, 1, 28, 28]`` (all when None)."""
@@ -126,9 +131,11 @@ class Workspace:
         return held[:n]
 
     def canvases(self):
-        """The held-out cluttered-MNIST canvases with their box masks (bounding-box stage)."""
+        """The held-out cluttered-MNIST canvases with their box masks (bounding-box stage),
+        on the default device (where the models are)."""
 
-        return self._cached("canvases", lambda: models.held_out_canvases(self.mnist_dir))
+        return self._cached("canvases", lambda: _on_default_device(
+            models.held_out_canvases(self.mnist_dir)))
 
     def trained(self, name: str, dtype: torch.dtype | None = None):
         """``(model, info)``: the registered model ``name`` trained with this workspace's
@@ -179,6 +186,11 @@ class Workspace:
     def fingerprint(self, model) -> str:
         """A short hash of a model's weights (unit keys follow the weights)."""
         return model_fingerprint(model)
+
+
+def _on_default_device(tensors):
+    """A named tuple of tensors (``MnistSplit``, ``ClutteredMnist``) on the default device."""
+    return type(tensors)(*(t.to(torch.get_default_device()) for t in tensors))
 
 
 def _cast(model, dtype):

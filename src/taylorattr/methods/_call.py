@@ -119,8 +119,9 @@ Shared arguments (every method; see :class:`taylorattr.methods.AttributionMethod
         broadcastable to ``inputs`` or one baseline per sample for point methods (a
         tuple for tuple inputs); a :mod:`taylorattr.baselines` distribution for the
         others; absent for methods with an implicit reference.
-    target: None (argmax class), an int, a ``[B]`` integer tensor, a list of ints; a
-        tuple (or a list of tuples) indexing an output beyond ``[B, C]``.
+    target: None (argmax class), an int, a ``[B]`` integer tensor (on any device: it is
+        moved to the model output's, as Captum accepts a CPU target beside CUDA inputs), a
+        list of ints; a tuple (or a list of tuples) indexing an output beyond ``[B, C]``.
     return_convergence_delta: also return ``sum(a) - (f(x) - f(baselines))`` per sample
         (Captum's sign), averaged over the references a method draws. Its floor is the
         arithmetic's: about 1e-7 of ``|f(x) - f(x~)|`` in float32 on the CPU; CUDA

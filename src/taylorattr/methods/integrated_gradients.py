@@ -67,7 +67,8 @@ _STARTS_AT_BASELINE = ("riemann_left", "riemann_trapezoid")
 
 
 def quadrature(method: str, n_steps: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Nodes ``alpha_k`` in [0, 1] and weights ``w_k`` (float64) of a rule on [0, 1]."""
+    """Nodes ``alpha_k`` in [0, 1] and weights ``w_k`` (float64, on the CPU: a table the
+    method moves to the inputs' device) of a rule on [0, 1]."""
     if not isinstance(method, str):
         raise TypeError(f"method must be a str, got {type(method).__name__}")
     if method not in QUADRATURE_METHODS:

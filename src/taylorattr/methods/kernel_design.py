@@ -130,14 +130,15 @@ def paired_design(G: int, rows: int, batch: int, seed: int):
 
 def _unrank(G: int, s: int, ranks: torch.Tensor) -> torch.Tensor:
     """The coalitions of size ``s`` with lexicographic ranks ``ranks`` (``[m]`` long, each
-    below ``C(G, s)``), ``[m, G]`` bool (the combinatorial number system)."""
-    m = ranks.shape[0]
-    out = torch.zeros(m, G, dtype=torch.bool, device="cpu")
-    left = torch.full((m,), s, dtype=torch.long, device="cpu")
+    below ``C(G, s)``), ``[m, G]`` bool (the combinatorial number system), on the device of
+    ``ranks``."""
+    m, at = ranks.shape[0], ranks.device
+    out = torch.zeros(m, G, dtype=torch.bool, device=at)
+    left = torch.full((m,), s, dtype=torch.long, device=at)
     r = ranks.clone()
     cap = math.comb(G, s) + 1  # counts above every rank compare alike
     table = torch.tensor([[min(math.comb(n, k), cap) if k >= 0 else 0 for k in range(-1, s)]
-                          for n in range(G)], dtype=torch.long, device="cpu")  # table[n, k + 1] = C(n, k)
+                          for n in range(G)], dtype=torch.long, device=at)  # table[n, k + 1] = C(n, k)
     for i in range(G):
         # coalitions (lexicographic) holding player i next: C(G - i - 1, left - 1)
         count = table[G - i - 1, left.clamp(min=0)]  # C(G - i - 1, left - 1)
@@ -151,13 +152,15 @@ def _unrank(G: int, s: int, ranks: torch.Tensor) -> torch.Tensor:
 def draw_coalitions(n_players: int, n_samples: int, batch: int, seed) -> torch.Tensor:
     """``[batch, n_samples, G]`` boolean coalitions, Captum's sampling (``sampler="captum"``),
     from a CPU generator seeded with ``seed``, or from ``seed`` itself when it is a
-    ``torch.Generator`` (``torch.default_generator``: Captum's very draws, which come from
-    the global generator, and the global generator left as Captum leaves it)."""
+    ``torch.Generator`` (the global generator of the default device, ``torch.default_generator``
+    or CUDA's: Captum's very draws, which come from it, and it left as Captum leaves it),
+    drawn on the generator's device as Captum draws there."""
     G = n_players
     gen = seed if isinstance(seed, torch.Generator) else \
         cpu_generator(check_seed(seed))
-    sizes = torch.arange(G, dtype=torch.float, device="cpu")
-    probs = torch.tensor(G - 1, device="cpu") / (sizes * (G - sizes))  # Captum's float32 arithmetic
+    at = gen.device
+    sizes = torch.arange(G, dtype=torch.float, device=at)
+    probs = torch.tensor(G - 1, device=at) / (sizes * (G - sizes))  # Captum's float32 arithmetic
     probs[0] = 0.0
     probs = (probs / probs.sum(-1, keepdim=True)).reshape(1, -1)
     out = torch.zeros(batch, n_samples, G, dtype=torch.bool, device="cpu")
@@ -165,13 +168,13 @@ def draw_coalitions(n_players: int, n_samples: int, batch: int, seed) -> torch.T
         out[b, 0] = True
         for s in range(2, n_samples):
             k = int(torch.multinomial(probs, 1, True, generator=gen))
-            vals = torch.randn(1, G, generator=gen, device="cpu")
+            vals = torch.randn(1, G, generator=gen, device=at)
             threshold = torch.kthvalue(vals, G - k).values.item()
-            out[b, s] = (vals > threshold)[0]
+            out[b, s] = (vals > threshold)[0].cpu()
         # Captum's fit of each sample takes draws from the same (global) generator: its
         # DataLoader's base seed and the default initialisation of an nn.Linear(G, 1)
         # surrogate. Take them too, so that batches stay in step with Captum.
-        torch.empty((), dtype=torch.int64, device="cpu").random_(generator=gen)
-        torch.empty(1, G, device="cpu").uniform_(generator=gen)
-        torch.empty(1, device="cpu").uniform_(generator=gen)
+        torch.empty((), dtype=torch.int64, device=at).random_(generator=gen)
+        torch.empty(1, G, device=at).uniform_(generator=gen)
+        torch.empty(1, device=at).uniform_(generator=gen)
     return out

@@ -131,12 +131,13 @@ def boxes_to_mask(boxes, height: int, width: int) -> torch.Tensor:
     ``(row, col)`` is inside a box when its centre ``(col + 0.5, row + 0.5)`` is, which for
     integer coordinates means ``x_min <= col < x_max`` and ``y_min <= row < y_max``; float
     coordinates (boxes after a resize) are allowed. Parts outside the image are clipped.
-    ``K = 0`` gives an all-False mask.
+    ``K = 0`` gives an all-False mask. The mask is on the device of a ``boxes`` tensor
+    (the CPU for a sequence of numbers).
     """
     for name, v in (("height", height), ("width", width)):
         check_positive_int(v, name)
     if isinstance(boxes, torch.Tensor):
-        t = boxes.detach().to("cpu", torch.float64)
+        t = boxes.detach().to(torch.float64)
     else:
         try:
             rows = [list(bx) for bx in boxes]
@@ -155,9 +156,9 @@ def boxes_to_mask(boxes, height: int, width: int) -> torch.Tensor:
         raise ValueError("boxes must be finite")
     if ((t[:, 2] <= t[:, 0]) | (t[:, 3] <= t[:, 1])).any():
         raise ValueError("boxes must have x_max > x_min and y_max > y_min")
-    cx = torch.arange(width, dtype=torch.float64, device="cpu") + 0.5
-    cy = torch.arange(height, dtype=torch.float64, device="cpu") + 0.5
+    cx = torch.arange(width, dtype=torch.float64, device=t.device) + 0.5
+    cy = torch.arange(height, dtype=torch.float64, device=t.device) + 0.5
     in_x = (cx[None] >= t[:, 0:1]) & (cx[None] < t[:, 2:3])     # [K, W]
     in_y = (cy[None] >= t[:, 1:2]) & (cy[None] < t[:, 3:4])     # [K, H]
     return (in_y[:, :, None] & in_x[:, None, :]).any(0) if len(t) else torch.zeros(
-        height, width, dtype=torch.bool, device="cpu")
+        height, width, dtype=torch.bool, device=t.device)

@@ -14,7 +14,7 @@ One module per concept; every name is re-exported here:
 """
 from __future__ import annotations
 
-from .layers import PolyActivation, ResidualBlock, Square, fold_batchnorm
+from .layers import PolyActivation, ResidualBlock, Square, fold_batchnorm, model_device
 from .pretrained import EFFICIENTNET_LITE_MEAN as EFFICIENTNET_LITE_MEAN
 from .pretrained import EFFICIENTNET_LITE_STD as EFFICIENTNET_LITE_STD
 from .pretrained import ImageClassifier, efficientnet_lite0, torchvision_model
@@ -52,6 +52,7 @@ __all__ = [
     "loc_resnet",
     "loc_vgg",
     "m_sg",
+    "model_device",
     "poly",
     "torchvision_model",
     "train",

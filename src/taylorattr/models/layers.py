@@ -6,7 +6,8 @@
 * :func:`fold_batchnorm` merges an eval-mode batch norm into the Conv/Linear before it:
   ``BN(W x + b) = (s W) x + s (b - mu) + beta`` with ``s = gamma / sqrt(var + eps)``.
 
-``_act(name)`` builds an activation by name (the zoo's ``activation=`` argument).
+``_act(name)`` builds an activation by name (the zoo's ``activation=`` argument);
+:func:`model_device` is where a model's parameters live (its data goes there).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-__all__ = ["PolyActivation", "ResidualBlock", "Square", "fold_batchnorm"]
+__all__ = ["PolyActivation", "ResidualBlock", "Square", "fold_batchnorm", "model_device"]
 
 
 class PolyActivation(nn.Module):
@@ -92,6 +93,15 @@ _ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
     "relu": nn.ReLU,
     "square": Square,
 }
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of ``model``'s first parameter (else its first buffer; else the CPU): where
+    the data fed to it must be. Data read from files or made with numpy is on the CPU, so
+    a model on CUDA gets its batches moved there (``x.to(model_device(model))``)."""
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        return t.device
+    return torch.device("cpu")
 
 
 def _act(name: str) -> nn.Module:

@@ -18,6 +18,7 @@ from torch import nn
 from .. import _io
 from ..data.imagenet import IMAGENET_MEAN, IMAGENET_STD, imagenet_transform
 from ._imagenet_classes import IMAGENET_CLASSES
+from .layers import model_device
 
 __all__ = ["EFFICIENTNET_LITE_MEAN", "EFFICIENTNET_LITE_STD", "ImageClassifier",
            "efficientnet_lite0", "torchvision_model"]
@@ -30,7 +31,8 @@ class ImageClassifier(nn.Module):
     preprocessing the network expects and the class names:
 
     * ``preprocess(image)``: PIL image or HxWx3 uint8 array -> ``[1, 3, size, size]``
-      (Resize(``resize``), CenterCrop(``size``), ``(x / 255 - mean) / std``);
+      (Resize(``resize``), CenterCrop(``size``), ``(x / 255 - mean) / std``) on the
+      model's device (where its parameters are: a photo read on the CPU feeds a CUDA model);
     * ``unnormalize(x)``: back to [0, 1] RGB for plotting;
     * ``class_names``: a list of names, or ``None`` (then use indices);
     * ``net``: the wrapped module.
@@ -49,7 +51,8 @@ class ImageClassifier(nn.Module):
         return self.net(x)
 
     def preprocess(self, image) -> torch.Tensor:
-        return imagenet_transform(image, self.resize, self.size, self.mean, self.std).unsqueeze(0)
+        x = imagenet_transform(image, self.resize, self.size, self.mean, self.std).unsqueeze(0)
+        return x.to(model_device(self))
 
     def unnormalize(self, x: torch.Tensor) -> torch.Tensor:
         m = torch.tensor(self.mean, dtype=x.dtype, device=x.device).view(-1, 1, 1)

@@ -2,7 +2,7 @@
 
 :func:`train` minimises the mean cross-entropy ``L = -1/n sum_i log softmax(f(x_i))[y_i]``
 (plus ``lambda/2 ||w||^2`` with weight decay ``lambda``) with Adam or SGD (bitwise
-reproducible for a seed on the CPU); :func:`evaluate` is top-1 accuracy
+reproducible for a seed on one machine, CPU or CUDA); :func:`evaluate` is top-1 accuracy
 ``1/n sum_i [argmax f(x_i) = y_i]``. :func:`get_trained` trains a registered model once per
 (name, seed, epochs, recipe, data) with its :data:`TRAINING` settings and a recipe
 (:class:`TrainSettings`; the named :data:`PRESETS` ``default`` and ``paper-like``) and caches its state dict
@@ -32,7 +32,8 @@ from .. import _io
 from .. import _validation as V
 from ..data.cluttered import cluttered_mnist
 from ..data.mnist import held_out_digits, load_mnist, mnist_split
-from .layers import fold_batchnorm
+from ..runtime.determinism import cudnn_deterministic
+from .layers import fold_batchnorm, model_device
 from .zoo import MODELS
 
 __all__ = ["N_CLUTTERED_HELD", "N_CLUTTERED_TRAIN", "N_CLUTTERED_TRAIN_QUICK", "OPTIMIZERS",
@@ -182,10 +183,15 @@ def train(model: nn.Module, data, epochs: int, lr: float = 1e-3, batch_size: int
     per epoch.
 
     ``data`` is ``(inputs, labels)`` tensors, a two-tensor ``TensorDataset`` or any
-    map-style dataset of ``(input, label)`` pairs. Shuffling uses
+    map-style dataset of ``(input, label)`` pairs, on any device: each batch is moved to
+    the model's device (:func:`~taylorattr.models.layers.model_device`). Shuffling uses
     ``_validation.cpu_generator(seed)`` (drawn on the CPU whatever the device), so for a
-    given seed, initial weights and thread count the run is bitwise reproducible on the CPU. (Initial weights are the caller's:
-    build the model after ``torch.manual_seed``, as :func:`get_trained` does.) After the
+    given seed, initial weights and thread count the run is bitwise reproducible on the
+    CPU; on CUDA it is too, because training runs with cuDNN's deterministic algorithms
+    (``torch.backends.cudnn.deterministic = True``, ``benchmark = False``, restored after;
+    cuDNN's fastest convolution backward passes add with atomics in a varying order).
+    (Initial weights are the caller's: build the model after seeding, as
+    :func:`get_trained` does.) After the
     last epoch, batch-norm running statistics (if any) are re-estimated in one ordered pass
     over the training data (averages of the per-batch statistics). The model is left in
     eval mode. ``desc`` prefixes the progress bar.
@@ -199,6 +205,7 @@ def train(model: nn.Module, data, epochs: int, lr: float = 1e-3, batch_size: int
     from tqdm.auto import tqdm
 
     gen = V.cpu_generator(int(seed))
+    dev = model_device(model)
     tensors = _as_tensors(data)
     if tensors is not None:
         x, y = tensors
@@ -210,7 +217,7 @@ def train(model: nn.Module, data, epochs: int, lr: float = 1e-3, batch_size: int
             perm = V.draw(torch.randperm, n, generator=gen, device=x.device)
             for i in range(0, n, batch_size):
                 idx = perm[i:i + batch_size]
-                yield x[idx], y[idx]
+                yield x[idx].to(dev), y[idx].to(dev)
     else:
         n = len(data)
         loader = torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=True,
@@ -226,7 +233,7 @@ def train(model: nn.Module, data, epochs: int, lr: float = 1e-3, batch_size: int
                     batch = next(it, None)
                 if batch is None:
                     return
-                yield batch
+                yield batch[0].to(dev), batch[1].to(dev)
     if n == 0:
         raise ValueError("data holds no samples")
 
@@ -239,28 +246,29 @@ def train(model: nn.Module, data, epochs: int, lr: float = 1e-3, batch_size: int
     n_batches = math.ceil(n / batch_size)
     model.train()
     try:
-        for epoch in range(epochs):
-            total, count = 0.0, 0
-            label = f"{desc} epoch {epoch + 1}/{epochs}" if desc else f"epoch {epoch + 1}/{epochs}"
-            bar = tqdm(batches(), total=n_batches, desc=label, disable=not show_progress,
-                       leave=False)
-            for xb, yb in bar:
-                opt.zero_grad(set_to_none=True)
-                loss = loss_fn(model(xb), yb)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(
-                        f"training diverged (loss {loss.item()}) in epoch {epoch + 1}; "
-                        "lower lr"
-                    )
-                loss.backward()
-                opt.step()
-                total += loss.item() * xb.shape[0]
-                count += xb.shape[0]
-                if show_progress:
-                    bar.set_postfix(loss=f"{total / count:.4f}")
-            history.append(total / count)
-        if epochs:
-            _recalibrate_batchnorm(model, x if tensors is not None else data, batch_size)
+        with cudnn_deterministic():  # bitwise on CUDA as on the CPU
+            for epoch in range(epochs):
+                total, count = 0.0, 0
+                label = f"{desc} epoch {epoch + 1}/{epochs}" if desc else f"epoch {epoch + 1}/{epochs}"
+                bar = tqdm(batches(), total=n_batches, desc=label, disable=not show_progress,
+                           leave=False)
+                for xb, yb in bar:
+                    opt.zero_grad(set_to_none=True)
+                    loss = loss_fn(model(xb), yb)
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError(
+                            f"training diverged (loss {loss.item()}) in epoch {epoch + 1}; "
+                            "lower lr"
+                        )
+                    loss.backward()
+                    opt.step()
+                    total += loss.item() * xb.shape[0]
+                    count += xb.shape[0]
+                    if show_progress:
+                        bar.set_postfix(loss=f"{total / count:.4f}")
+                history.append(total / count)
+            if epochs:
+                _recalibrate_batchnorm(model, x if tensors is not None else data, batch_size)
     finally:
         model.eval()
     return history
@@ -279,6 +287,7 @@ def _recalibrate_batchnorm(model: nn.Module, data, batch_size: int) -> None:
     norms = [m for m in model.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
     if not norms:
         return
+    dev = model_device(model)
     saved = [m.momentum for m in norms]
     for m in norms:
         m.reset_running_stats()
@@ -287,10 +296,10 @@ def _recalibrate_batchnorm(model: nn.Module, data, batch_size: int) -> None:
     try:
         if isinstance(data, torch.Tensor):
             for i in range(0, data.shape[0], batch_size):
-                model(data[i:i + batch_size])
+                model(data[i:i + batch_size].to(dev))
         else:
             for xb, _ in torch.utils.data.DataLoader(data, batch_size=batch_size, shuffle=False):
-                model(xb)
+                model(xb.to(dev))
     finally:
         for m, mom in zip(norms, saved):
             m.momentum = mom
@@ -298,15 +307,18 @@ def _recalibrate_batchnorm(model: nn.Module, data, batch_size: int) -> None:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1000) -> float:
-    """Top-1 accuracy in [0, 1] of ``model`` (put in eval mode) on ``(x, y)``."""
+    """Top-1 accuracy in [0, 1] of ``model`` (put in eval mode) on ``(x, y)`` (on any
+    device: each batch is moved to the model's)."""
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"x and y differ in length: {x.shape[0]} vs {y.shape[0]}")
     if x.shape[0] == 0:
         raise ValueError("x holds no samples")
     model.eval()
+    dev = model_device(model)
     correct = 0
     for i in range(0, x.shape[0], batch_size):
-        correct += int((model(x[i:i + batch_size]).argmax(1) == y[i:i + batch_size]).sum())
+        pred = model(x[i:i + batch_size].to(dev)).argmax(1)
+        correct += int((pred == y[i:i + batch_size].to(dev)).sum())
     return correct / x.shape[0]
 
 
@@ -361,9 +373,10 @@ def get_trained(name: str, cache_dir: str | os.PathLike, seed: int = 0, quick: b
     ``training`` is the recipe (a :data:`PRESETS` name or :class:`TrainSettings`; default
     ``"default"``): optimiser, learning rate (None: the model's :data:`TRAINING` lr),
     weight decay and epochs. ``epochs`` overrides the recipe's; both None: the model's
-    :data:`TRAINING` entry (its quick value when ``quick``). Initial weights come from
-    ``torch.manual_seed(seed)`` (the global RNG state is restored afterwards) and shuffling
-    from ``seed``.
+    :data:`TRAINING` entry (its quick value when ``quick``). Initial weights come from the
+    CPU generator seeded with ``seed`` (the same on every device; the global RNG state is
+    restored afterwards) and shuffling from ``seed``. The model is built on the default
+    device and the data moved to it batch by batch.
 
     Files: ``cache_dir/models/{name}-seed{seed}-e{epochs}{settings}-{datatag}.pt`` (state
     dict) and ``.json`` (info), where ``{settings}`` names what differs from Adam at the
@@ -456,6 +469,10 @@ def get_trained(name: str, cache_dir: str | os.PathLike, seed: int = 0, quick: b
 
 
 def _build(name: str, seed: int) -> nn.Module:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return MODELS[name]()
+    """``MODELS[name]()`` with initial weights drawn by the CPU generator seeded with
+    ``seed`` (the same weights on every device; the global CPU generator is restored and
+    no device generator is touched), then moved to the default device."""
+    with torch.random.fork_rng(devices=[]), torch.device("cpu"):
+        torch.default_generator.manual_seed(seed)
+        model = MODELS[name]()
+    return model.to(torch.get_default_device())

@@ -29,7 +29,7 @@ def strongest_pairs(result: Interactions, sample: int = 0, order: int | None = N
 
 def _centres(groups: torch.Tensor) -> torch.Tensor:
     """``[G, 2]`` (row, column) centre of every group of a ``[.., H, W]`` id map."""
-    ids = groups.reshape(-1, *groups.shape[-2:])[0]
+    ids = groups.reshape(-1, *groups.shape[-2:])[0].cpu()
     rows, cols = torch.meshgrid(torch.arange(ids.shape[0], device="cpu"), torch.arange(ids.shape[1], device="cpu"),
                                 indexing="ij")
     G = int(groups.max()) + 1

@@ -4,6 +4,7 @@
 * :mod:`.allocator`: glibc's allocator settings for chunked CPU work (``tune_allocator``);
 * :mod:`.cost`: rows counted from a plan and seconds from a timed probe (``Cost``);
 * :mod:`.distributed`: torchrun sessions, deterministic sharding by sample;
+* :mod:`.determinism`: cuDNN's deterministic algorithms (bitwise repeats on CUDA);
 * :mod:`.progress`: progress bars that count model rows.
 
 Nothing here knows a method, a Taylor expansion or an experiment: those layers sit above.

@@ -58,16 +58,16 @@ class _Path:
         self.batch, self.n = self.parts[0].shape[0], n_steps
         pts = []
         for x, b in zip(self.parts, self.base):
-            a = alphas.to(x.dtype).view((1, -1) + (1,) * (x.dim() - 1))
+            a = alphas.to(x.device, x.dtype).view((1, -1) + (1,) * (x.dim() - 1))
             pts.append((b.unsqueeze(1) + a * (x - b).unsqueeze(1)).reshape(
                 (-1,) + tuple(x.shape[1:])))
         self.points = tuple(pts) if self.is_tuple else pts[0]
-        self.weights = w.repeat(self.batch)
+        self.weights = w.to(self.parts[0].device).repeat(self.batch)
         self.target, self.extra = _rows(target, n_steps), _rows(extra, n_steps)
 
     def integrate(self, rows: torch.Tensor) -> torch.Tensor:
         """``sum_k w_k rows[b, k]`` for every sample ``b``."""
-        w = self.weights.to(rows.dtype).view((-1,) + (1,) * (rows.dim() - 1))
+        w = self.weights.to(rows.device, rows.dtype).view((-1,) + (1,) * (rows.dim() - 1))
         return (w * rows).reshape((self.batch, self.n) + tuple(rows.shape[1:])).sum(1)
 
 

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .._mapping import Attribution, not_offered
+from .._mapping import Attribution, global_generator, not_offered
 from ._gradient import (
     DeepLift,
     InputXGradient,
@@ -493,13 +493,18 @@ class LLMAttribution(_LLMBase):
         rows = 1 + len(target_tokens) if self.include_per_token_attr else 1
         total = torch.zeros(rows, inp.n_itp_features, dtype=torch.float, device=self.device)
         kwargs = _taken(type(self.attr_method).attribute, kwargs)
+        # ablation and Shapley sampling take differences of the outputs in their own dtype
+        # (Captum's too, rounded to float32 at the end); Lime and KernelShap fit in the
+        # interpretable vector's float32, as Captum's fits do
+        z_dtype = torch.float64 if self.include_per_token_attr else torch.float32
         for _ in range(num_trials):
             outputs = _Outputs(self, inp, target_tokens, self.include_per_token_attr,
                                _inspect_forward, forward_in_tokens)
-            z = inp.to_tensor().to(self.device)
-            torch_state, np_state = torch.get_rng_state(), np.random.get_state()
+            z = inp.to_tensor().to(self.device, z_dtype)
+            gen = global_generator()  # where Captum draws: the default device's generator
+            torch_state, np_state = gen.get_state(), np.random.get_state()
             for k in range(rows):  # every row sees the draws Captum makes once
-                torch.set_rng_state(torch_state)
+                gen.set_state(torch_state)
                 np.random.set_state(np_state)
                 method = type(self.attr_method)(outputs.column(k))
                 total[k] += method.attribute(z, **kwargs).reshape(-1).to(total.dtype)

@@ -5,7 +5,8 @@ or the same :class:`EpsilonRule` everywhere is :class:`taylorattr.methods.Epsilo
 any other choice is :class:`taylorattr.methods.LRP` with one native rule per Linear/Conv
 layer (``layer_rules``): Captum's rules are the epsilon rule with modified weights
 (gamma: ``W + gamma W+``; alpha-1-beta-0: ``W+``; the bias kept or zeroed), the identity
-rule passes relevance unchanged. Captum's delta is ``f(x) - sum(R)``, the
+rule passes relevance unchanged. Captum's own rule objects (``captum.attr._utils.lrp_rules``)
+are read as these, with their parameters. Captum's delta is ``f(x) - sum(R)``, the
 opposite sign of the native ``sum(R) - f(x)``; this class returns Captum's.
 """
 from __future__ import annotations
@@ -71,6 +72,34 @@ class IdentityRule(EpsilonRule):
 _STABILITY = 1e-9
 _WEIGHTED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
 
+#: Captum's own rule classes (``captum.attr._utils.lrp_rules``) as this module's, with their
+#: parameters (Captum's epsilon is its ``STABILITY_FACTOR``)
+_CAPTUM_RULES = "captum.attr._utils.lrp_rules"
+_FROM_CAPTUM = {
+    "EpsilonRule": lambda r: EpsilonRule(r.STABILITY_FACTOR),
+    "IdentityRule": lambda r: IdentityRule(r.STABILITY_FACTOR),
+    "GammaRule": lambda r: GammaRule(r.gamma, r.set_bias_to_zero),
+    "Alpha1_Beta0_Rule": lambda r: Alpha1_Beta0_Rule(r.set_bias_to_zero),
+}
+
+
+def _rule_of(module: nn.Module, name: str):
+    """``module.rule`` as a rule of this module: None (no rule), one of ours as it is, or one
+    of Captum's own rule objects (set by the user, or left on the layers by a Captum ``LRP``
+    call that raised before removing the rules it attached) mapped to ours with its
+    parameters. Anything else, a subclass of Captum's rules included (what it changes would
+    be lost), is refused naming the module and what to set."""
+    rule = getattr(module, "rule", None)
+    if rule is None or isinstance(rule, PropagationRule):
+        return rule
+    kind = type(rule)
+    if kind.__module__ == _CAPTUM_RULES and kind.__name__ in _FROM_CAPTUM:
+        return _FROM_CAPTUM[kind.__name__](rule)
+    raise TypeError(f"the rule of module {name!r} must be a PropagationRule of "
+                    f"taylorattr.captum.attr or Captum's own {', '.join(_FROM_CAPTUM)} "
+                    f"(their exact classes), got {kind.__module__}.{kind.__qualname__}; set "
+                    f"one of those (or `del module.rule` for the default EpsilonRule)")
+
 
 def _native_lrp(model, layer=None, to_input: bool = False):
     """The native LRP of Captum's rules: each Linear/Conv's ``rule`` (Captum's default
@@ -80,7 +109,7 @@ def _native_lrp(model, layer=None, to_input: bool = False):
     two rules are taken there and the others refused."""
     layer_rules, uniform = {}, set()
     for name, m in model.named_modules():
-        rule = getattr(m, "rule", None)
+        rule = _rule_of(m, name)
         if isinstance(m, _WEIGHTED):
             rule = rule or EpsilonRule()
             layer_rules[name] = rule.layer_rule()
@@ -104,10 +133,7 @@ class LRP(GradientAttribution):
         super().__init__(model)
         self.model = model
         for name, m in model.named_modules():
-            rule = getattr(m, "rule", None)
-            if rule is not None and not isinstance(rule, PropagationRule):
-                raise TypeError(f"the rule of module {name!r} must be a PropagationRule "
-                                f"(EpsilonRule, GammaRule, ...), got {type(rule).__name__}")
+            _rule_of(m, name)  # refuses a rule it cannot read
 
     def _call(self, inputs, target=None, additional_forward_args=None,
               return_convergence_delta: bool = False, verbose: bool = False):

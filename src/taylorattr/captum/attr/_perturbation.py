@@ -26,6 +26,7 @@ from .._mapping import (
     TensorOutput,
     for_layers,
     future_call,
+    global_generator,
     layer_inputs,
     not_offered,
 )
@@ -240,8 +241,8 @@ def _lasso(alpha: float):
                               "scikit-learn's Lasso: pip install scikit-learn (or the "
                               "taylorattr[oracle] extra)") from exc
 
-        model = Lasso(alpha=alpha).fit(z.float().numpy(), y.float().numpy(),
-                                       sample_weight=weights.float().numpy())
+        model = Lasso(alpha=alpha).fit(z.float().cpu().numpy(), y.float().cpu().numpy(),
+                                       sample_weight=weights.float().cpu().numpy())
         return torch.as_tensor(model.coef_, dtype=torch.float32, device="cpu")
     return fit
 
@@ -291,7 +292,7 @@ class Lime(PerturbationAttribution):
             draws.append(torch.cat([torch.bernoulli(torch.ones(1, G, device=where) * 0.5)
                                     for _ in range(n_samples)]))
             torch.empty((), dtype=torch.int64, device=where).random_()  # its data loader seed
-            torch.nn.Linear(G, 1)  # and the surrogate Captum builds after its fit
+            torch.nn.Linear(G, 1, device=where)  # and the surrogate Captum builds after its fit
         options = {"coalitions": torch.stack(draws).bool(),
                    "interpretable_model": _lasso(self._alpha),
                    "show_progress": show_progress,
@@ -312,7 +313,8 @@ class Lime(PerturbationAttribution):
 class KernelShap(Lime):
     """Captum's ``KernelShap``: :class:`taylorattr.methods.KernelShap` with
     ``sampler="captum"`` (Captum's sampling and fit), drawing its coalitions from the
-    global torch generator as Captum does (the same draws after ``torch.manual_seed``). A
+    global torch generator of the default device as Captum does (the same draws after
+    ``torch.manual_seed``, on every device: :func:`~taylorattr.captum._mapping.global_generator`). A
     ``Lime``, as Captum's is."""
 
     def __init__(self, forward_func) -> None:
@@ -326,7 +328,7 @@ class KernelShap(Lime):
         # tuple inputs: the features' values in the inputs' shape, read back per player
         players_only = is_tuple and return_input_shape is False
         options = {"n_samples": n_samples, "show_progress": show_progress,
-                   "seed": torch.default_generator, "sampler": "captum",
+                   "seed": global_generator(), "sampler": "captum",
                    "feature_mask": feature_mask,
                    "return_input_shape": True if players_only else return_input_shape,
                    "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)}

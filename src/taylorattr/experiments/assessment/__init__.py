@@ -203,7 +203,7 @@ class AssessmentStage:
         for name, path in ({} if route is None else route.weights).items():
             x = torch.zeros((samples["bbox"], 3, route.size[1], route.size[1]), device=torch.get_default_device())
             model = M.torchvision_model(name, path).eval()
-            scale = route.resolved_patch_scale(next(model.parameters()).device)
+            scale = route.resolved_patch_scale(M.model_device(model))
             methods = scale_patches(self.methods("bbox"), scale)
             costs, skipped = method_costs(methods, model, x)
             out.append(StageCost(f"bbox on {name}", ((costs, model, x),), int(x.shape[0]),

@@ -87,10 +87,12 @@ def _changes(model, x, show_progress: bool = False, desc: str = "square removals
 
 
 def _score(stage: Stage, method, model, xb, ch, desc: str) -> dict:
-    attr = stage.attribute(method, model, xb, ch["target"], Point(0.0), stage.ws.progress, desc)
+    # the removal unit ``ch`` is stored (and returned) on the CPU: its tensors go to xb's device
+    target, changes = ch["target"].to(xb.device), ch["changes"].to(xb.device)
+    attr = stage.attribute(method, model, xb, target, Point(0.0), stage.ws.progress, desc)
     if isinstance(attr, str):
         return {"error": attr}
-    return {"infidelity": infidelity_from_changes(square_predictions(attr), ch["changes"])}
+    return {"infidelity": infidelity_from_changes(square_predictions(attr), changes)}
 
 
 def _units(stage: Stage, models, x: torch.Tensor, methods, desc: str) -> dict:

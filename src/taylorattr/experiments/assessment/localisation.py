@@ -107,7 +107,7 @@ def _scaled_methods(stage: Stage, route: ImagenetRoute, net, x, baseline, result
     """The stage's methods at the route's patch scale; the scale, each method's rows per
     image and the GPU-scale ones go to ``result.settings["imagenet"]``."""
 
-    device = next(net.parameters()).device
+    device = M.model_device(net)
     scale = route.resolved_patch_scale(device)
     methods = scale_patches(stage.methods, scale)
     rows, gpu_scale = {}, []
@@ -151,11 +151,12 @@ def keep_by_coverage(masks: torch.Tensor, max_coverage: float = MAX_MASK_COVERAG
 def _units(stage: Stage, name: str, model, mfp: str, x, masks, labels_true, baseline,
            target_mode: str, methods=None) -> dict:
     keys, items = [], []
+    dev = M.model_device(model)  # the canvases and photos are read on the CPU
     for i0, i1 in stage.spans(x):
-        xb = x[i0:i1].to(stage.dtype)
-        mb = masks[i0:i1]
+        xb = x[i0:i1].to(dev, stage.dtype)
+        mb = masks[i0:i1].to(dev)
         if target_mode == "label":
-            target = labels_true[i0:i1].to(torch.long)
+            target = labels_true[i0:i1].to(dev, torch.long)
         else:
             with torch.no_grad():
                 target = model(xb).argmax(1)
@@ -229,14 +230,15 @@ def run_imagenet(stage: Stage, route: ImagenetRoute, n: int, counts, result,
                          f"{MAX_MASK_COVERAGE:.0%} of the cropped image")
     x, masks = torch.stack(xs), torch.stack(ms)
     labels = torch.tensor(ys, device=x.device)
-    mean = torch.tensor(data.IMAGENET_MEAN, dtype=stage.dtype, device=x.device).view(1, 3, 1, 1)
-    std = torch.tensor(data.IMAGENET_STD, dtype=stage.dtype, device=x.device).view(1, 3, 1, 1)
-    black = Point(-mean / std)
     starts = [i0 for i0, _ in stage.spans(x)]
     for name in IMAGENET_MODELS:
         if name not in route.weights:
             continue
         net = M.torchvision_model(name, route.weights[name]).to(stage.dtype).eval()
+        x = x.to(M.model_device(net))  # the photos are read on the CPU
+        mean = torch.tensor(data.IMAGENET_MEAN, dtype=stage.dtype, device=x.device).view(1, 3, 1, 1)
+        std = torch.tensor(data.IMAGENET_STD, dtype=stage.dtype, device=x.device).view(1, 3, 1, 1)
+        black = Point(-mean / std)
         model, mfp = stage.add_model(name, net, {
             "model": paper.model_label(name), "weights": str(route.weights[name]),
             "held_out_accuracy": None, "data": f"ImageNet-style folder {route.root}"})
