@@ -298,6 +298,49 @@ def test_per_row_seconds_fits_the_per_call_overhead(monkeypatch):
     assert largest == 100 and per_row == pytest.approx((a + 100 * b) / 100, rel=1e-9)
 
 
+def test_call_line_is_read_at_the_mean_a_busy_machine_gives(monkeypatch):
+    """On a clock where every other call is slowed 2x or 3x (a busy machine), the line's
+    shape is the least timings' (a + b n, exact here: each size has an unslowed call) and
+    its level the mean of the calls on the largest size over the least one, both computed
+    here from the calls' own durations: the run pays the mean, and the least of a few
+    calls is a lucky draw."""
+    import taylorattr.runtime.cost as C
+
+    clock, calls = [0.0], []
+    a, b, slow = 0.002, 1e-4, [1.0, 3.0, 2.0]
+
+    def call(n):
+        took = (a + b * n) * slow[len(calls) % len(slow)]
+        calls.append((n, took))
+        clock[0] += took
+
+    monkeypatch.setattr(C.time, "perf_counter", lambda: clock[0])
+    a_fit, b_fit, n = C.call_line(call, 65536, torch.device("cpu"), probe_seconds=0.01)
+    at_n = [took for size, took in calls[1:] if size == n]  # calls[0]: the warm-up
+    level = sum(at_n) / len(at_n) / min(at_n)
+    assert sum(at_n) >= C.LEVEL_SECONDS and level > 1.2
+    assert a_fit == pytest.approx(level * a, rel=1e-9) and b_fit == pytest.approx(level * b, rel=1e-9)
+
+
+def test_call_line_times_enough_rows_to_be_read_at_thousands(monkeypatch):
+    """Calls slow enough per row that 32 rows already take ``probe_seconds`` and twice 8
+    rows: the probe still grows to :data:`MIN_LINE_ROWS` rows or more (here 512), since a
+    line through 8 and 32 rows, read at a chunk of thousands, carries their noise a
+    hundred-fold."""
+    import taylorattr.runtime.cost as C
+
+    clock, sizes = [0.0], []
+
+    def call(n):
+        sizes.append(n)
+        clock[0] += 0.01 * n
+
+    monkeypatch.setattr(C.time, "perf_counter", lambda: clock[0])
+    a_fit, b_fit, n = C.call_line(call, 65536, torch.device("cpu"), probe_seconds=0.1)
+    assert n == max(sizes) == 512 >= C.MIN_LINE_ROWS
+    assert b_fit == pytest.approx(0.01, rel=1e-9) and a_fit == pytest.approx(0.0, abs=1e-12)
+
+
 def test_training_cost_counts_the_models_not_cached(tmp_path):
     """The trainings of a reproduce run: every validation model per recipe and seed, the
     other stages' models once, epochs x training images rows each; a model that

@@ -59,6 +59,17 @@ __all__ = ["GPU_SCALE_ROWS", "Cost", "CostError", "Load", "Rates", "RowCounter",
 #: CPU: pixel-level occlusion of a 224x224 image is 50,176 rows per image.
 GPU_SCALE_ROWS = 20_000
 
+#: :func:`call_line` times calls of at least this many rows (or the limit): the line through
+#: two small sizes, read at a stage's call size of thousands of rows, carries their noise a
+#: hundred-fold (on a busy machine, 8- and 32-row calls gave per-row seconds 3x those of
+#: 512-row calls).
+MIN_LINE_ROWS = 256
+
+#: :func:`call_line` reads the machine's level from the mean of calls over at least this
+#: many seconds: long enough to hold many scheduler slices of a busy machine, short enough
+#: for dozens of models in one estimate.
+LEVEL_SECONDS = 0.2
+
 #: A reverse sweep through a Taylor-mode row costs about this many of its forward rows.
 REVERSE_FACTOR = 2.0
 
@@ -229,19 +240,27 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def call_line(call, limit: int, device, probe_seconds: float, repeats: int = 3
-              ) -> tuple[float, float, int]:
+def call_line(call, limit: int, device, probe_seconds: float, repeats: int = 3,
+              level_seconds: float | None = None) -> tuple[float, float, int]:
     r"""``(a, b, n)``: the per-call seconds ``a`` and per-row seconds ``b`` of ``call(m)`` (a
-    call on ``m`` rows), :math:`t(m) = a + b\,m` (``a``: dispatch, thread start-up; ``b``:
-    the rows), and the largest size timed, ``n <= limit``.
+    call on ``m`` rows), :math:`t(m) = f\,(a_0 + b_0\,m)` (``a``: dispatch, thread start-up;
+    ``b``: the rows), and the largest size timed, ``n <= limit``.
 
-    After a warm-up call the size grows from 8 rows, four-fold, to at least 32 rows, then
-    on until the rows weigh (a call takes ``probe_seconds`` and twice the call before it)
-    or a call takes ``20 * probe_seconds`` or the size reaches ``limit``; the least of
-    ``repeats`` interleaved timings is taken there (``n``) and at the size before, and the
-    line goes through the two (``a = 0``, ``b = t(n) / n`` when only one size was timed, or when
-    noise larger than the rows' cost makes the slope non-positive). The least of several
-    timings is what the machine can do; a descheduled moment only ever adds to a timing."""
+    The shape, :math:`a_0 + b_0 m`: after a warm-up call the size grows from 8 rows,
+    four-fold, to at least :data:`MIN_LINE_ROWS` rows, then on until the rows weigh (a call takes
+    ``probe_seconds`` and twice the call before it) or a call takes ``20 * probe_seconds``
+    or the size reaches ``limit``; the least of ``repeats`` interleaved timings is taken
+    there (``n``) and at the size before, and the line goes through the two (``a_0 = 0``,
+    ``b_0 = t(n) / n`` when only one size was timed, or when noise larger than the rows'
+    cost makes the slope non-positive). The least of several timings is what the machine
+    can do at its quietest, the same on every try.
+
+    The level, :math:`f = \max(1, \bar t(n) / (a_0 + b_0 n))`: the mean of calls on ``n``
+    rows over at least ``level_seconds`` (default :data:`LEVEL_SECONDS`; the repeats
+    count) over the least one. A run pays the mean, not the least: on a quiet machine
+    ``f`` is about 1, and on a busy one it is the slowdown the load causes while the
+    probe runs (a descheduled moment only ever adds to a timing, and the least of a few
+    short calls is a lucky draw that changes from try to try)."""
     def timed(m):
         start = time.perf_counter()
         call(m)
@@ -251,22 +270,26 @@ def call_line(call, limit: int, device, probe_seconds: float, repeats: int = 3
     n = min(limit, 8)
     call(n)  # warm-up (first-call allocations)
     _sync(device)
-    seen = {n: timed(n)}
+    seen = {n: [timed(n)]}
     last = 0.0
-    while n < limit and (n < 32 or seen[n] < max(probe_seconds, 2 * last)) \
-            and seen[n] < 20 * probe_seconds:
-        last, n = seen[n], min(limit, 4 * n)
-        seen[n] = timed(n)
-    for _ in range(repeats - 1):  # the last two sizes, best of `repeats`, interleaved so
+    while n < limit and (n < MIN_LINE_ROWS or seen[n][0] < max(probe_seconds, 2 * last)) \
+            and seen[n][0] < 20 * probe_seconds:
+        last, n = seen[n][0], min(limit, 4 * n)
+        seen[n] = [timed(n)]
+    for _ in range(repeats - 1):  # the last two sizes, `repeats` times, interleaved so
         for size in list(seen)[-2:]:  # that both see the same moments of a busy machine
-            seen[size] = min(seen[size], timed(size))
-    if len(seen) < 2:
-        return 0.0, seen[n] / n, n
-    n1 = list(seen)[-2]
-    b = (seen[n] - seen[n1]) / (n - n1)
+            seen[size].append(timed(size))
+    while sum(seen[n]) < (LEVEL_SECONDS if level_seconds is None else level_seconds):
+        seen[n].append(timed(n))
+    least = {size: min(times) for size, times in seen.items()}
+    level = max(1.0, sum(seen[n]) / len(seen[n]) / least[n]) if least[n] > 0 else 1.0
+    if len(least) < 2:
+        return 0.0, level * least[n] / n, n
+    n1 = list(least)[-2]
+    b = (least[n] - least[n1]) / (n - n1)
     if b <= 0:
-        return 0.0, seen[n] / n, n
-    return max(seen[n1] - b * n1, 0.0), b, n
+        return 0.0, level * least[n] / n, n
+    return level * max(least[n1] - b * n1, 0.0), level * b, n
 
 
 def per_row_seconds(call, cap: int, device, probe_seconds: float, repeats: int = 3
