@@ -322,6 +322,18 @@ def test_call_line_is_read_at_the_mean_a_busy_machine_gives(monkeypatch):
     assert a_fit == pytest.approx(level * a, rel=1e-9) and b_fit == pytest.approx(level * b, rel=1e-9)
 
 
+def test_call_line_ends_on_a_clock_that_does_not_move(monkeypatch):
+    """Calls too fast for the clock (every timing 0.0 s): the level's window is never
+    filled, and the probe still ends after 1,000 calls on the largest size."""
+    import taylorattr.runtime.cost as C
+
+    sizes = []
+    monkeypatch.setattr(C.time, "perf_counter", lambda: 0.0)
+    a_fit, b_fit, n = C.call_line(sizes.append, 65536, torch.device("cpu"), probe_seconds=0.01)
+    assert (a_fit, b_fit) == (0.0, 0.0) and n == 65536
+    assert sizes.count(n) == 1000 and len(sizes) < 1100  # the timed calls on n
+
+
 def test_call_line_times_enough_rows_to_be_read_at_thousands(monkeypatch):
     """Calls slow enough per row that 32 rows already take ``probe_seconds`` and twice 8
     rows: the probe still grows to :data:`MIN_LINE_ROWS` rows or more (here 512), since a

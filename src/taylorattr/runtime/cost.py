@@ -257,7 +257,7 @@ def call_line(call, limit: int, device, probe_seconds: float, repeats: int = 3,
 
     The level, :math:`f = \max(1, \bar t(n) / (a_0 + b_0 n))`: the mean of calls on ``n``
     rows over at least ``level_seconds`` (default :data:`LEVEL_SECONDS`; the repeats
-    count) over the least one. A run pays the mean, not the least: on a quiet machine
+    count; at most 1,000 calls) over the least one. A run pays the mean, not the least: on a quiet machine
     ``f`` is about 1, and on a busy one it is the slowdown the load causes while the
     probe runs (a descheduled moment only ever adds to a timing, and the least of a few
     short calls is a lucky draw that changes from try to try)."""
@@ -279,7 +279,8 @@ def call_line(call, limit: int, device, probe_seconds: float, repeats: int = 3,
     for _ in range(repeats - 1):  # the last two sizes, `repeats` times, interleaved so
         for size in list(seen)[-2:]:  # that both see the same moments of a busy machine
             seen[size].append(timed(size))
-    while sum(seen[n]) < (LEVEL_SECONDS if level_seconds is None else level_seconds):
+    while sum(seen[n]) < (LEVEL_SECONDS if level_seconds is None else level_seconds) \
+            and len(seen[n]) < 1000:  # a call of microseconds: 1,000 are enough
         seen[n].append(timed(n))
     least = {size: min(times) for size, times in seen.items()}
     level = max(1.0, sum(seen[n]) / len(seen[n]) / least[n]) if least[n] > 0 else 1.0
