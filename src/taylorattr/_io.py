@@ -36,6 +36,7 @@ __all__ = [
     "load_csv",
     "load_json",
     "load_tensors",
+    "on_cpu",
     "remove_stale_temporaries",
     "save_csv",
     "save_json",
@@ -119,14 +120,27 @@ def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8
     return atomic_write_bytes(path, text.encode(encoding))
 
 
+def on_cpu(value: Any) -> Any:
+    """``value`` with every tensor (in dicts, lists and tuples) detached and on the CPU."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: on_cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(on_cpu(v) for v in value)
+    return value
+
+
 def save_tensors(obj: Any, path: str | os.PathLike) -> Path:
-    """``torch.save`` a tensor, a state dict or a container of tensors atomically.
+    """``torch.save`` a tensor, a state dict or a container of tensors atomically, every
+    tensor on the CPU (:func:`on_cpu`): a file written from a GPU run loads, with plain
+    ``torch.load`` too, on a machine without one.
 
     Keep ``obj`` to what ``torch.load(weights_only=True)`` accepts (tensors, numbers,
     strings, lists, tuples, dicts), or :func:`load_tensors` will refuse it.
     """
     buf = io.BytesIO()
-    torch.save(obj, buf)
+    torch.save(on_cpu(obj), buf)
     return atomic_write_bytes(path, buf.getvalue())
 
 

@@ -16,6 +16,7 @@ from torch import nn
 __all__ = [
     "accumulation_dtype",
     "broadcast_baselines",
+    "built_on_cpu",
     "check_bool",
     "check_inputs",
     "check_model",
@@ -304,6 +305,17 @@ def cpu_generator(seed: int) -> torch.Generator:
     copy of the draws, small beside the model evaluations they feed.
     """
     return torch.Generator(device="cpu").manual_seed(int(seed))
+
+
+def built_on_cpu(build, seed: int):
+    """``build()`` (a module factory) with its initial weights drawn on the CPU by the
+    global CPU generator seeded with ``seed``: the same weights on every device (a CUDA
+    generator draws other numbers from the same seed); the caller moves the module. The
+    global CPU generator is left seeded, no device generator is touched (wrap the call in
+    ``torch.random.fork_rng(devices=[])`` to keep the caller's CPU stream)."""
+    torch.default_generator.manual_seed(int(seed))
+    with torch.device("cpu"):
+        return build()
 
 
 def draw(factory, *args, generator: torch.Generator, device, **kwargs) -> torch.Tensor:

@@ -64,7 +64,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._validation import cpu_generator, draw
+from ._validation import built_on_cpu, cpu_generator, draw
 from .baselines import ReferenceSet
 from .methods import AttributionMethod, UnsupportedModelError
 from .methods.layerwise import engine
@@ -94,13 +94,10 @@ def check_device(device=None) -> torch.device:
 
 
 def _seeded(build, seed: int, dtype, device) -> nn.Module:
-    """``build()`` with its weights drawn on the CPU after ``torch.manual_seed(seed)`` (the
-    same weights on every device: a CUDA generator draws other numbers from the same seed),
-    then moved to ``dtype`` and :func:`check_device` ``(device)``, in eval mode."""
-    torch.manual_seed(seed)
-    with torch.device("cpu"):
-        model = build()
-    return model.to(device=check_device(device), dtype=dtype).eval()
+    """``build()`` with its weights drawn on the CPU from ``seed`` (:func:`built_on_cpu`:
+    the same weights on every device), then moved to ``dtype`` and :func:`check_device`
+    ``(device)``, in eval mode."""
+    return built_on_cpu(build, seed).to(device=check_device(device), dtype=dtype).eval()
 
 
 def conv_model(dtype=torch.float64, device=None) -> nn.Module:

@@ -19,8 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from .. import _io
 from .._io import fingerprint
 from .fingerprints import library_version
@@ -29,17 +27,6 @@ __all__ = ["UnitStore", "fingerprint", "model_fingerprint"]
 
 _SAFE = re.compile(r"[^A-Za-z0-9_.=-]+")
 _VERSION = "_library_version"
-
-
-def _on_cpu(value):
-    """``value`` with every tensor (in dicts, lists and tuples) detached and on the CPU."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu()
-    if isinstance(value, dict):
-        return {k: _on_cpu(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_on_cpu(v) for v in value)
-    return value
 
 
 def model_fingerprint(model) -> str:
@@ -63,6 +50,6 @@ class UnitStore:
             unit = _io.load_tensors(path)
             if isinstance(unit, dict) and unit.pop(_VERSION, None) == library_version():
                 return unit
-        result = _on_cpu(compute())
+        result = _io.on_cpu(compute())  # as a loaded unit is
         _io.save_tensors({**result, _VERSION: library_version()}, path)
         return result

@@ -4,7 +4,8 @@
 ``attribution`` and a record of where it came from), ``npy`` (the array) or ``png``
 (:func:`save_picture`: the channel-summed map ``m(h, w) = sum_c a[c, h, w]``, red positive,
 blue negative, on the symmetric scale ``[-max|m|, max|m|]``), each written atomically. A map
-computed on a GPU is saved as a CPU tensor, so every file loads on a machine without one.
+computed on a GPU is saved as a CPU tensor (:func:`taylorattr._io.save_tensors`), so every
+file loads on a machine without one.
 """
 from __future__ import annotations
 
@@ -44,9 +45,5 @@ def save_map(attribution: torch.Tensor, path, fmt: str, record: dict | None = No
         return _io.save_npy(attribution, path)
     if fmt == "png":
         return save_picture(attribution, path)
-    attribution = attribution.detach().cpu()
-    if record is not None:
-        record = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v
-                  for k, v in record.items()}
     obj = attribution if record is None else {"attribution": attribution.clone(), **record}
     return _io.save_tensors(obj, path)

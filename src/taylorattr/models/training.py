@@ -472,7 +472,6 @@ def _build(name: str, seed: int) -> nn.Module:
     """``MODELS[name]()`` with initial weights drawn by the CPU generator seeded with
     ``seed`` (the same weights on every device; the global CPU generator is restored and
     no device generator is touched), then moved to the default device."""
-    with torch.random.fork_rng(devices=[]), torch.device("cpu"):
-        torch.default_generator.manual_seed(seed)
-        model = MODELS[name]()
+    with torch.random.fork_rng(devices=[]):
+        model = V.built_on_cpu(MODELS[name], seed)
     return model.to(torch.get_default_device())
