@@ -12,7 +12,7 @@ import sys
 import torch
 from torch import nn
 
-import taylorattr as ta
+from taylorattr.experiments.evaluate import evaluate
 from taylorattr.models import Square
 
 N, KILL_AT, BATCH = 24, 18, 2
@@ -43,6 +43,6 @@ def model():
 if __name__ == "__main__":
     out = sys.argv[1]
     marker = sys.argv[2] if len(sys.argv) > 2 else None
-    r = ta.evaluate(model(), Items(marker), ["GI", "IG", "EG"], ["infidelity"], out=out,
+    r = evaluate(model(), Items(marker), ["GI", "IG", "EG"], ["infidelity"], out=out,
                     batch_size=BATCH, seed=3, infidelity_options={"max_side": 3}, device="cpu")
     print(f"computed={r.computed} reused={r.reused} rank={r.rank}", flush=True)

@@ -1,4 +1,4 @@
-"""ta.evaluate and attribute_dataset on one process, against slow obvious routes: float64
+"""evaluate and attribute_dataset on one process, against slow obvious routes: float64
 autograd Gradient*Input, infidelity by enumerating every square removal, bbox accuracy
 by sorting, numpy mean and standard error; bad items, resume, manifest and lock."""
 from __future__ import annotations
@@ -13,9 +13,8 @@ import pytest
 import torch
 from torch import nn
 
-import taylorattr as ta
 from taylorattr import _io, cli
-from taylorattr.experiments.evaluate import attribute_dataset, resolve_methods
+from taylorattr.experiments.evaluate import attribute_dataset, evaluate, resolve_methods
 from taylorattr.experiments.evaluation.items import TensorItems
 from taylorattr.experiments.evaluation.lock import LOCK_NAME, JobLock, LockHeld
 from taylorattr.experiments.evaluation.sharding import sample_seed
@@ -80,7 +79,7 @@ def _scores(out):
 
 def test_scores_and_summary_match_slow_routes(tmp_path):
     model, ds = _model(), _data(masks=True)
-    rep = ta.evaluate(model, ds, ["gradient_input"], ["infidelity", "bbox"], out=tmp_path,
+    rep = evaluate(model, ds, ["gradient_input"], ["infidelity", "bbox"], out=tmp_path,
                       batch_size=3, infidelity_options={"max_side": MAX_SIDE})
     assert (rep.n_units, rep.computed, rep.reused) == (3, 7, 0)  # 7 items, units of 3
     got = _scores(tmp_path)
@@ -103,9 +102,9 @@ def test_scores_and_summary_match_slow_routes(tmp_path):
 def test_per_sample_seeds_make_scores_independent_of_batching(tmp_path):
     model, ds = _model(), _data(5)
     opts = {"max_side": MAX_SIDE}
-    ta.evaluate(model, ds, ["EG"], out=tmp_path / "b1", batch_size=1, seed=7,
+    evaluate(model, ds, ["EG"], out=tmp_path / "b1", batch_size=1, seed=7,
                 infidelity_options=opts)
-    ta.evaluate(model, ds, ["EG"], out=tmp_path / "b4", batch_size=4, seed=7,
+    evaluate(model, ds, ["EG"], out=tmp_path / "b4", batch_size=4, seed=7,
                 infidelity_options=opts)
     one, four = _scores(tmp_path / "b1"), _scores(tmp_path / "b4")
     eg = METHODS["expected_gradients"]
@@ -138,9 +137,9 @@ class _Broken(torch.utils.data.Dataset):
 def test_bad_items_are_refused_or_skipped_and_listed(tmp_path):
     model = _model()
     with pytest.raises(ValueError, match=r"dataset item 1: input has shape \(1, 4, 5\).*skip"):
-        ta.evaluate(model, _Broken(), ["GI"], ["bbox"], out=tmp_path / "r", batch_size=2)
+        evaluate(model, _Broken(), ["GI"], ["bbox"], out=tmp_path / "r", batch_size=2)
     with pytest.warns(RuntimeWarning, match="skipped dataset item 3"):
-        rep = ta.evaluate(model, _Broken(), ["GI"], ["bbox"], out=tmp_path / "s", batch_size=2,
+        rep = evaluate(model, _Broken(), ["GI"], ["bbox"], out=tmp_path / "s", batch_size=2,
                           on_bad_item="skip")
     skipped = rep.merged["skipped"]
     assert [i for i, _ in skipped] == [1, 3, 4]
@@ -156,20 +155,20 @@ def test_bad_items_are_refused_or_skipped_and_listed(tmp_path):
 def test_resume_computes_only_missing_units_and_recomputes_or_refuses_changed(tmp_path):
     model, ds = _model(), _data(6)
     opts = {"max_side": MAX_SIDE}
-    ta.evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, infidelity_options=opts)
+    evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, infidelity_options=opts)
     before = (tmp_path / "scores.csv").read_bytes()
     stamps = {p.name: p.stat().st_ino for p in (tmp_path / "units").glob("*.pt")}
     (tmp_path / "units" / "unit-000001.pt").unlink()
-    rep = ta.evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, infidelity_options=opts)
+    rep = evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, infidelity_options=opts)
     assert (rep.computed, rep.reused) == (2, 4)  # the unit's two items
     for name in ("unit-000000.pt", "unit-000002.pt"):
         assert (tmp_path / "units" / name).stat().st_ino == stamps[name]
     assert (tmp_path / "scores.csv").read_bytes() == before
     with pytest.raises(ValueError, match=r"--resume strict.*changed: seed \(6 items\)"):
-        ta.evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, seed=1,
+        evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, seed=1,
                     infidelity_options=opts, resume="strict")
     assert (tmp_path / "units" / "unit-000000.pt").stat().st_ino == stamps["unit-000000.pt"]
-    rep = ta.evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, seed=1,
+    rep = evaluate(model, ds, ["GI", "IG"], out=tmp_path, batch_size=2, seed=1,
                       infidelity_options=opts)
     assert (rep.computed, rep.reused, rep.changes) == (6, 0, {"seed": 6})
 
@@ -177,7 +176,7 @@ def test_resume_computes_only_missing_units_and_recomputes_or_refuses_changed(tm
 def test_lock_names_holder_and_stale_lock_is_taken_over(tmp_path, capsys):
     model, ds = _model(), _data(2)
     with JobLock(tmp_path), pytest.raises(LockHeld, match=f"pid {os.getpid()} on "):
-        ta.evaluate(model, ds, ["GI"], out=tmp_path, infidelity_options={"max_side": 2})
+        evaluate(model, ds, ["GI"], out=tmp_path, infidelity_options={"max_side": 2})
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     pid = int(dead.stdout)
@@ -185,11 +184,11 @@ def test_lock_names_holder_and_stale_lock_is_taken_over(tmp_path, capsys):
     import socket
 
     lock.write_text(json.dumps({"host": socket.gethostname(), "pid": pid, "started": "x"}))
-    rep = ta.evaluate(model, ds, ["GI"], out=tmp_path, infidelity_options={"max_side": 2})
+    rep = evaluate(model, ds, ["GI"], out=tmp_path, infidelity_options={"max_side": 2})
     assert rep.stale_lock["pid"] == pid and not lock.exists()
     lock.write_text(json.dumps({"host": "elsewhere", "pid": pid, "started": "x"}))
     with pytest.raises(LockHeld, match=f"pid {pid} on elsewhere.*delete"):
-        ta.evaluate(model, ds, ["GI"], out=tmp_path, infidelity_options={"max_side": 2})
+        evaluate(model, ds, ["GI"], out=tmp_path, infidelity_options={"max_side": 2})
 
 
 def test_resolve_methods_accepts_names_and_labels():
@@ -200,7 +199,7 @@ def test_resolve_methods_accepts_names_and_labels():
     with pytest.raises(ValueError, match="once"):
         resolve_methods(["IG", "integrated_gradients"])
     with pytest.raises(ValueError, match="metrics"):
-        ta.evaluate(_model(), _data(2), ["GI"], ["accuracy"], out="unused")
+        evaluate(_model(), _data(2), ["GI"], ["accuracy"], out="unused")
 
 
 def test_attribute_dataset_writes_maps_equal_to_autograd(tmp_path):
@@ -257,7 +256,7 @@ def test_scaled_infidelity_squares_match_a_slow_enumeration(tmp_path):
     assert infidelity_scale((1, H, W)) == 1
     model, ds = _model(), _data(3)
     scale, sides = 2, 2  # squares 2x2 and 4x4 at even positions of the 5x5 input
-    rep = ta.evaluate(model, ds, ["GI"], out=tmp_path, batch_size=3,
+    rep = evaluate(model, ds, ["GI"], out=tmp_path, batch_size=3,
                       infidelity_options={"max_side": sides, "scale": scale})
     got = _scores(tmp_path)
     for i in range(3):

@@ -24,7 +24,7 @@ from conftest import device_tolerance
 from torch import nn
 
 import taylorattr as ta
-from taylorattr import paper_methods, registry
+from taylorattr import paper_methods, principles, registry
 from taylorattr.baselines import Noise, ReferenceSet
 from taylorattr.methods import (
     Deconvolution,
@@ -420,7 +420,7 @@ NEW = ["saliency", "guided_backprop", "deeplift_shap", "gradient_shap", "smoothg
 def test_principles_table_runs_for_every_new_method():
     audited = [s.name for s, _ in paper_methods.variants("audit")]
     assert set(NEW) <= set(audited) and "grad_cam" not in audited  # no convolution in probes
-    rows = {r["method"]: r for r in ta.principles.principles_table(methods=NEW, seed=0)}
+    rows = {r["method"]: r for r in principles.principles_table(methods=NEW, seed=0)}
     # completeness (principle 1): DeepLiftShap is complete towards its references; SmoothGrad
     # squared is not even signed like the output change
     assert rows["deeplift_shap"]["score_1"] > 0.99

@@ -25,7 +25,7 @@ def probes():
 
 @pytest.fixture(scope="module")
 def ig_report():
-    return ta.audit("integrated_gradients")
+    return P.audit("integrated_gradients")
 
 
 @pytest.fixture(scope="module")
@@ -38,12 +38,12 @@ def tiny():
 
 @pytest.fixture(scope="module")
 def gi_report(tiny):
-    return ta.audit("gradient_input", models={"tiny": tiny})
+    return P.audit("gradient_input", models={"tiny": tiny})
 
 
 @pytest.fixture(scope="module")
 def eg_report():
-    return ta.audit("expected_gradients")
+    return P.audit("expected_gradients")
 
 
 def _quadratic_probe():
@@ -188,7 +188,7 @@ def test_interactive_mass_outside_its_set_is_measured():
     assert d["interactive_outside"] == pytest.approx(0.0, abs=1e-12)
     assert d["interactive_in_set"] == pytest.approx(1.0, rel=1e-12)
 
-    r = ta.audit("occlusion_1")
+    r = P.audit("occlusion_1")
     assert r.details[2]["independent"]["score"] == pytest.approx(1.0)
     assert r.details[2]["deep"]["score"] == pytest.approx(1.0)
     assert r.details[2]["pairwise"]["score"] == pytest.approx(0.0, abs=1e-9)
@@ -242,10 +242,10 @@ def test_a_user_callable_and_the_captum_adapter_are_accepted(ig_report):
     def ig8(model, inputs, baselines, target):
         return IntegratedGradients(model).attribute(inputs, baselines, target, n_steps=8)
 
-    r = ta.audit(lambda m, x, b, t: ig8(m, x, b, t))
+    r = P.audit(lambda m, x, b, t: ig8(m, x, b, t))
     assert r.method == "<lambda>" and r.paper is None
     assert r.verdicts == ig_report.verdicts
-    c = ta.audit(P.captum_adapter(captum.IntegratedGradients, n_steps=8))
+    c = P.audit(P.captum_adapter(captum.IntegratedGradients, n_steps=8))
     assert c.method == "captum.IntegratedGradients"
     assert c.verdicts == ig_report.verdicts
     for p in (1, 2, 3):  # Captum's Gauss-Legendre rule is ours: the same numbers
@@ -351,20 +351,20 @@ def _not_tensor(model, inputs, baselines, target):
 ])
 def test_bad_method_arguments_name_method(method, error):
     with pytest.raises(error, match="method"):
-        ta.audit(method)
+        P.audit(method)
 
 
 def test_other_bad_arguments_name_themselves():
     with pytest.raises(TypeError, match="method_kwargs"):
-        ta.audit("gradient_input", method_kwargs=[("a", 1)])
+        P.audit("gradient_input", method_kwargs=[("a", 1)])
     with pytest.raises(TypeError, match="seed"):
-        ta.audit("gradient_input", seed="0")
+        P.audit("gradient_input", seed="0")
     with pytest.raises(ValueError, match="seed"):
-        ta.audit("gradient_input", seed=-1)
+        P.audit("gradient_input", seed=-1)
     with pytest.raises(TypeError, match="models"):
-        ta.audit("gradient_input", models="mnist")
+        P.audit("gradient_input", models="mnist")
     with pytest.raises(TypeError, match="models"):
-        ta.audit("gradient_input", models=[nn.Linear(2, 1)])
+        P.audit("gradient_input", models=[nn.Linear(2, 1)])
     with pytest.raises(TypeError, match="captum_method_class"):
         P.captum_adapter(42)
     with pytest.raises(TypeError, match="methods"):

@@ -18,7 +18,7 @@ from _builders import DT
 from conftest import device_tolerance
 
 import taylorattr as ta
-from taylorattr import registry
+from taylorattr import models, principles, registry
 from taylorattr.baselines import Noise, Point, ReferenceSet
 from taylorattr.experiments import assessment as A
 from taylorattr.experiments.saliency import saliency_maps, saliency_methods
@@ -58,7 +58,7 @@ def toy():
 
 def _cnn():
     torch.manual_seed(0)
-    return ta.models.c_sg().to(DT).eval()
+    return models.c_sg().to(DT).eval()
 
 
 def test_a_registered_method_reaches_every_experiment(toy, tmp_path):
@@ -72,7 +72,7 @@ def test_a_registered_method_reaches_every_experiment(toy, tmp_path):
     from taylorattr.principles.auditing import _audited
 
     assert "halved_gi" in [spec.name for spec, _ in _audited()]
-    rows = {r["method"]: r for r in ta.principles.principles_table(
+    rows = {r["method"]: r for r in principles.principles_table(
         methods=["halved_gi", "gradient_input"], seed=0)}
     assert rows["halved_gi"]["paper_1"] is None
     assert rows["halved_gi"]["score_1"] != rows["gradient_input"]["score_1"]

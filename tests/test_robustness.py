@@ -43,6 +43,7 @@ from taylorattr import metrics as M
 from taylorattr.methods import UnsupportedModelError
 from taylorattr.methods.integrated_gradients import QUADRATURE_METHODS
 from taylorattr.models import Square
+from taylorattr.principles import audit
 from taylorattr.registry import METHODS
 from taylorattr.taylor.mode import UnsupportedOperation
 from taylorattr.taylor.terms import group_expansions, taylor_attribution
@@ -446,7 +447,7 @@ ENTRIES: dict[str, Entry] = {e.name: e for e in [
           accepted=frozenset({"model", "inputs", "attributions", "target", "perturbation",
                               "baselines", "normalize", "max_side", "n_perturb_samples",
                               "noise_std", "seed", "batch_size", "show_progress"})),
-    Entry("audit(models=...)", lambda m, x, **kw: ta.audit(
+    Entry("audit(models=...)", lambda m, x, **kw: audit(
         _cheap_attribution, models=[(m, x)], **kw), baselines=None, target=False),
 ]}
 MODEL_ENTRIES = sorted(ENTRIES)
@@ -546,7 +547,7 @@ def test_audit_refuses_extra_models_with_malformed_output(kind):
     """Few cases: every audit runs the probe suite (~0.5 s) before the extra models."""
     CASES["model"] += 1
     model = bad_model(kind, 4)
-    expect_error(lambda: ta.audit(_cheap_attribution, models=[(model, rand((2, 4), 0))]),
+    expect_error(lambda: audit(_cheap_attribution, models=[(model, rand((2, 4), 0))]),
                  "model", model=model)
 
 
@@ -676,28 +677,28 @@ def test_audit_refuses_malformed_arguments(data):
         method = data.draw(st.one_of(st.text(max_size=6).filter(lambda s: s not in METHODS),
                                      st.integers(), st.none(), st.just(nn.Linear),
                                      st.just([1])))
-        expect_error(lambda: ta.audit(method), "method")
+        expect_error(lambda: audit(method), "method")
     elif which == "seed":
-        expect_error(lambda: ta.audit("gradient_input", seed=data.draw(BAD_SEED)), "seed")
+        expect_error(lambda: audit("gradient_input", seed=data.draw(BAD_SEED)), "seed")
     elif which == "method_kwargs":
         kind = data.draw(st.sampled_from(["type", "value", "unknown"]))
         if kind == "type":
-            expect_error(lambda: ta.audit("gradient_input", method_kwargs=data.draw(
+            expect_error(lambda: audit("gradient_input", method_kwargs=data.draw(
                 st.sampled_from([[1], 3, "n_steps=4"]))), "method_kwargs")
         elif kind == "value":
             bad = data.draw(BAD_POSINT)
-            expect_error(lambda: ta.audit("integrated_gradients", method_kwargs={"n_steps": bad}),
+            expect_error(lambda: audit("integrated_gradients", method_kwargs={"n_steps": bad}),
                          "n_steps")
         else:
-            expect_error(lambda: ta.audit("integrated_gradients",
+            expect_error(lambda: audit("integrated_gradients",
                                           method_kwargs={"n_stepz": 4}), "n_stepz")
     elif which == "models":
         bad = data.draw(st.sampled_from(["models", 3, [(mlp(4),)], [(mlp(4), rand((2, 4), 0), 1)],
                                          {"m": mlp(4)}, [3]]))
-        expect_error(lambda: ta.audit(_cheap_attribution, models=bad), "models")
+        expect_error(lambda: audit(_cheap_attribution, models=bad), "models")
     else:
         bad = data.draw(malformed_tensor((2, 4)))
-        expect_error(lambda: ta.audit(_cheap_attribution, models={"m": (mlp(4), bad)}),
+        expect_error(lambda: audit(_cheap_attribution, models={"m": (mlp(4), bad)}),
                      "inputs")
 
 

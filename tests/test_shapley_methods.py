@@ -21,6 +21,7 @@ from captum.attr import ShapleyValueSampling
 from torch import nn
 
 import taylorattr as ta
+from taylorattr import paper_methods
 from taylorattr.baselines import ReferenceSet
 from taylorattr.methods import KernelShap, PredictionDifference, ShapleyValues
 
@@ -188,7 +189,7 @@ def test_registry_rows_and_bad_arguments():
     model = _mlp()
     x, base = _data()
     for name in ("shapley", "kernel_shap", "prediction_difference"):
-        assert name in ta.METHODS and any(s.name == name for s, _ in ta.paper_methods.variants("audit"))
+        assert name in ta.METHODS and any(s.name == name for s, _ in paper_methods.variants("audit"))
     torch.testing.assert_close(ta.METHODS["shapley"](model, x, baselines=base, target=0),
                                ShapleyValues(model).attribute(x, base, target=0), **TIGHT)
     with pytest.raises(ValueError, match="at most 16 players"):

@@ -24,7 +24,8 @@ noise instead of drawing it; ``copy_deltas=True`` returns the inner method's del
 noisy copy ``[B, n]`` (Captum's, flattened there) instead of the tunnel's ``[B]``.
 
 ``NoiseTunnel(model, inner, **inner_init)`` wraps any registered method (its registry name,
-whose pinned options apply, its class, or a method instance); the inner method's options are options of the
+whose pinned options apply, its class, or a method instance; Captum's
+``NoiseTunnel(IntegratedGradients(model))`` too); the inner method's options are options of the
 tunnel (``n_steps`` for Integrated Gradients, ...), except ``seed`` and ``stdevs``, which
 belong to the tunnel. :class:`SmoothGrad` (Saliency inside) and
 :class:`SmoothIntegratedGradients` are the registered tunnels.
@@ -45,9 +46,9 @@ none (the absolute gradient), so neither has SmoothGrad.
 """
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Mapping
-from types import MappingProxyType
 
 import torch
 
@@ -105,22 +106,19 @@ def check_nt_type(nt_type) -> str:
     return nt_type
 
 
-#: The registered methods by name (rows with ``cls``, ``fixed``, ``defaults``): the registry
-#: hands its table over with :func:`resolve_names_in` (methods never import the registry).
-_NAMED: Mapping = MappingProxyType({})
-
-
-def resolve_names_in(methods: Mapping) -> None:
-    """Resolve ``inner`` names in ``methods`` (the registry's ``METHODS``, read live)."""
-    global _NAMED
-    _NAMED = methods
+def _registered() -> Mapping:
+    """The registered methods by name (the registry's ``METHODS``, rows with ``cls``,
+    ``fixed``, ``defaults``). The registry sits above the methods (it knows them, they never
+    import it), so a name is looked up at call time in the module imported by name: filled
+    on first use, whether or not the caller has touched the registry."""
+    return importlib.import_module("taylorattr.registry").METHODS
 
 
 def _resolve_inner(inner):
     """``(class, pinned options, default options)`` of an inner method given by registry
     name or class."""
     if isinstance(inner, str):
-        METHODS = _NAMED
+        METHODS = _registered()
         if inner not in METHODS:
             raise ValueError(f"inner must be a registered method name (one of "
                              f"{sorted(METHODS)}) or an AttributionMethod class, got {inner!r}")
@@ -173,6 +171,8 @@ class NoiseTunnel(AttributionMethod):
         super().__init_subclass__(**kw)
 
     def __init__(self, model, inner=None, **inner_init) -> None:
+        if isinstance(model, AttributionMethod) and inner is None and type(self).inner is None:
+            model, inner = model.model, model  # Captum's NoiseTunnel(IntegratedGradients(net))
         super().__init__(model)
         if inner is None:
             inner = type(self).inner

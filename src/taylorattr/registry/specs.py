@@ -47,7 +47,7 @@ from .. import _validation as V
 from .._io import fingerprint
 from ..baselines import Baseline, Point, as_baseline, describe
 from ..inputs import whole_batch_view
-from ..methods import AttributionMethod, Explanation, noise_tunnel
+from ..methods import AttributionMethod, Explanation
 from ..methods import reformulations as R
 from ..runtime.progress import model_rows_bar
 
@@ -279,7 +279,6 @@ def _describe(value) -> str:
 _ROWS: dict[str, MethodSpec] = {}
 #: Registry name -> :class:`MethodSpec` (read-only view; use :func:`register`).
 METHODS: Mapping[str, MethodSpec] = MappingProxyType(_ROWS)
-noise_tunnel.resolve_names_in(METHODS)  # NoiseTunnel(model, "saliency") reads the live table
 
 
 def register(spec: MethodSpec, *, replace: bool = False) -> MethodSpec:
