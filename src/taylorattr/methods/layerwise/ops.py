@@ -8,7 +8,8 @@ kind             operations
 ===============  ========================================================================
 ``linear``       linear in its input-dependent arguments: views, permutes, slicing,
                  ``cat``/``stack``/``unbind``/``split``, padding, upsampling, sums, ``+``,
-                 ``-``, scaling by a constant, dtype copies, ``where`` with a fixed mask
+                 ``-``, scaling by a constant, dtype copies, ``where`` with a fixed mask,
+                 writes at fixed places (``index_put``, ``masked_scatter``, ``*_scatter``)
 ``weighted``     linear layers with parameters: ``convolution``, ``addmm``, ``mm``/``bmm``
                  with one input-dependent operand
 ``norm``         batch normalisation in eval mode (affine per channel)
@@ -57,7 +58,9 @@ _STRUCTURE = _packets(
     "as_strided", "unfold", "sum", "cumsum", "add", "sub", "neg", "lift_fresh_copy",
     "expand_copy", "view_copy", "permute_copy", "squeeze_copy", "unsqueeze_copy",
     "_unsafe_index", "col2im", "im2col", "where", "masked_fill", "positive", "movedim",
-    "repeat_interleave", "tile", "flatten", "unflatten", "chunk", "tensor_split")
+    "repeat_interleave", "tile", "flatten", "unflatten", "chunk", "tensor_split",
+    "channel_shuffle", "index_put", "masked_scatter", "diagonal_scatter", "upsample_bicubic2d",
+    "rsub")
 _SHAPE_ONLY = _packets("full_like", "zeros_like", "ones_like", "empty_like", "new_zeros",
                        "new_ones", "new_full", "new_empty", "sym_size", "sym_numel",
                        "sym_stride", "detach", "empty_strided", "scalar_tensor")
@@ -81,7 +84,8 @@ _KEPT = frozenset(op.overloadpacket for op in KEPT_WHOLE)
 KINDS: tuple[tuple[str, str, str], ...] = (
     ("linear", "linear operations",
      ("views, permute, slicing, cat/stack/unbind/split/chunk, pad, upsample, sum, a + b, "
-      "a - b, scaling by a constant, dtype copies, where with a fixed mask")),
+      "a - b, scaling by a constant, dtype copies, where with a fixed mask, writes at fixed "
+      "places (index_put, masked_scatter, slice/select/diagonal_scatter)")),
     ("weighted", "linear layers with parameters",
      ("convolution, addmm/mm/bmm with one input-dependent operand (Linear, Conv, "
       "F.linear, F.conv2d)")),

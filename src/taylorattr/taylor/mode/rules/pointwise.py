@@ -156,7 +156,8 @@ def _pool_with_indices(op, spatial: int):
     return pool_rule
 
 
-for _op, _spatial in ((aten.max_pool2d_with_indices, 2), (aten.max_pool3d_with_indices, 3)):
+for _op, _spatial in ((aten.max_pool2d_with_indices, 2), (aten.max_pool3d_with_indices, 3),
+                      (aten.adaptive_max_pool2d, 2), (aten.adaptive_max_pool3d, 3)):
     rule(_op, family="piecewise")(_pool_with_indices(_op, _spatial))
 
 

@@ -18,12 +18,13 @@ _LINEAR = [aten.permute, aten.transpose, aten.t, aten.expand, aten.squeeze, aten
            aten.split_with_sizes, aten.chunk, aten.reflection_pad1d, aten.reflection_pad2d,
            aten.reflection_pad3d, aten.replication_pad1d, aten.replication_pad2d,
            aten.replication_pad3d, aten.channel_shuffle, aten.as_strided, aten.lift_fresh_copy,
-           aten.contiguous, aten.movedim, aten.tile]
+           aten.contiguous, aten.movedim, aten.tile, aten._unsafe_index, aten.im2col, aten.col2im,
+           aten.repeat_interleave, aten.permute_copy]
 _ADDITIVE = [aten.cat, aten.stack, aten.where, aten.slice_scatter, aten.select_scatter,
              aten.copy, aten.index_put, aten.masked_scatter, aten.diagonal_scatter]
 
 
-@rule(aten.view, aten._unsafe_view, aten.reshape, family="shape")
+@rule(aten.view, aten._unsafe_view, aten.reshape, aten.view_copy, family="shape")
 def _reshape(x, shape):
     """Views become reshapes: the stacked coefficients need not be contiguous."""
     return joint_linear(lambda t, s: aten.reshape(t, s), (x, shape), {})
