@@ -47,8 +47,10 @@ bench: $(VENV)/.bench
 bench-gpu: $(VENV)/.dev
 	$(PY) benchmarks/bench_gpu.py $(BENCH_GPU_ARGS)
 
+# ruff, then the type checker over the public API ([tool.mypy] in pyproject.toml)
 lint: $(VENV)/.dev
 	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/mypy
 
 # The golden, determinism and resume tests against the newest versions pyproject's ranges
 # allow (a scratch venv without the lock): drift is seen before a user's plain

@@ -156,3 +156,39 @@ def test_py_typed_is_shipped():
     assert (SRC / "taylorattr" / "py.typed").is_file()
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert "py.typed" in config["tool"]["setuptools"]["package-data"]["taylorattr"]
+
+
+def _mypy(*files: str) -> tuple[str, int]:
+    """mypy with pyproject's configuration (its files, or ``files``), from the checkout."""
+    from mypy import api
+
+    args = ["--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
+            str(ROOT / ".mypy_cache"), *files]
+    out, err, status = api.run(args)
+    return out + err, status
+
+
+def test_the_type_checker_passes_over_the_public_api(monkeypatch):
+    """``make lint``'s mypy run: the top level, the registry and the user's uses in
+    tests/typing/public_api.py, clean."""
+    monkeypatch.chdir(ROOT)
+    out, status = _mypy()
+    assert status == 0 and "Success: no issues found" in out, out
+
+
+def test_the_type_checker_sees_the_public_api(tmp_path, monkeypatch):
+    """A test of the test: a misspelt top-level name, a wrong annotation of a public class
+    and a misspelt keyword are each a type error (``__getattr__`` is hidden from the
+    checker, the TYPE_CHECKING block gives it the real classes)."""
+    monkeypatch.chdir(ROOT)
+    use = tmp_path / "wrong_use.py"
+    use.write_text("import torch\nimport taylorattr as ta\n\n"
+                   "def f(model: torch.nn.Module) -> None:\n"
+                   "    ta.IntegratedGradient(model)\n"
+                   "    spec: int = ta.METHODS['saliency']\n"
+                   "    ta.taylor_terms(model, torch.zeros(1), ordr=2)\n")
+    out, status = _mypy(str(use))
+    assert status == 1, out
+    assert 'Module has no attribute "IntegratedGradient"' in out
+    assert 'has type "MethodSpec", variable has type "int"' in out
+    assert 'Unexpected keyword argument "ordr"' in out

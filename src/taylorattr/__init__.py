@@ -170,16 +170,16 @@ if TYPE_CHECKING:  # the same names, for editors and type checkers (no import at
     from .taylor.mode import UnsupportedOperation as UnsupportedOperation
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    if name in _SUBMODULES:
-        return importlib.import_module(_SUBMODULES[name])
-    if name in _MOVED:
-        raise AttributeError(f"taylorattr.{name} is part of the paper's application, not the "
-                             f"library's top level: {_MOVED[name]}")
-    raise AttributeError(f"module 'taylorattr' has no attribute {name!r}")
+if not TYPE_CHECKING:  # hidden from type checkers: a misspelt ``ta.X`` is their error
+    def __getattr__(name: str) -> Any:
+        if name in _EXPORTS:
+            return getattr(importlib.import_module(_EXPORTS[name]), name)
+        if name in _SUBMODULES:
+            return importlib.import_module(_SUBMODULES[name])
+        if name in _MOVED:
+            raise AttributeError(f"taylorattr.{name} is part of the paper's application, not the "
+                                 f"library's top level: {_MOVED[name]}")
+        raise AttributeError(f"module 'taylorattr' has no attribute {name!r}")
 
-
-def __dir__() -> list[str]:
-    return __all__
+    def __dir__() -> list[str]:
+        return __all__

@@ -86,7 +86,7 @@ class MethodSpec:
     """
 
     name: str
-    cls: type
+    cls: type[AttributionMethod]
     label: str = ""
     variants: tuple[Variant, ...] = ()
     fixed: Mapping[str, Any] = field(default_factory=dict)
@@ -168,7 +168,9 @@ class MethodSpec:
         """Build the method and attribute ``inputs``; keyword arguments are routed to the
         constructor (``init_args``) or to ``attribute``."""
         init = {k: kwargs.pop(k) for k in self.init_args if k in kwargs}
-        return self.build(model, **init).attribute(inputs, **self.attribute_kwargs(**kwargs))
+        method = self.build(model, **init)  # attribute: written on each class (issue 47)
+        return method.attribute(  # type: ignore[attr-defined, unused-ignore]
+            inputs, **self.attribute_kwargs(**kwargs))
 
 
 def _format_label(label: str, settings: Mapping) -> str:
@@ -250,7 +252,7 @@ class BoundMethod:
             return baseline if isinstance(baseline, Baseline) and baseline.kind == "distribution" \
                 else None
         point = as_baseline(baseline)
-        if point.kind != "point":
+        if not isinstance(point, Point):
             raise TypeError(f"baseline: {self.spec.name} takes a point baseline, got a "
                             f"{type(point).__name__}")
         return point.value
@@ -361,13 +363,13 @@ def _closest(name, pool) -> str:
     import difflib
 
     labels = list(dict.fromkeys(slug(b.label) for b in pool))
-    spellings = {}
+    spellings: dict[str, str] = {}
     for b in pool:
         spellings.setdefault(_spelling(b.label), slug(b.label))
         spellings.setdefault(_spelling(b.name), b.name)
     near = difflib.get_close_matches(_spelling(name), list(spellings), n=3, cutoff=0.5)
-    shown = [repr(spellings[k]) for k in near]
-    shown = " or ".join([", ".join(shown[:-1]), shown[-1]] if len(shown) > 1 else shown)
+    quoted = [repr(spellings[k]) for k in near]
+    shown = " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
     hint = f"did you mean {shown}? " if near else ""
     if len(labels) <= 20:
         return f"{hint}choose from {', '.join(labels)} (labels in any spelling)"
@@ -385,6 +387,7 @@ def _reformulation(method, baselines, kwargs):
     if method not in with_reform:
         raise ValueError(f"method must be one of {with_reform}, got {method!r}")
     spec = _ROWS[method]
+    assert spec.reformulation is not None  # with_reform holds only rows with one
     spec.reformulation.check_options(method, kwargs)
     if spec.baseline_kind == "distribution" and not isinstance(baselines, (Baseline, torch.Tensor)) \
             and baselines == 0.0:
