@@ -12,7 +12,7 @@ BENCH_ARGS ?=
 
 # make test-quick: the development loop, without the tests marked slow (subprocess runs of
 # reproduce and torchrun, model zoos); `make test` and CI run everything.
-.PHONY: reproduce test test-quick test-newest bench bench-gpu lint lock
+.PHONY: reproduce test test-quick test-newest bench bench-gpu lint lock docs
 
 $(VENV)/.paper: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,8 +49,14 @@ bench-gpu: $(VENV)/.dev
 
 # ruff, then the type checker over the public API ([tool.mypy] in pyproject.toml)
 lint: $(VENV)/.dev
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks docs
 	$(VENV)/bin/mypy
+
+# The documentation site (Sphinx: docs/conf.py) -> docs/_build/html, warnings as errors; the
+# gallery's examples run and make their figures during the build (tests/test_docs.py runs
+# them, and every code block of the site's pages, in `make test`).
+docs: $(VENV)/.dev
+	MPLBACKEND=Agg $(VENV)/bin/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 # The golden, determinism and resume tests against the newest versions pyproject's ranges
 # allow (a scratch venv without the lock): drift is seen before a user's plain

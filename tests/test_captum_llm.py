@@ -349,16 +349,16 @@ def test_gradient_front_on_any_layer_equals_captums(layer_cls):
 
 
 def test_the_readmes_llm_example_runs_and_is_complete():
-    """The README's end-to-end example: it runs, its DeepLIFT rows sum to the changes of the
-    answer tokens' log-probabilities (the model's own forwards), and the text view shows one
-    row per answer token."""
+    """The docs' end-to-end example (docs/captum.md): it runs, its DeepLIFT rows sum to the
+    changes of the answer tokens' log-probabilities (the model's own forwards), and the text
+    view shows one row per answer token."""
     from pathlib import Path
 
-    text = (Path(__file__).parent.parent / "README.md").read_text()
-    section = text.split("### Explaining a language model's answer", 1)[1]
+    text = (Path(__file__).parent.parent / "docs" / "captum.md").read_text()
+    section = text.split("## Explaining a language model's answer", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     scope: dict = {}
-    exec(compile(code, "README example", "exec"), scope)  # noqa: S102 (the README's own code)
+    exec(compile(code, "docs/captum.md example", "exec"), scope)  # noqa: S102 (the docs' own code)
     model, tokenizer, deeplift = scope["model"], scope["tokenizer"], scope["deeplift"]
     prompt = scope["prompt"]
     target = torch.tensor(tokenizer.encode("is happy", add_special_tokens=False))

@@ -522,7 +522,7 @@ def smooth(model: nn.Module, beta: float | str, inputs: torch.Tensor | None = No
             ``"auto"``: the smallest of :data:`AUTO_BETAS` whose output gap on ``inputs``
             is at most ``tolerance * |df|`` for every sample, with ``|df|`` the largest
             output change ``|f(x) - f(baselines)|`` of that sample; the result's ``beta``,
-            ``output_gap`` and ``relative_gap`` (largest gap / |df|) report the choice.
+            ``output_gap`` and ``relative_gap`` (largest gap / ``|df|``) report the choice.
         inputs: optional ``[B, ...]`` inputs on which ``output_gap`` is measured (required
             for ``beta="auto"``).
         baselines, tolerance: the baselines of ``|df|`` and the tolerance for ``"auto"``.

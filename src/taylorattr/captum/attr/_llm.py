@@ -522,6 +522,7 @@ class _TokenLogProb(nn.Module):
     def __init__(self, model: nn.Module, token: int) -> None:
         super().__init__()
         self.model, self.token = model, token
+        self.training = model.training  # the wrapper follows the model's mode (no recursion)
 
     def forward(self, e):
         logits = self.model(inputs_embeds=e).logits
@@ -538,6 +539,7 @@ class _PromptLogProb(nn.Module):
     def __init__(self, owner, inp, target: torch.Tensor, k: int) -> None:
         super().__init__()
         self.model, self.owner, self.inp, self.target, self.k = owner.model, owner, inp, target, k
+        self.training = owner.model.training  # the wrapper follows the model's mode
 
     def forward(self, z):
         ids = self.owner._model_input(self.inp.to_model_input(z))["input_ids"]
