@@ -1,10 +1,11 @@
-"""The README's table of supported operations per engine, generated from the rule tables.
+"""The documentation's table of supported operations per engine, generated from the rule
+tables.
 
 ``readme_block()`` joins the Taylor-mode rule table (:func:`taylorattr.taylor.mode.supported_ops`)
 and the layer-wise one (:func:`taylorattr.methods.layerwise.supported_operations`) into the
-Markdown that ``README.md`` holds between the markers :data:`START` and :data:`END`; a
-test compares the two, so the README cannot drift from the code. ``python -m
-taylorattr.reporting.support_tables README.md`` rewrites that block in place.
+Markdown that ``docs/operations.md`` holds between the markers :data:`START` and :data:`END`;
+a test compares the two, so the page cannot drift from the code. ``python -m
+taylorattr.reporting.support_tables docs/operations.md`` rewrites that block in place.
 """
 from __future__ import annotations
 
