@@ -25,8 +25,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-#: The site's own pages, whose ``python`` blocks run (the design notes are not listed).
-PAGES = ["index.md", "getting_started.md", "api.md", "captum.md", "command_line.md",
+#: The site's own pages, whose ``python`` blocks run (the design notes are not listed;
+#: captum.md's one block, the language-model example, runs in tests/test_captum_llm.py with
+#: its completeness checked).
+PAGES = ["index.md", "getting_started.md", "api.md", "command_line.md",
          "operations.md", "results.md", *sorted(f"methods/{p.name}"
                                                for p in (DOCS / "methods").glob("*.md"))]
 EXAMPLES = sorted(p.name for p in (DOCS / "gallery").glob("plot_*.py"))
@@ -83,6 +85,13 @@ def test_docs_page_code_blocks_run(page, figures):
         warnings.simplefilter("error")
         for i, code in enumerate(_blocks(page)):
             exec(compile(code, f"docs/{page} block {i}", "exec"), scope)  # noqa: S102
+
+
+def test_the_captum_pages_block_is_the_one_the_llm_test_runs():
+    """captum.md's only block sits in the section tests/test_captum_llm.py executes."""
+    text = (DOCS / "captum.md").read_text()
+    section = text.split("## Explaining a language model's answer", 1)[1]
+    assert _blocks("captum.md") == [section.split("```python\n", 1)[1].split("```", 1)[0]]
 
 
 def test_every_page_is_in_the_site():
