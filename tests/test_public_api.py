@@ -170,7 +170,7 @@ def _mypy(*files: str) -> tuple[str, int]:
 
 def test_the_type_checker_passes_over_the_public_api(monkeypatch):
     """``make lint``'s mypy run: the top level, the registry and the user's uses in
-    tests/typing/public_api.py, clean."""
+    tests/type_checked/public_api.py, clean."""
     monkeypatch.chdir(ROOT)
     out, status = _mypy()
     assert status == 0 and "Success: no issues found" in out, out
