@@ -61,11 +61,33 @@ html_theme_options = {"description": "Exact Taylor decompositions and attributio
                                      "for PyTorch", "fixed_sidebar": True}
 
 
-def _optional_pages(app, docname, source):
-    """Put the optional pages that exist into the index's toctree (at its marker line)."""
+def cli_reference() -> str:
+    """Every command's ``--help``, as the program prints it (80 columns), in Markdown."""
+    import contextlib
+    import io
+
+    from taylorattr.cli import main
+    from taylorattr.cli.commands import REGISTERED
+
+    os.environ["COLUMNS"] = "80"
+    parts = []
+    for name in ["", *REGISTERED]:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
+            main([name, "--help"] if name else ["--help"])
+        parts += [f"### `taylorattr {name or '--help'}`", "", "```text",
+                  out.getvalue().rstrip(), "```", ""]
+    return "\n".join(parts)
+
+
+def _generated(app, docname, source):
+    """The index's optional pages (those that exist, at its marker line) and the command
+    line page's reference (every command's help, at its marker line)."""
     if docname == "index":
         source[0] = source[0].replace("<!-- optional pages -->", "\n".join(OPTIONAL_PAGES))
+    if docname == "command_line":
+        source[0] = source[0].replace("<!-- cli reference -->", cli_reference())
 
 
 def setup(app):
-    app.connect("source-read", _optional_pages)
+    app.connect("source-read", _generated)

@@ -110,7 +110,8 @@ def test_every_page_is_in_the_site():
 
 @pytest.mark.slow
 def test_the_site_builds_with_warnings_as_errors(tmp_path):
-    """``make docs``'s build (the gallery not executed: its examples run above)."""
+    """``make docs``'s build (the gallery not executed: its examples run above), with the
+    command line page's reference generated from every command's ``--help``."""
     run = subprocess.run(
         [sys.executable, "-m", "sphinx", "-W", "--keep-going", "-q", "-E", "-b", "html",
          "-D", "plot_gallery=0", "-d", str(tmp_path / "doctrees"),
@@ -123,6 +124,10 @@ def test_the_site_builds_with_warnings_as_errors(tmp_path):
                  "methods/path", "auto_examples/index"):
         assert (html / f"{page}.html").is_file(), page
     assert "IntegratedGradients" in (html / "methods" / "path.html").read_text()
+    cli = (html / "command_line.html").read_text()  # the generated reference, every command
+    from taylorattr.cli.commands import REGISTERED
+
+    assert all(f"usage: taylorattr {name}" in cli for name in REGISTERED)
 
 
 def test_readme_is_the_short_front_page(capsys):
