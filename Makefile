@@ -1,6 +1,7 @@
 # Two set-up commands for a fresh machine: `make reproduce` and `make test`.
 # Each creates .venv when it is missing, with the versions pinned in constraints.txt
-# (`make lock` refreshes them: README, "What is bitwise, what holds within a tolerance").
+# (`make lock` refreshes them: docs/getting_started.md, "What is bitwise, what holds within
+# a tolerance").
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv

@@ -1,6 +1,7 @@
 """``python tests/regenerate_golden.py [OUT]``: rewrite tests/data/reproduce_tiny_v0.1.json
 from the tiny reproduce run (tests/_dist_reproduce.py's settings) with the installed
-packages, after ``make lock`` (README, "What is bitwise, what holds within a tolerance").
+packages, after ``make lock`` (docs/getting_started.md, "What is bitwise, what holds
+within a tolerance").
 Prints every number that moved against the file it replaces, to be said in the commit.
 Only the keys the file already holds are rewritten (rows of methods registered since 0.1
 stay out of it)."""

@@ -327,7 +327,7 @@ def test_shapley_values_against_an_enumeration_and_captum():
 
 
 def test_kernel_shap_on_an_additive_model_is_the_closed_form_as_in_captum():
-    """The draws differ (README); on a linear model every coalition sample gives the exact
+    """The draws differ (docs/captum.md); on a linear model every coalition sample gives the exact
     Shapley values (x - b) * w, which both return."""
     lin = nn.Linear(5, 2).to(DT)
     closed = (V - REFS[:1]) * lin.weight[1]

@@ -121,7 +121,7 @@ def test_neuron_conductance_equals_captums(selector, method):
 
 def test_neuron_conductance_trapezoid_is_captums_times_the_rules_weight():
     """Captum's riemann_trapezoid weights sum to (n-1)/n; the rule's own (native IG's,
-    README) sum to 1: the two differ by exactly n/(n-1)."""
+    docs/captum.md) sum to 1: the two differ by exactly n/(n-1)."""
     m, x, n = _mlp(), torch.randn(4, 5, dtype=DT), 25
     ours = T.NeuronConductance(m, m[1]).attribute(x, 2, target=0, n_steps=n)
     theirs = C.NeuronConductance(m, m[1]).attribute(x, 2, target=0, n_steps=n)

@@ -66,8 +66,8 @@ OWN = ["--model", "mypkg.nets:small_cnn", "--weights", "w.pt", "--budget", "none
 
 
 def test_pt2_program_runs_at_the_size_it_was_exported_for(user, capsys):
-    """The README's .pt2 command, no --input-size: the program's 64x64 is read from it; a
-    contradicting --input-size is one line naming --input-size and 64."""
+    """The .pt2 command of docs/command_line.md, no --input-size: the program's 64x64 is
+    read from it; a contradicting --input-size is one line naming --input-size and 64."""
     torch.manual_seed(3)
     net = small_cnn().eval()
     batch = torch.export.Dim("batch", min=1, max=1024)

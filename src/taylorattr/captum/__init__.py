@@ -8,6 +8,6 @@ mirrors ``captum.metrics``: Captum's class names, constructor and ``attribute`` 
 defaults, return structures and delta shapes. This package only maps arguments and draws
 random numbers the way Captum draws them (from the global torch and NumPy generators);
 every attribution comes from a method of :mod:`taylorattr.methods`. Where taylorattr's own
-convention differs on purpose (README, "Coming from Captum"), these classes follow Captum
+convention differs on purpose (docs/captum.md, "Coming from Captum"), these classes follow Captum
 and the native classes keep theirs.
 """

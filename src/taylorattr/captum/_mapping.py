@@ -41,7 +41,7 @@ __all__ = [
 
 
 def not_offered(what: str, why: str) -> NotImplementedError:
-    """The error for a Captum option taylorattr does not offer (README table)."""
+    """The error for a Captum option taylorattr does not offer (docs/captum.md's table)."""
     return NotImplementedError(f"{what} is not offered by taylorattr.captum: {why}")
 
 

@@ -49,4 +49,4 @@ def update_readme(path: str | Path) -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover - a maintenance command
-    update_readme(sys.argv[1] if len(sys.argv) > 1 else "README.md")
+    update_readme(sys.argv[1] if len(sys.argv) > 1 else "docs/operations.md")

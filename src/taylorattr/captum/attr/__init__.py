@@ -3,7 +3,7 @@ IntegratedGradients`` in place of ``from captum.attr import IntegratedGradients`
 
 Every class takes Captum's constructor and ``attribute`` arguments, with Captum's defaults,
 return structures and delta shapes; the numbers come from :mod:`taylorattr.methods`.
-Options taylorattr does not offer raise ``NotImplementedError`` naming them (README,
+Options taylorattr does not offer raise ``NotImplementedError`` naming them (docs/captum.md,
 "Coming from Captum").
 """
 from __future__ import annotations

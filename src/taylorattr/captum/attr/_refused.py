@@ -1,5 +1,5 @@
 """Captum names taylorattr does not offer: each class refuses at construction with
-``NotImplementedError``, the reason and the nearest taylorattr alternative (README,
+``NotImplementedError``, the reason and the nearest taylorattr alternative (docs/captum.md,
 "Coming from Captum")."""
 from __future__ import annotations
 
