@@ -34,17 +34,7 @@ import torch
 from .._validation import check_bool, check_inputs, check_model
 from ..inputs import check_layer
 from ..runtime.cost import Cost
-from ._call import (
-    CONSTRUCTED,
-    Attributed,
-    Baselines,
-    Call,
-    Inputs,
-    Target,
-    Traits,
-    document,
-    given,
-)
+from ._call import CONSTRUCTED, Attributed, Call, Traits, document
 from ._pipeline import (
     Explanation,
     Several,
@@ -60,12 +50,13 @@ __all__ = ["Attributed", "AttributionMethod", "Call", "Explanation", "ImplicitBa
 
 
 @functools.cache
-def _own_options(cls, _attribute) -> tuple[tuple[str, inspect.Parameter], ...]:
-    """The keyword-only parameters of ``cls``'s ``_attribute`` (also the cache key) but ``show_progress``; one taking ``**kwargs`` (a wrapper of its parent's) adds
-    its parent's. Read once per class and function (``inspect.signature`` costs 45 us)."""
+def _own_options(attributes: tuple) -> tuple[tuple[str, inspect.Parameter], ...]:
+    """The keyword-only parameters of a method's ``_attribute`` (``attributes``: those its
+    classes define, most derived first) but ``show_progress``; one taking ``**kwargs`` (a
+    wrapper of its parent's) adds its parent's. Read once (``inspect.signature``: 45 us)."""
     own: dict[str, inspect.Parameter] = {}
-    for klass in (k for k in cls.__mro__ if "_attribute" in k.__dict__):
-        params = inspect.signature(klass.__dict__["_attribute"]).parameters.values()
+    for attribute in attributes:
+        params = inspect.signature(attribute).parameters.values()
         for p in params:
             if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "show_progress":
                 own.setdefault(p.name, p)
@@ -146,10 +137,10 @@ class AttributionMethod:
                      doc="The user's model.")
 
     def _check_plan(self) -> None:
-        """Layer-wise methods: trace at construction (refusals come early), except for models
-        explained through a layer or taking several inputs: those are traced at each call."""
+        """Layer-wise methods: trace at construction (refusals come early), unless a layer or
+        several inputs make each call trace."""
         if self._layer is None and single_input(self, self.model):
-            self._get_plan()
+            self._get_plan()  # type: ignore[attr-defined]  # (the layer-wise methods')
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({type(self.model).__name__})"
@@ -157,17 +148,18 @@ class AttributionMethod:
     @classmethod
     def options(cls) -> dict[str, inspect.Parameter]:
         """The method's own options: keyword-only parameters of ``_attribute``."""
-        return dict(_own_options(cls, cls._attribute))
+        return dict(_own_options(tuple(k.__dict__["_attribute"] for k in cls.__mro__
+                                       if "_attribute" in k.__dict__)))
 
-    def attribute(self, inputs: Inputs, baselines: Baselines = 0.0, target: Target = None, *,
-                  return_convergence_delta: bool = False, show_progress: bool = False,
-                  strict: bool = False, additional_forward_args: Any = None,
-                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
-                  layer_baselines: Any = None, layer_delta: str = "layer",
-                  **options: Any) -> Any:
-        """Attributions shaped like ``inputs`` (a method of one's own: its options in
-        ``options``; every registered method writes its own signature)."""
-        return self.explain(**given(locals())).result()
+    def attribute(self, *args: Any, **kwargs: Any) -> Any:
+        """A method of one's own: ``attribute(inputs, [baselines=0.0,] target=None, *, <its
+        options>, <the shared arguments>)`` (every registered method writes its own)."""
+        kind = self.traits.baseline_kind
+        names = ("inputs", "target") if kind == "none" else ("inputs", "baselines", "target")
+        if len(args) > len(names):
+            raise TypeError(f"{type(self).__name__}.attribute takes {', '.join(names)} by position")
+        return self.explain(**{"baselines": 0.0 if kind == "point" else None,
+                               **dict(zip(names, args)), **kwargs}).result()
 
     def explain(self, inputs, baselines=None, target=None, *,
                 return_convergence_delta: bool = False, show_progress: bool = False,
@@ -218,7 +210,8 @@ class AttributionMethod:
         """For a method with a layer of its own (Grad-CAM's ``conv_layer``, conductance's
         ``conductance_layer``): ``layer=`` (``attribute_to_layer_input``), here or at
         construction, names that layer (``key``; ``input_key`` its input instead)."""
-        return own_layer(options, *self._layer_of(layer, to_input), key, input_key)
+        layer, to_input = self._layer_of(layer, to_input)
+        return own_layer(options, layer, to_input, key, input_key)
 
     def cost(self, inputs: torch.Tensor, baselines=None, target=None, *,
              return_convergence_delta: bool = False, **options) -> Cost:
@@ -246,7 +239,7 @@ class AttributionMethod:
         raise NotImplementedError(f"{type(self).__name__} does not count its rows yet "
                                   "(no _cost); its cost is unknown before running it")
 
-    def _attribute(self, call, x, baselines, target, fx, *, show_progress=False) -> Attributed:
+    def _attribute(self, *args: Any, **kwargs: Any) -> Attributed:
         raise NotImplementedError  # the method's arithmetic (class docstring)
 
 
@@ -254,12 +247,3 @@ class ImplicitBaselineMethod(AttributionMethod):
     """A method with a fixed reference (the zero input): ``attribute`` takes no baselines."""
 
     traits = Traits(baseline_kind="none")
-
-    def attribute(self, inputs: Inputs, target: Target = None, *,  # type: ignore[override]
-                  return_convergence_delta: bool = False, show_progress: bool = False,
-                  strict: bool = False, additional_forward_args: Any = None,
-                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
-                  layer_baselines: Any = None, layer_delta: str = "layer",
-                  **options: Any) -> Any:
-        """Attributions shaped like ``inputs`` (as :meth:`AttributionMethod.attribute`)."""
-        return self.explain(**given(locals())).result()

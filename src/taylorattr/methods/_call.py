@@ -148,16 +148,16 @@ class Call:
     holds the per-sample tensors a structured call shows the model sample by sample.
     """
 
-    model: object
+    model: Any
     layout: Layout
     x: torch.Tensor
-    baselines: object
+    baselines: Any
     target: torch.Tensor | None
     fx: torch.Tensor
     options: Mapping
     inputs: tuple = ()
     additional_forward_args: tuple = ()
-    layer: object = None
+    layer: Any = None
     attribute_to_layer_input: bool = False
     context: tuple = ()
     want_delta: bool = False

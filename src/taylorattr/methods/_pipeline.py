@@ -14,14 +14,20 @@ The method takes part only through its ``_attribute`` (which returns an
 Checks that depend only on the model and the shapes of a call (the model's signature, a
 layer's place in the model) are cached on the method, keyed by what they depend on, so a
 small call pays them once (:func:`_once`).
+
+Why one module: the steps of a call are one sequence (the forward that decides the
+conventions, the rows, the check that reads what ``_attribute`` returned, the delta);
+splitting them would scatter that order and the values passed between them.
 """
 from __future__ import annotations
 
 import inspect
+import typing
 import warnings
 from contextlib import nullcontext
 from dataclasses import dataclass
 from types import MappingProxyType
+from typing import Any
 
 import torch
 
@@ -66,8 +72,8 @@ class Explanation:
     references; ``"layer"`` (``layer=`` with ``layer_delta="layer"``) ``sum(a) - (f(x) -
     f(x | layer at its reference value, every other path at x))``."""
 
-    attributions: torch.Tensor
-    references: torch.Tensor | None
+    attributions: Any  # a tensor, or a tuple of them (the inputs' structure)
+    references: Any
     output: torch.Tensor
     target: torch.Tensor | None
     delta: torch.Tensor | None = None
@@ -75,7 +81,7 @@ class Explanation:
     #: standard errors of sampled attributions (ShapleyValues), shaped like them; else None
     standard_error: object = None
 
-    def result(self):
+    def result(self) -> Any:
         """``attributions``, or ``(attributions, delta)`` when the delta was asked for."""
         return self.attributions if self.delta is None else (self.attributions, self.delta)
 
@@ -86,7 +92,7 @@ class Several:
 
     explanations: tuple
 
-    def result(self):
+    def result(self) -> list:
         """One result per layer, in order (Captum's list for a list of layers)."""
         return [e.result() for e in self.explanations]
 
@@ -154,7 +160,9 @@ def prepare(method, inputs, baselines=None, target=None, *, options=None,
     if layer is None and layer_baselines is not None:
         raise ValueError("layer_baselines applies only with layer=")
     model = method.model if model is None else model
-    if layer is not None:
+    if layer is None:
+        check_layer(model, None, attribute_to_layer_input)
+    else:  # the layer's place in the model: once per model, layer and side
         _once(method, ("layer", model, layer, attribute_to_layer_input),
               lambda: check_layer(model, layer, attribute_to_layer_input))
     flags = {"options": MappingProxyType(dict(options or {})), "want_delta": want_delta,
@@ -429,7 +437,8 @@ def check(method, call: Call, rows, result: Attributed):
     f_ref = result.reference_outputs if method.traits.checked else None
     if f_ref is None or result.total is not None:
         if f_ref is not None:  # the players' values are complete, not the features'
-            got, bad, tol = selfcheck.misses(result.total.detach()[:, None], fx.detach(),
+            total = typing.cast(torch.Tensor, result.total)
+            got, bad, tol = selfcheck.misses(total.detach()[:, None], fx.detach(),
                                              f_ref.detach())
             if bool(bad.any()):
                 selfcheck.report(type(method).__name__, got, fx, f_ref.detach(), bad, tol,
@@ -451,8 +460,8 @@ def self_check(method, call, x, base, t, fx, result: Attributed, options):
     reported (a warning naming its error), never skipped silently. A widened pass (its own
     ``pass_output``) is checked at its float32 values and rounded to ``x``'s dtype after."""
     traits = method.traits
-    attr, f_ref, casts, rtol = result.attributions, result.reference_outputs.detach(), \
-        result.casts, traits.complete_within
+    attr, casts, rtol = result.attributions, result.casts, traits.complete_within
+    f_ref = typing.cast(torch.Tensor, result.reference_outputs).detach()
     widened = result.pass_output is not None
     if widened:
         fx = result.pass_output

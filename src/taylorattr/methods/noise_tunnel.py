@@ -434,7 +434,7 @@ class SmoothGrad(NoiseTunnel):
     name = "smoothgrad"
     inner = Saliency
 
-    @overload
+    @overload  # type: ignore[override]  # its inner method's options only: narrower
     def attribute(self, inputs: Inputs, target: Target = ..., *, nt_type: str = ...,
                   nt_samples: int = ..., stdevs: float = ..., seed: int = ...,
                   nt_samples_batch_size: int | None = ..., noise: Any = ...,
@@ -478,7 +478,7 @@ class SmoothIntegratedGradients(NoiseTunnel):
     name = "smoothgrad_ig"
     inner = IntegratedGradients
 
-    @overload
+    @overload  # type: ignore[override]  # its inner method's options only: narrower
     def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
                   nt_type: str = ..., nt_samples: int = ..., stdevs: float = ...,
                   seed: int = ..., nt_samples_batch_size: int | None = ..., noise: Any = ...,
