@@ -234,3 +234,24 @@ def test_checks_of_a_model_are_cached_and_not_reused_for_another():
     finally:
         _pipeline.check_layer = check
     torch.testing.assert_close(a1, a2, rtol=0, atol=0)
+
+
+def test_a_flag_a_method_of_ones_own_sets_as_before_is_folded_into_its_traits():
+    """``complete = True`` on a user's class (as the README's method writes it) becomes its
+    traits: the pipeline reads it (``strict=True`` is taken, as for complete methods)."""
+
+    class Own(AttributionMethod):
+        complete = True
+        baseline_kind = "none"
+
+        def _attribute(self, call, x, baselines, target, fx, *, show_progress=False):
+            return torch.zeros_like(x), None
+
+    assert Own.traits.complete is True and Own.traits.baseline_kind == "none"
+    assert Own.complete is True and isinstance(Own.__dict__["complete"], type(
+        AttributionMethod.__dict__["complete"]))
+    model = nn.Sequential(nn.Linear(3, 2)).to(DT).eval()
+    a = Own(model).attribute(torch.ones(2, 3, dtype=DT), 0, strict=True)  # (inputs, target)
+    assert a.shape == (2, 3)
+    with pytest.raises(ValueError, match="strict applies"):
+        M.Saliency(model).attribute(torch.ones(2, 3, dtype=DT), 0, strict=True)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import replace
 from typing import Any
 
 import torch
@@ -34,7 +33,7 @@ import torch
 from .._validation import check_bool, check_inputs, check_model
 from ..inputs import check_layer
 from ..runtime.cost import Cost
-from ._call import CONSTRUCTED, Attributed, Call, Traits, document
+from ._call import CONSTRUCTED, Attributed, Call, Trait, Traits, settle
 from ._pipeline import (
     Explanation,
     Several,
@@ -77,20 +76,6 @@ def own_layer(options: dict, layer, to_input, key: str, input_key: str) -> dict:
     return options
 
 
-class _Trait:
-    """One field of the class's :class:`~taylorattr.methods._call.Traits`, read by its name
-    (on the class or an instance); set on an instance, it replaces the instance's traits."""
-
-    def __set_name__(self, owner, name: str) -> None:
-        self.name = name
-
-    def __get__(self, obj, owner=None) -> Any:
-        return getattr((owner if obj is None else obj).traits, self.name)
-
-    def __set__(self, obj, value) -> None:
-        obj.traits = replace(obj.traits, **{self.name: value})
-
-
 class AttributionMethod:
     """Base class: holds the model; a method adds its ``_attribute``, its ``traits`` and its
     written ``attribute``::
@@ -111,18 +96,18 @@ class AttributionMethod:
     name: str = ""
     #: What the method declares about its arithmetic (:class:`~._call.Traits`).
     traits: Traits = Traits()
-    baseline_kind = _Trait()
-    gradient_at_inputs = _Trait()
-    batch_options = _Trait()
-    perturbation = _Trait()
-    open_options = _Trait()
-    complete = _Trait()
-    complete_within = _Trait()
-    incomplete_cause = _Trait()
+    baseline_kind = Trait()
+    gradient_at_inputs = Trait()
+    batch_options = Trait()
+    perturbation = Trait()
+    open_options = Trait()
+    complete = Trait()
+    complete_within = Trait()
+    incomplete_cause = Trait()
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
-        document(cls)
+        settle(cls)
 
     def __init__(self, model, *, layer=None, attribute_to_layer_input: bool = False) -> None:
         """``layer`` / ``attribute_to_layer_input``: the default of every ``attribute`` call

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import torch
@@ -27,7 +27,7 @@ import torch
 from ..inputs import Layout
 
 __all__ = ["CONSTRUCTED", "SHARED", "SHARED_DOC", "SHARED_NAMES", "Attributed", "Attributions",
-           "Baselines", "Call", "Inputs", "Target", "Traits", "document", "given"]
+           "Baselines", "Call", "Inputs", "Target", "Trait", "Traits", "given", "settle"]
 
 #: ``inputs``: one batch-first tensor ``[B, ...]`` or a tuple of them.
 Inputs = torch.Tensor | tuple[torch.Tensor, ...]
@@ -96,6 +96,21 @@ class Traits:
     def checked(self) -> bool:
         """Whether every call checks completeness (``complete`` or ``complete_within``)."""
         return self.complete or bool(self.complete_within)
+
+
+class Trait:
+    """One field of a method's :class:`Traits`, read by its name (on the class or an
+    instance: ``method.baseline_kind``); set on an instance, it replaces the instance's
+    traits (a tunnel takes its inner method's baseline kind)."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None) -> Any:
+        return getattr((owner if obj is None else obj).traits, self.name)
+
+    def __set__(self, obj, value) -> None:
+        obj.traits = replace(obj.traits, **{self.name: value})
 
 
 @dataclass(frozen=True)
@@ -230,9 +245,19 @@ def given(names: dict) -> dict:
     return kw
 
 
-def document(cls) -> None:
-    """The docstring of the ``attribute`` ``cls`` writes, completed with its options'
-    (its ``_attribute``'s docstring) and the shared arguments' (:data:`SHARED_DOC`)."""
+def settle(cls) -> None:
+    """A method class made whole: a trait set as a plain class attribute (``complete =
+    True``, as a method of one's own may say it) folded into its :class:`Traits` value, and
+    the docstring of the ``attribute`` it writes completed with its options' (its
+    ``_attribute``'s docstring) and the shared arguments' (:data:`SHARED_DOC`)."""
+    names = [f.name for f in fields(Traits)]
+    plain = {k: cls.__dict__[k] for k in names
+             if k in cls.__dict__ and not isinstance(cls.__dict__[k], Trait)}
+    if plain:
+        cls.traits = replace(cls.traits, **plain)
+        for k in plain:
+            setattr(cls, k, Trait())
+            cls.__dict__[k].__set_name__(cls, k)
     written = cls.__dict__.get("attribute")
     if written is not None and written.__doc__ and SHARED_DOC not in written.__doc__:
         own = inspect.cleandoc(cls._attribute.__doc__ or "")
