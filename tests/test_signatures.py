@@ -107,6 +107,8 @@ def test_the_call_has_no_side_channel_and_results_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         done.attributions = torch.ones(1, 2)
     assert Attributed.of((torch.zeros(1, 2), None)).references is None  # a user's plain pair
+    with pytest.raises(TypeError, match="_attribute must return"):
+        Attributed.of(torch.zeros(2, 2))  # not read row by row as a pair
 
 
 def test_the_base_class_is_short_and_no_class_overrides_a_pipeline_step():

@@ -145,7 +145,12 @@ class Attributed:
     def of(cls, value) -> Attributed:
         """``value`` itself, or a plain ``(attributions, references)`` pair (a user's method
         that reports nothing else)."""
-        return value if isinstance(value, cls) else cls(*value)
+        if isinstance(value, cls):
+            return value
+        if not (isinstance(value, tuple) and len(value) == 2):
+            raise TypeError(f"_attribute must return an Attributed or a pair (attributions, "
+                            f"references), got {type(value).__name__}")
+        return cls(*value)
 
 
 @dataclass(frozen=True)
