@@ -209,6 +209,8 @@ def test_a_recomputation_that_raises_is_reported_not_skipped():
     messages = [str(w.message) for w in caught]
     assert any("recomputing sample 0 at batch 2" in m and "OutOfMemoryError" in m and
                "simulated" in m for m in messages), messages
+    # it points at the caller's line
+    assert any(w.filename == __file__ for w in caught if "recomputing" in str(w.message))
     torch.testing.assert_close(a, 1.5 * M.DeepLift(model).attribute(x[:1], 0.0, target=1),
                                rtol=0, atol=0)
 

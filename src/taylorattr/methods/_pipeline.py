@@ -486,7 +486,8 @@ def self_check(method, call, x, base, t, fx, result: Attributed, options):
                 warnings.warn(f"{type(method).__name__}: recomputing sample {i} at batch 2 "
                               f"for its completeness check failed ({type(exc).__name__}: "
                               f"{exc}); the check's result below stands unrepaired",
-                              selfcheck.CompletenessWarning, stacklevel=4)
+                              selfcheck.CompletenessWarning,
+                              stacklevel=6)  # self_check, check, run, explain, attribute
                 continue
             r2 = again.reference_outputs
             if r2 is None or again.total is not None:
