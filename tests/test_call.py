@@ -264,9 +264,15 @@ def test_an_unknown_option_is_refused_naming_it_and_the_method(cls):
         method = cls(model)
     except (TypeError, ValueError):  # a method needing a convolution or a layer
         method = object.__new__(cls)
+    # the written def refuses it (Python's message names the class whose def it is)
+    owner = next(c for c in cls.__mro__ if "attribute" in c.__dict__)
+    with pytest.raises(TypeError, match=rf"{owner.__name__}\.attribute\(\) got an unexpected "
+                                        r"keyword argument 'n_stepz'"):
+        method.attribute(_x(), n_stepz=3)
+    # a driver calling explain by its options is refused naming the method
     with pytest.raises(TypeError, match=rf"{cls.__name__}\.attribute got unexpected keyword "
                                         r"argument\(s\) 'n_stepz'"):
-        method.attribute(_x(), n_stepz=3)
+        method.explain(_x(), n_stepz=3)
 
 
 def test_a_tunnel_around_a_method_given_at_construction_takes_its_options():

@@ -29,13 +29,13 @@ def _batch_norm_identity_gradient(batch: int):
 
 def test_batch_norm_backward_with_a_transposed_gradient_is_wrong_at_batch_1():
     # the LeViT case (timm levit_128s: ConvNorm, then x.flatten(2).transpose(1, 2)): the
-    # completeness check recomputes a failing sample at batch 2 (methods/_base.py,
-    # AttributionMethod._self_check), where torch's result is right
+    # completeness check recomputes a failing sample at batch 2 (methods/_pipeline.py,
+    # self_check), where torch's result is right
     grad, expected = _batch_norm_identity_gradient(2)
     torch.testing.assert_close(grad, expected, rtol=0, atol=1e-15)  # batch 2: right
     grad, expected = _batch_norm_identity_gradient(1)
     assert (grad - expected).abs().max() > 0.5, FIXED.format(
-        "the batch-2 recomputation in AttributionMethod._self_check exists for it; "
+        "the batch-2 recomputation in methods/_pipeline.py: self_check exists for it; "
         "keep the completeness check itself")
 
 

@@ -27,6 +27,7 @@ __all__ = [
     "draw",
     "flat_target",
     "model_output",
+    "read_output",
     "resolve_target",
     "run_model",
     "select_output",
@@ -213,8 +214,8 @@ def resolve_target(target, output: torch.Tensor, name: str = "target") -> torch.
         target = int(target)
         if not 0 <= target < n_classes:
             raise ValueError(f"{name} must lie in [0, {n_classes}), got {target}")
-        t = torch.full((batch,), target, dtype=torch.long, device=output.device)
-    elif isinstance(target, torch.Tensor):
+        return torch.full((batch,), target, dtype=torch.long, device=output.device)
+    if isinstance(target, torch.Tensor):
         if target.dtype.is_floating_point or target.dtype == torch.bool or target.is_complex():
             raise TypeError(f"{name} must be an integer tensor, got dtype {target.dtype}")
         if target.dim() == 0 or target.shape == (1,):
@@ -340,3 +341,25 @@ def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
     for float16 and bfloat16 (8 and 11 significant bits: a sum of ``n`` terms would lose
     ``log2 n`` of them; bfloat16's eps is 2^-7 = 7.8e-3), else ``dtype`` itself."""
     return torch.float32 if dtype in _HALF else dtype
+
+
+def read_output(out, target, inputs: torch.Tensor, discrete: bool = False):
+    """The model's output at ``inputs`` read by Captum's conventions, decided from its
+    shape: ``(view, flat, target, fx)``. An output beyond ``[B, C]`` is seen flattened to
+    ``[B, d_1 * ... * d_k]`` (``flat``) and a tuple target (or one per sample) as its column
+    (:func:`flat_target`); integer outputs of integer inputs (``discrete``) are carried as
+    float64. ``view`` is then checked (:func:`check_output`), the target resolved
+    (:func:`resolve_target`) and ``fx`` is the explained output ``[B]``."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"model must return a torch.Tensor, got {type(out).__name__}")
+    flat = out.dim() > 2
+    if flat or tuple_target(target):
+        target = flat_target(target, out)
+    view = out
+    if (discrete or flat) and not (out.is_floating_point() or out.is_complex()):
+        view = out.double()  # integer outputs of integer inputs: exact in float64
+    if flat:
+        view = view.flatten(1)
+    check_output(view, inputs, "model")
+    t = resolve_target(target, view)
+    return view, flat, t, select_output(view, t)

@@ -1,30 +1,43 @@
-"""One ``attribute`` call as one frozen value, and the signatures of the methods' ``attribute``.
+"""The values of one ``attribute`` call: the call normalised once (:class:`Call`), what a
+method's ``_attribute`` returns (:class:`Attributed`), what a method declares about its
+arithmetic (:class:`Traits`), and the arguments every ``attribute`` shares.
 
-:meth:`AttributionMethod.prepare <taylorattr.methods.AttributionMethod.prepare>` normalises
-a call once into a :class:`Call`: the inputs checked, the model run once on them, Captum's
-conventions (integer inputs, outputs beyond ``[B, C]``, whole-batch outputs) decided from
-the inputs' dtypes and the output's shape, the target resolved, the baselines put in the
-attributed tensor's layout, and the model wrapped into the one-tensor view the method's
-arithmetic runs on. :meth:`~taylorattr.methods.AttributionMethod.run` computes the
-:class:`~taylorattr.methods.Explanation` of a call. Nothing of a call is kept on the
+:func:`taylorattr.methods._pipeline.prepare` normalises a call once into a :class:`Call`:
+the inputs checked, the model run once on them, Captum's conventions (integer inputs,
+outputs beyond ``[B, C]``, whole-batch outputs) decided from the inputs' dtypes and the
+output's shape, the target resolved, the baselines put in the attributed tensor's layout,
+and the model wrapped into the one-tensor view the method's arithmetic runs on.
+:func:`~taylorattr.methods._pipeline.run` computes the
+:class:`~taylorattr.methods.Explanation` of a call from the :class:`Attributed` values its
+``_attribute`` returns. Every value here is frozen and nothing of a call is kept on the
 method object, so one method object serves several threads at once.
 
-The signature of every method's ``attribute`` is built here from its own options (the
-keyword-only parameters of its ``_attribute``) and the arguments every method shares,
-documented once (:data:`SHARED_DOC`).
+Every method writes its ``attribute`` out (its own options, then the shared arguments
+documented once in :data:`SHARED_DOC`); its body is ``self.explain(**given(locals()))``.
 """
 from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 
 from ..inputs import Layout
 
-__all__ = ["CONSTRUCTED", "SHARED", "SHARED_DOC", "SHARED_NAMES", "Call", "attribute_for",
-           "signature_of"]
+__all__ = ["CONSTRUCTED", "SHARED", "SHARED_DOC", "SHARED_NAMES", "Attributed", "Attributions",
+           "Baselines", "Call", "Inputs", "Target", "Trait", "Traits", "given", "settle"]
+
+#: ``inputs``: one batch-first tensor ``[B, ...]`` or a tuple of them.
+Inputs = torch.Tensor | tuple[torch.Tensor, ...]
+#: ``baselines``: a scalar, a tensor, a tuple of them or a :mod:`taylorattr.baselines` value.
+Baselines = Any
+#: ``target``: None, an int, a ``[B]`` integer tensor, a list of ints, or tuples of them.
+Target = None | int | torch.Tensor | list | tuple
+#: What ``attribute`` returns: attributions in the inputs' structure (a list for a list of
+#: layers).
+Attributions = torch.Tensor | tuple[torch.Tensor, ...] | list
 
 
 class _Constructed:
@@ -35,7 +48,109 @@ class _Constructed:
 
 
 #: ``layer`` / ``attribute_to_layer_input`` not given: the constructor's value applies.
-CONSTRUCTED = _Constructed()
+CONSTRUCTED: Any = _Constructed()
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a method declares about its arithmetic, read by the pipeline
+    (:mod:`taylorattr.methods._pipeline`); a class states its own as ``traits =
+    replace(Parent.traits, ...)``.
+
+    ``baseline_kind``: ``"point"`` (a scalar or tensor: one reference per sample),
+    ``"distribution"`` (a reference set or noise: :mod:`taylorattr.baselines`) or ``"none"``
+    (an implicit zero reference; ``attribute`` takes no ``baselines``).
+    ``gradient_at_inputs``: ``_attribute`` uses the gradient of ``f`` at the inputs; the
+    pipeline then keeps the graph of its one forward (``x`` requires grad, ``fx`` has the
+    graph), so the method spends one backward pass and no second forward.
+    ``batch_options``: options holding one entry per sample (leading dimension ``B``), cut
+    to the sample when a method runs sample by sample.
+    ``perturbation``: the method only evaluates the model on copies of the inputs with
+    features replaced; it then also takes integer and bool inputs and models whose output
+    is one value (or a few) for the whole batch, Captum's aggregate mode
+    (:mod:`taylorattr.methods._conventions`).
+    ``open_options``: ``attribute`` takes options its signature cannot name (a NoiseTunnel
+    around a method given at construction takes that method's options).
+    ``complete``: the attributions are complete by construction, ``sum_i a_i = f(x) -
+    mean_k f(x~_k)``: every call checks it (:mod:`taylorattr.runtime.completeness`) from the
+    explained outputs at the references that ``_attribute`` returns
+    (:attr:`Attributed.reference_outputs`, read from its own passes), recomputes a failing
+    sample at batch 2 (point baselines) and warns, or raises with ``strict=True``.
+    ``complete_within``: a method complete only up to a discretisation it controls
+    (Integrated Gradients' quadrature) states its scale ``r``: its check accepts ``max(tol,
+    r * max(|df|, sum_i |a_i|))``, without the batch-2 recomputation; 0: none.
+    ``incomplete_cause``: the likely cause a failed completeness check names.
+    """
+
+    baseline_kind: str = "point"
+    gradient_at_inputs: bool = False
+    batch_options: tuple[str, ...] = ("draws", "feature_mask")
+    perturbation: bool = False
+    open_options: bool = False
+    complete: bool = False
+    complete_within: float = 0.0
+    incomplete_cause: str = ("a rule that is not exact on one of the model's operations, "
+                             "or a wrong gradient from torch's autograd; please report it")
+
+    @property
+    def checked(self) -> bool:
+        """Whether every call checks completeness (``complete`` or ``complete_within``)."""
+        return self.complete or bool(self.complete_within)
+
+
+class Trait:
+    """One field of a method's :class:`Traits`, read by its name (on the class or an
+    instance: ``method.baseline_kind``); set on an instance, it replaces the instance's
+    traits (a tunnel takes its inner method's baseline kind)."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None) -> Any:
+        return getattr((owner if obj is None else obj).traits, self.name)
+
+    def __set__(self, obj, value) -> None:
+        obj.traits = replace(obj.traits, **{self.name: value})
+
+
+@dataclass(frozen=True)
+class Attributed:
+    """What ``_attribute`` computed for its rows, and what the pipeline reads after it.
+
+    ``attributions`` shaped like ``x``; ``references`` ``[B, n, ...]``, the points the
+    attributions explain the change against (None: ``f(x)`` itself, epsilon-LRP).
+    ``reference_outputs``: ``mean_k f(x~_k)`` per sample ``[B]``, read from passes the
+    method ran anyway: a complete method's check and delta use it (no second forward of the
+    references). ``total``: what is complete when it is not the sum of the attributions
+    (the players' values, when a group's value is given to each of its features), ``[B]``.
+    ``casts``: the casts below the inputs' dtype in the graph the method ran
+    (:func:`taylorattr.runtime.completeness.downcasts`): the check is then held to the
+    lowest dtype's tolerance and names them. ``pass_output``: the explained output ``f(x)``
+    of the method's own widened pass (half-precision inputs run in float32): the check
+    reads it, and the attributions and the delta are rounded to the inputs' dtype after.
+    ``standard_errors``: of sampled attributions, shaped like them. ``layer_shapes``: the
+    attributions join a layer's several tensors of these shapes (split in the result).
+    """
+
+    attributions: torch.Tensor
+    references: torch.Tensor | None = None
+    reference_outputs: torch.Tensor | None = None
+    total: torch.Tensor | None = None
+    casts: tuple = ()
+    pass_output: torch.Tensor | None = None
+    standard_errors: torch.Tensor | None = None
+    layer_shapes: tuple | None = None
+
+    @classmethod
+    def of(cls, value) -> Attributed:
+        """``value`` itself, or a plain ``(attributions, references)`` pair (a user's method
+        that reports nothing else)."""
+        if isinstance(value, cls):
+            return value
+        if not (isinstance(value, tuple) and len(value) == 2):
+            raise TypeError(f"_attribute must return an Attributed or a pair (attributions, "
+                            f"references), got {type(value).__name__}")
+        return cls(*value)
 
 
 @dataclass(frozen=True)
@@ -51,20 +166,18 @@ class Call:
     the resolved ``[B]`` classes (None: ``[B]`` outputs) and ``fx`` the explained output
     ``[B]`` (with its graph when the method reuses the forward's gradient). ``context``
     holds the per-sample tensors a structured call shows the model sample by sample.
-    ``notes`` is the call's own record of what its passes report (the explained outputs
-    at the references, standard errors): created with the call, never shared.
     """
 
-    model: object
+    model: Any
     layout: Layout
     x: torch.Tensor
-    baselines: object
+    baselines: Any
     target: torch.Tensor | None
     fx: torch.Tensor
     options: Mapping
     inputs: tuple = ()
     additional_forward_args: tuple = ()
-    layer: object = None
+    layer: Any = None
     attribute_to_layer_input: bool = False
     context: tuple = ()
     want_delta: bool = False
@@ -78,31 +191,6 @@ class Call:
     cast: tuple | None = None
     #: Captum's aggregate mode (:mod:`._conventions`): the whole-batch reading, else None.
     aggregate: object = None
-    notes: dict = field(default_factory=dict, compare=False, repr=False)
-
-    def report(self, values: torch.Tensor | None, total: torch.Tensor | None = None,
-               casts: tuple = ()) -> None:
-        """Called by a complete method's ``_attribute``: ``mean_k f(x~_k)`` per sample
-        ``[B]``, read from passes it ran anyway; the base class checks completeness with it
-        and computes the convergence delta from it (no second forward of the references).
-        ``total``: what is complete when it is not the sum of the attributions (the player
-        values, when a group's value is given to each of its features), ``[B]``.
-        ``casts``: the casts below the inputs' dtype in the graph the method ran
-        (:func:`taylorattr.runtime.completeness.downcasts`): kept for the call's check,
-        which then holds the call to the lowest dtype's tolerance and names them."""
-        if values is not None:
-            self.notes["reference_outputs"] = (
-                values.detach(), None if total is None else total.detach())
-        if casts:
-            self.notes["casts"] = tuple(casts)
-
-    def casts(self) -> tuple:
-        """The casts :meth:`report` was given during this call (none: ``()``)."""
-        return self.notes.get("casts", ())
-
-    def reported(self):
-        """What the last ``_attribute`` reported (:meth:`report`), taken off the record."""
-        return self.notes.pop("reference_outputs", None)
 
     def with_model(self, model) -> Call:
         """The same call seen through ``model`` (the layer's view during the call)."""
@@ -143,9 +231,6 @@ Shared arguments (every method; see :class:`taylorattr.methods.AttributionMethod
         (Captum's ``Layer*``) ``f(x) - f(x~)``, the whole model at the input baselines.
 """
 
-_KW = inspect.Parameter.KEYWORD_ONLY
-_POS = inspect.Parameter.POSITIONAL_OR_KEYWORD
-
 #: The shared keyword-only arguments, in signature order, with their defaults.
 SHARED = (("return_convergence_delta", False), ("show_progress", False), ("strict", False),
           ("additional_forward_args", None), ("layer", CONSTRUCTED),
@@ -156,59 +241,29 @@ SHARED = (("return_convergence_delta", False), ("show_progress", False), ("stric
 SHARED_NAMES = frozenset(k for k, _ in SHARED)
 
 
-def signature_of(cls) -> inspect.Signature:
-    """``attribute``'s signature for ``cls``: ``inputs``, ``baselines`` (unless the
-    reference is implicit), ``target``, the class's own options, the shared arguments."""
-    params = [inspect.Parameter("self", _POS), inspect.Parameter("inputs", _POS)]
-    if cls.baseline_kind != "none":
-        default = cls.__dict__.get("baselines_default",
-                                   0.0 if cls.baseline_kind == "point" else None)
-        params.append(inspect.Parameter("baselines", _POS, default=default))
-    params.append(inspect.Parameter("target", _POS, default=None))
-    own = cls.options()
-    params += [p.replace(kind=_KW) for p in own.values() if p.kind is _KW]
-    params += [inspect.Parameter(k, _KW, default=v) for k, v in SHARED if k not in own]
-    if cls.open_options:  # a tunnel's inner method, given at construction: its options
-        params.append(inspect.Parameter("inner_options", inspect.Parameter.VAR_KEYWORD))
-    return inspect.Signature(params)
+def given(names: dict) -> dict:
+    """The keyword arguments of :meth:`~taylorattr.methods.AttributionMethod.explain` from
+    a written ``attribute``'s ``locals()``: ``self`` dropped, open options (``**options``:
+    a tunnel's inner method's, a method of one's own) spread."""
+    kw = {k: v for k, v in names.items() if k != "self" and k != "options"}
+    kw.update(names.get("options") or {})
+    return kw
 
 
-def attribute_for(cls):
-    """The ``attribute`` of ``cls``: binds the call to :func:`signature_of` (an unknown
-    keyword is refused naming it and the method) and returns
-    ``self.explain(...).result()``."""
-    sig = signature_of(cls)
-    names = [p.name for p in sig.parameters.values()
-             if p.kind in (_KW, _POS) and p.name != "self"]
-    var = next((p.name for p in sig.parameters.values()
-                if p.kind is inspect.Parameter.VAR_KEYWORD), None)
-    implicit = cls.baseline_kind == "none"
-
-    def attribute(self, *args, **kwargs):
-        if var is None:
-            unknown = sorted(set(kwargs) - set(names))
-            if unknown:
-                own = ", ".join(k for k in type(self).options()) or "none"
-                raise TypeError(f"{type(self).__name__}.attribute got unexpected keyword "
-                                f"argument(s) {', '.join(map(repr, unknown))} (its options: "
-                                f"{own}; shared: {', '.join(k for k, _ in SHARED)})")
-        bound = sig.bind(self, *args, **kwargs)
-        bound.apply_defaults()
-        given = dict(bound.arguments)
-        given.pop("self")
-        if var is not None:  # a tunnel's inner options
-            given.update(given.pop(var, None) or {})
-        inputs, target = given.pop("inputs"), given.pop("target")
-        baselines = None if implicit else given.pop("baselines")
-        ex = self.explain(inputs, baselines, target, **given)
-        self._keep(ex)
-        return ex.result()
-
-    attribute.__signature__ = sig
-    attribute.__qualname__ = f"{cls.__qualname__}.attribute"
-    attribute.__name__ = "attribute"
-    attribute.__module__ = cls.__module__
-    own_doc = inspect.cleandoc(cls._attribute.__doc__ or "")
-    attribute.__doc__ = (f"Attributions shaped like ``inputs`` ({cls.__name__}).\n\n"
-                         f"{own_doc}\n{SHARED_DOC}")
-    return attribute
+def settle(cls) -> None:
+    """A method class made whole: a trait set as a plain class attribute (``complete =
+    True``, as a method of one's own may say it) folded into its :class:`Traits` value, and
+    the docstring of the ``attribute`` it writes completed with its options' (its
+    ``_attribute``'s docstring) and the shared arguments' (:data:`SHARED_DOC`)."""
+    names = [f.name for f in fields(Traits)]
+    plain = {k: cls.__dict__[k] for k in names
+             if k in cls.__dict__ and not isinstance(cls.__dict__[k], Trait)}
+    if plain:
+        cls.traits = replace(cls.traits, **plain)
+        for k in plain:
+            setattr(cls, k, Trait())
+            cls.__dict__[k].__set_name__(cls, k)
+    written = cls.__dict__.get("attribute")
+    if written is not None and written.__doc__ and SHARED_DOC not in written.__doc__:
+        own = inspect.cleandoc(cls._attribute.__doc__ or "")
+        written.__doc__ = f"{inspect.cleandoc(written.__doc__)}\n\n{own}\n{SHARED_DOC}"

@@ -189,7 +189,7 @@ def run_aggregate(method, call):
     per_output = []
     for o in range(k):
         t = None if k == 1 else torch.full((1,), o, dtype=torch.long, device=inner.fx.device)
-        ex = method.run(replace(inner, target=t, fx=values[o:o + 1], notes={}))
+        ex = method.run(replace(inner, target=t, fx=values[o:o + 1]))
         per_output.append(ex.attributions if agg.is_tuple else (ex.attributions,))
     result = tuple(torch.stack([a[i][0, 0].reshape(s) for a in per_output]).to(agg.dtype)
                    for i, s in enumerate(shapes))

@@ -27,11 +27,15 @@ returned rounded to the input dtype.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any, Literal, overload
+
 import torch
 
 from .._validation import broadcast_baselines, check_bool, check_inputs
 from ..runtime.completeness import downcasts
-from ._base import AttributionMethod
+from ._base import Attributed, AttributionMethod
+from ._call import CONSTRUCTED, Attributions, Baselines, Inputs, Target, given
 from .layerwise import DEEPLIFT_RESCALE, LayerRecord, LayerwiseMethod, get_plan, propagate
 
 __all__ = ["DeepLift"]
@@ -55,10 +59,10 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
     """
 
     name = "deeplift"
-    complete = True
-    incomplete_cause = ("an operation whose rule is not exact to rounding here (please "
-                        "report the model), or a wrong gradient from torch's reverse mode "
-                        "(seen at batch 1 on timm levit_128s: tests/test_upstream_bugs.py)")
+    traits = replace(AttributionMethod.traits, complete=True, incomplete_cause=(
+        "an operation whose rule is not exact to rounding here (please "
+        "report the model), or a wrong gradient from torch's reverse mode "
+        "(seen at batch 1 on timm levit_128s: tests/test_upstream_bugs.py)"))
 
     _rules = DEEPLIFT_RESCALE
 
@@ -66,35 +70,52 @@ class DeepLift(LayerwiseMethod, AttributionMethod):
         super().__init__(model, layer=layer, attribute_to_layer_input=attribute_to_layer_input)
         self._check_plan()
 
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  multiply_by_inputs: bool = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  multiply_by_inputs: bool = ..., return_convergence_delta: Literal[True],
+                  show_progress: bool = ..., strict: bool = ...,
+                  additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, baselines: Baselines = 0.0, target: Target = None, *,
+                  multiply_by_inputs: bool = True, return_convergence_delta: bool = False,
+                  show_progress: bool = False, strict: bool = False,
+                  additional_forward_args: Any = None, layer: Any = CONSTRUCTED,
+                  attribute_to_layer_input: Any = CONSTRUCTED, layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """DeepLift: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
+
     def _attribute(self, call, x, b, t, fx, *, multiply_by_inputs: bool = True, show_progress=False):
         """``multiply_by_inputs=False``: the multipliers ``m`` themselves (Captum's option;
         DeepLIFT's "hypothetical contributions" start from them), not ``(x - x~) * m``.
-        Half-precision ``x``: the float32 attributions, rounded by :meth:`_self_check`
-        after the check (the module docstring's precision note)."""
+        Half-precision ``x``: the float32 attributions, rounded after the pipeline's
+        completeness check (the module docstring's precision note)."""
         check_bool(multiply_by_inputs, "multiply_by_inputs")
         plan = get_plan(call.model, self._rules, x)
         prop = propagate(call.model, plan, self._rules, x, b, t, False, upcast=True)
         g = prop.gradient  # float32 for half x (the pass widened), else x's dtype
         if not multiply_by_inputs:
-            return g.to(x.dtype), b.unsqueeze(1)
-        # complete: checked by the base class (f(x~) from this pass, at the precision of the
-        # plan's graph: its casts below x's dtype; none below float32 in a widened pass)
+            return Attributed(g.to(x.dtype), b.unsqueeze(1))
+        # complete: checked by the pipeline (f(x~) from this pass, at the precision of the
+        # plan's graph: its casts below x's dtype; none below float32 in a widened pass,
+        # whose check reads f32(x), the pass's own float32 forward, and rounds after it)
         widened = g.dtype != x.dtype
-        call.report(prop.ref_output, casts=() if widened else downcasts(plan.core, x.dtype))
-        if widened:  # the check's f(x): the pass's own float32 forward (_self_check)
-            call.notes["pass_output"] = prop.output
-        return (x.to(g.dtype) - b.to(g.dtype)) * g, b.unsqueeze(1)
-
-    def _self_check(self, call, x, base, t, fx, attr, f_ref, options):
-        """The base class's check; for half-precision ``x`` at the float32 values of the
-        pass (``f32(x)`` for ``fx``, float32 attributions and tolerance), the attributions
-        and the delta then rounded once to ``x``'s dtype (module docstring)."""
-        if attr.dtype == x.dtype:  # not widened: no pass output was left
-            return super()._self_check(call, x, base, t, fx, attr, f_ref, options)
-        pass_fx = call.notes.pop("pass_output")
-        attr, delta = super()._self_check(call, x, base, t, pass_fx, attr, f_ref, options)
-        call.notes.pop("pass_output", None)  # left by a batch-2 recomputation
-        return attr.to(x.dtype), delta.to(x.dtype)
+        return Attributed((x.to(g.dtype) - b.to(g.dtype)) * g, b.unsqueeze(1),
+                          reference_outputs=prop.ref_output,
+                          casts=() if widened else downcasts(plan.core, x.dtype),
+                          pass_output=prop.output if widened else None)
 
     def _cost(self, x, options):
         """One pass through the plan (:meth:`_propagate_cost`): ``B`` baseline rows forward,

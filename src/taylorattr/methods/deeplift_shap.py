@@ -27,10 +27,15 @@ each), in chunks of ``internal_batch_size`` rows.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any, Literal, overload
+
 import torch
 
 from .._validation import accumulation_dtype, check_positive_int
 from ..baselines import ReferenceSet
+from ._base import Attributed
+from ._call import CONSTRUCTED, Attributions, Baselines, Inputs, Target, given
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 from .deeplift import DeepLift
 from .expected_gradients import _distribution, _reference_rows, draw
@@ -46,7 +51,38 @@ class DeepLiftShap(DeepLift):
 
     name = "deeplift_shap"
 
-    baseline_kind = "distribution"
+    traits = replace(DeepLift.traits, baseline_kind="distribution")
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  n_samples: int = ..., noise_std: Any = ..., seed: int = ...,
+                  internal_batch_size: int | None = ..., multiply_by_inputs: bool = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  n_samples: int = ..., noise_std: Any = ..., seed: int = ...,
+                  internal_batch_size: int | None = ..., multiply_by_inputs: bool = ...,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, baselines: Baselines = None, target: Target = None, *,
+                  n_samples: int = 50, noise_std: Any = None, seed: int = 0,
+                  internal_batch_size: int | None = None, multiply_by_inputs: bool = True,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """DeepLiftShap: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
 
     def _attribute(self, call, x, baselines, t, fx, *, n_samples: int = 50, noise_std=None,
                    seed: int = 0, internal_batch_size: int | None = None,
@@ -74,29 +110,28 @@ class DeepLiftShap(DeepLift):
         total = torch.zeros(x.shape, dtype=acc, device=x.device)
         f_ref = torch.zeros(batch, dtype=acc, device=x.device)
         f_x = torch.zeros(batch, dtype=acc, device=x.device)  # the passes' f32(x), half x
+        casts = ()
         for s0, s1, k0, k1 in grid_blocks(batch, n, chunk, show_progress, "deeplift shap"):
             # rows (sample s, reference k), sample-major as in Captum
             ref = refs[s0:s1] if refs.shape[0] > 1 else refs
             ref = ref[:, k0:k1].expand((s1 - s0, k1 - k0) + feat)
             rows = x[s0:s1, None].expand_as(ref).reshape((-1,) + feat)
             tr = None if t is None else t[s0:s1].repeat_interleave(k1 - k0)
-            attr, _ = DeepLift._attribute(self, call, rows, ref.reshape((-1,) + feat), tr, None,
-                                          multiply_by_inputs=multiply_by_inputs)
-            total[s0:s1] += attr.to(acc).view(ref.shape).sum(1)
-            reported = call.reported()
-            if reported is not None:  # DeepLIFT's f(x~) of these rows
-                f_ref[s0:s1] += reported[0].to(acc).view(s1 - s0, k1 - k0).sum(1)
-            pass_fx = call.notes.pop("pass_output", None)
-            if pass_fx is not None:
-                f_x[s0:s1] += pass_fx.view(s1 - s0, k1 - k0).sum(1)
+            one = DeepLift._attribute(self, call, rows, ref.reshape((-1,) + feat), tr, None,
+                                      multiply_by_inputs=multiply_by_inputs)
+            total[s0:s1] += one.attributions.to(acc).view(ref.shape).sum(1)
+            if one.reference_outputs is not None:  # DeepLIFT's f(x~) of these rows
+                f_ref[s0:s1] += one.reference_outputs.detach().to(acc).view(
+                    s1 - s0, k1 - k0).sum(1)
+            if one.pass_output is not None:
+                f_x[s0:s1] += one.pass_output.view(s1 - s0, k1 - k0).sum(1)
+            casts = one.casts or casts  # of DeepLIFT's plan: the check names them
         if not multiply_by_inputs:
-            return (total / n).to(x.dtype), refs.expand((batch, n) + feat)
-        # complete towards the mean of the references: checked by the base class (for
-        # half x at the float32 values, DeepLift._self_check, which rounds the result)
-        call.report(f_ref / n)
-        if acc != x.dtype:
-            call.notes["pass_output"] = f_x / n
-        return total / n, refs.expand((batch, n) + feat)
+            return Attributed((total / n).to(x.dtype), refs.expand((batch, n) + feat))
+        # complete towards the mean of the references: checked by the pipeline (for half x
+        # at the passes' float32 values, then rounded)
+        return Attributed(total / n, refs.expand((batch, n) + feat), reference_outputs=f_ref / n,
+                          casts=casts, pass_output=f_x / n if acc != x.dtype else None)
 
     def _cost(self, x, options):
         """DeepLIFT's pass (:meth:`DeepLift._cost`) on the ``B * N`` (sample, reference)

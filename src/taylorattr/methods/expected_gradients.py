@@ -18,7 +18,8 @@ in the inputs' dtype).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any, Literal, overload
 
 import torch
 
@@ -32,7 +33,8 @@ from .._validation import (
 )
 from .._validation import check_seed as _check_seed
 from ..baselines import Baseline, Noise, ReferenceSet
-from ._base import AttributionMethod
+from ._base import Attributed, AttributionMethod
+from ._call import CONSTRUCTED, Attributions, Baselines, Inputs, Target, given
 from ._passes import (
     check_optional_positive_int,
     default_chunk_rows,
@@ -131,12 +133,45 @@ class ExpectedGradients(AttributionMethod):
 
     name = "expected_gradients"
 
-    baseline_kind = "distribution"
+    traits = replace(AttributionMethod.traits, baseline_kind="distribution")
 
     @staticmethod
     def draw(inputs, baselines=None, n_samples=50, noise_std=None, seed=0) -> EGDraws:
         """Same as :func:`taylorattr.methods.expected_gradients.draw`."""
         return draw(inputs, baselines, n_samples, noise_std, seed)
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  n_samples: int = ..., noise_std: Any = ..., seed: int = ...,
+                  draws: EGDraws | None = ..., internal_batch_size: int | None = ...,
+                  multiply_by_inputs: bool = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  n_samples: int = ..., noise_std: Any = ..., seed: int = ...,
+                  draws: EGDraws | None = ..., internal_batch_size: int | None = ...,
+                  multiply_by_inputs: bool = ..., return_convergence_delta: Literal[True],
+                  show_progress: bool = ..., strict: bool = ...,
+                  additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, baselines: Baselines = None, target: Target = None, *,
+                  n_samples: int = 50, noise_std: Any = None, seed: int = 0,
+                  draws: EGDraws | None = None, internal_batch_size: int | None = None,
+                  multiply_by_inputs: bool = True, return_convergence_delta: bool = False,
+                  show_progress: bool = False, strict: bool = False,
+                  additional_forward_args: Any = None, layer: Any = CONSTRUCTED,
+                  attribute_to_layer_input: Any = CONSTRUCTED, layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """ExpectedGradients: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
 
     def _attribute(self, call, x, baselines, t, fx, *, n_samples: int = 50, noise_std=None,
                    seed: int = 0, draws: EGDraws | None = None,
@@ -185,7 +220,7 @@ class ExpectedGradients(AttributionMethod):
             grad, _ = target_gradient(call.model, rows.reshape((-1,) + feat), tr)
             grad = grad.reshape(diff.shape)
             total[s0:s1] += (grad * diff if multiply_by_inputs else grad).to(total.dtype).sum(1)
-        return (total / n).to(x.dtype), xb
+        return Attributed((total / n).to(x.dtype), xb)
 
     def _cost(self, x, options):
         """One gradient row per (sample, draw); the draws are the references."""

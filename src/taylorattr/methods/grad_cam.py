@@ -26,6 +26,7 @@ expansion of ``f`` in the input; with ReLU gating there is no reformulation eith
 from __future__ import annotations
 
 import warnings
+from typing import Any, Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -33,8 +34,8 @@ from torch import nn
 
 from .._validation import check_bool, run_model, select_output
 from ..inputs import as_tuple, check_additional_args, check_batch
-from ._base import Explanation, ImplicitBaselineMethod
-from ._call import CONSTRUCTED, SHARED_NAMES
+from ._base import Attributed, Explanation, ImplicitBaselineMethod
+from ._call import CONSTRUCTED, SHARED_NAMES, Attributions, Inputs, Target, given
 from ._passes import gradient_pass_cost
 from .layerwise import UnsupportedModelError
 
@@ -151,8 +152,8 @@ class GradCAM(ImplicitBaselineMethod):
                 raise ValueError("Grad-CAM upsamples its map to the spatial size of one input; "
                                  "for tuple inputs pass upsample=False (the map at the layer's "
                                  "resolution) and upsample it to each input yourself")
-            return super().explain(inputs, baselines, target, layer=None,
-                                   attribute_to_layer_input=False, model=model, **kw, **own)
+            return self.run(self.prepare(inputs, baselines, target, options=own, model=model,
+                                         **kw))
         if check_bool(kw.get("return_convergence_delta", False), "return_convergence_delta"):
             raise ValueError("return_convergence_delta: the layer-resolution Grad-CAM map "
                              "(upsample=False) is not shaped like the inputs; no delta")
@@ -188,6 +189,37 @@ class GradCAM(ImplicitBaselineMethod):
                             f"{', '.join(map(repr, unknown))}")
         return find_layer(self._model, opts.get("conv_layer")), relu
 
+    @overload
+    def attribute(self, inputs: Inputs, target: Target = ..., *, conv_layer: Any = ...,
+                  relu_attributions: bool = ..., interpolate_mode: str = ...,
+                  upsample: bool = ..., conv_layer_input: bool = ..., sum_channels: bool = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, target: Target = ..., *, conv_layer: Any = ...,
+                  relu_attributions: bool = ..., interpolate_mode: str = ...,
+                  upsample: bool = ..., conv_layer_input: bool = ..., sum_channels: bool = ...,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, target: Target = None, *, conv_layer: Any = None,
+                  relu_attributions: bool = False, interpolate_mode: str = "nearest",
+                  upsample: bool = True, conv_layer_input: bool = False,
+                  sum_channels: bool = True, return_convergence_delta: bool = False,
+                  show_progress: bool = False, strict: bool = False,
+                  additional_forward_args: Any = None, layer: Any = CONSTRUCTED,
+                  attribute_to_layer_input: Any = CONSTRUCTED, layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """GradCAM: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
+
     def _attribute(self, call, x, baselines, target, fx, *, conv_layer=None, relu_attributions: bool = False,
                    interpolate_mode: str = "nearest", upsample: bool = True,
                    conv_layer_input: bool = False, sum_channels: bool = True,
@@ -220,7 +252,7 @@ class GradCAM(ImplicitBaselineMethod):
             raise ValueError("sum_channels=False gives per-channel maps; use it with "
                              "upsample=False")
         m = F.interpolate(m, tuple(x.shape[2:]), mode=interpolate_mode)
-        return m.expand_as(x).contiguous(), torch.zeros_like(x).unsqueeze(1)
+        return Attributed(m.expand_as(x).contiguous(), torch.zeros_like(x).unsqueeze(1))
 
     def _cost(self, x, options):
         """One forward of the batch with its graph, swept back from the explained output to

@@ -7,10 +7,14 @@ Taylor view (docs/design.md, Thm 1): the first-order term ``T^a_i`` of the expan
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any, Literal, overload
+
 import torch
 
 from ..runtime.cost import Cost
-from ._base import ImplicitBaselineMethod
+from ._base import Attributed, ImplicitBaselineMethod
+from ._call import CONSTRUCTED, Attributions, Inputs, Target, given
 from ._passes import input_gradient
 
 __all__ = ["GradientInput"]
@@ -24,12 +28,37 @@ class GradientInput(ImplicitBaselineMethod):
     """
 
     name = "gradient_input"
-    gradient_at_inputs = True
+    traits = replace(ImplicitBaselineMethod.traits, gradient_at_inputs=True)
+
+    @overload
+    def attribute(self, inputs: Inputs, target: Target = ..., *,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, target: Target = ..., *,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, target: Target = None, *,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """GradientInput: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
 
     def _attribute(self, call, x, baselines, target, fx, *, show_progress=False):
         grad = input_gradient(call.model, x, target, fx)
         x = x.detach()
-        return x * grad, torch.zeros_like(x).unsqueeze(1)
+        return Attributed(x * grad, torch.zeros_like(x).unsqueeze(1))
 
     def _cost(self, x, options):
         """One backward pass through the base class's forward of the batch (kept with its

@@ -25,14 +25,16 @@ Cost: ``n_samples * B`` forward+backward rows, in chunks of ``internal_batch_siz
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any, Literal, overload
 
 import torch
 
 from .. import _validation as V
 from .._validation import check_inputs, check_positive_int
 from .._validation import check_seed as _check_seed
-from ._base import AttributionMethod
+from ._base import Attributed, AttributionMethod
+from ._call import CONSTRUCTED, Attributions, Baselines, Inputs, Target, given
 from ._passes import check_optional_positive_int, gradient_pass_cost
 from .expected_gradients import EGDraws, ExpectedGradients
 from .expected_gradients import draw as eg_draw
@@ -106,9 +108,43 @@ class GradientShap(AttributionMethod):
 
     name = "gradient_shap"
 
-    baseline_kind = "distribution"
+    traits = replace(AttributionMethod.traits, baseline_kind="distribution")
 
     draw = staticmethod(draw)
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  n_samples: int = ..., stdevs: float = ..., noise_std: Any = ...,
+                  seed: int = ..., draws: GSDraws | None = ...,
+                  internal_batch_size: int | None = ..., multiply_by_inputs: bool = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  n_samples: int = ..., stdevs: float = ..., noise_std: Any = ...,
+                  seed: int = ..., draws: GSDraws | None = ...,
+                  internal_batch_size: int | None = ..., multiply_by_inputs: bool = ...,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, baselines: Baselines = None, target: Target = None, *,
+                  n_samples: int = 50, stdevs: float = 0.0, noise_std: Any = None,
+                  seed: int = 0, draws: GSDraws | None = None,
+                  internal_batch_size: int | None = None, multiply_by_inputs: bool = True,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """GradientShap: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
 
     def _attribute(self, call, x, baselines, t, fx, *, n_samples: int = 50, stdevs: float = 0.0,
                    noise_std=None, seed: int = 0, draws: GSDraws | None = None,
@@ -130,12 +166,12 @@ class GradientShap(AttributionMethod):
         noisy, refs, alphas = noisy_rows(x, draws)
         tr = None if t is None else t.repeat_interleave(n)
         # each row is a one-draw Expected Gradients estimate at its noisy input
-        rows_attr, _ = ExpectedGradients(call.model)._attribute(
+        rows_attr = ExpectedGradients(call.model)._attribute(
             call, noisy, None, tr, None, draws=EGDraws(refs.unsqueeze(1), alphas),
             internal_batch_size=chunk, multiply_by_inputs=multiply_by_inputs,
-            show_progress=show_progress)
+            show_progress=show_progress).attributions
         attr = rows_attr.view(draws.baselines.shape).mean(1)
-        return attr, draws.baselines.to(x.device, x.dtype)
+        return Attributed(attr, draws.baselines.to(x.device, x.dtype))
 
     def _cost(self, x, options):
         """One gradient row per (sample, draw) at its noisy input; the draws are the

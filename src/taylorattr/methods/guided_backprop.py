@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from typing import Any, Literal, overload
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .. import _fx
-from ._base import ImplicitBaselineMethod
+from ._base import Attributed, ImplicitBaselineMethod
+from ._call import CONSTRUCTED, Attributions, Inputs, Target, given
 from ._passes import gradient_pass_cost, target_gradient
 
 __all__ = ["GuidedBackprop", "functional_relus"]
@@ -103,6 +105,31 @@ class GuidedBackprop(ImplicitBaselineMethod):
     #: the ReLU's replacement in the backward pass (Deconvolution: its own rule)
     relu_function = None
 
+    @overload
+    def attribute(self, inputs: Inputs, target: Target = ..., *,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, target: Target = ..., *,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, target: Target = None, *,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """GuidedBackprop: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
+
     def _attribute(self, call, x, baselines, target, fx, *, show_progress: bool = False):
         relus = [m for m in call.model.modules() if isinstance(m, nn.ReLU)]
         function = self.relu_function or _GuidedReLU
@@ -128,7 +155,7 @@ class GuidedBackprop(ImplicitBaselineMethod):
         finally:
             for h in hooks:
                 h.remove()
-        return grad, torch.zeros_like(x).unsqueeze(1)
+        return Attributed(grad, torch.zeros_like(x).unsqueeze(1))
 
     def _cost(self, x, options):
         """One forward and one (gated) backward row per sample; the zero input is the one

@@ -15,13 +15,14 @@ Taylor view: none (neither factor has one).
 from __future__ import annotations
 
 import warnings
+from typing import Any, Literal, overload
 
 import torch
 import torch.nn.functional as F
 
 from ..inputs import as_tuple
-from ._base import Explanation, ImplicitBaselineMethod
-from ._call import SHARED_NAMES
+from ._base import Attributed, Explanation, ImplicitBaselineMethod
+from ._call import CONSTRUCTED, SHARED_NAMES, Attributions, Inputs, Target, given
 from ._passes import gradient_pass_cost
 from .grad_cam import GradCAM
 from .guided_backprop import GuidedBackprop
@@ -44,10 +45,16 @@ class GuidedGradCam(ImplicitBaselineMethod):
         """One tensor without extra arguments: the base class's call; else per input
         (module docstring)."""
         extra = kw.get("additional_forward_args")
-        if isinstance(inputs, torch.Tensor) and extra is None:
-            return super().explain(inputs, baselines, target, model=model, **kw)
         own = {k: kw.pop(k) for k in tuple(kw) if k not in SHARED_NAMES}
         self._check_options(own)
+        if isinstance(inputs, torch.Tensor) and extra is None:
+            layer, to_input = self._layer_of(kw.pop("layer", CONSTRUCTED),
+                                             kw.pop("attribute_to_layer_input", CONSTRUCTED))
+            if isinstance(layer, (list, tuple)):  # one call per layer
+                return super().explain(inputs, baselines, target, model=model, layer=layer,
+                                       attribute_to_layer_input=to_input, **kw, **own)
+            return self.run(self.prepare(inputs, baselines, target, options=own, model=model,
+                                         layer=layer, attribute_to_layer_input=to_input, **kw))
         if kw.get("return_convergence_delta", False):
             raise ValueError("return_convergence_delta: Guided Grad-CAM has no delta")
         mode = own.pop("interpolate_mode", "nearest")
@@ -81,6 +88,36 @@ class GuidedGradCam(ImplicitBaselineMethod):
         return Explanation(tuple(out) if is_tuple else out[0], None, guided.output,
                            guided.target, None)
 
+    @overload
+    def attribute(self, inputs: Inputs, target: Target = ..., *, conv_layer: Any = ...,
+                  interpolate_mode: str = ..., conv_layer_input: bool = ...,
+                  unmatched: str = ..., return_convergence_delta: Literal[False] = ...,
+                  show_progress: bool = ..., strict: bool = ...,
+                  additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, target: Target = ..., *, conv_layer: Any = ...,
+                  interpolate_mode: str = ..., conv_layer_input: bool = ...,
+                  unmatched: str = ..., return_convergence_delta: Literal[True],
+                  show_progress: bool = ..., strict: bool = ...,
+                  additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, target: Target = None, *, conv_layer: Any = None,
+                  interpolate_mode: str = "nearest", conv_layer_input: bool = False,
+                  unmatched: str = "raise", return_convergence_delta: bool = False,
+                  show_progress: bool = False, strict: bool = False,
+                  additional_forward_args: Any = None, layer: Any = CONSTRUCTED,
+                  attribute_to_layer_input: Any = CONSTRUCTED, layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """GuidedGradCam: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
+
     def _attribute(self, call, x, baselines, target, fx, *, conv_layer=None,
                    interpolate_mode: str = "nearest", conv_layer_input: bool = False,
                    unmatched: str = "raise", show_progress: bool = False):
@@ -89,12 +126,12 @@ class GuidedGradCam(ImplicitBaselineMethod):
         inputs: what an input without the map's spatial axes gets; module docstring)."""
         if unmatched not in ("raise", "empty"):
             raise ValueError(f"unmatched must be 'raise' or 'empty', got {unmatched!r}")
-        guided, refs = self._guided._attribute(call, x, None, target, fx)
-        cam, _ = self._cam._attribute(call, x, None, target, fx, conv_layer=conv_layer,
-                                      relu_attributions=True,
-                                      interpolate_mode=interpolate_mode,
-                                      conv_layer_input=conv_layer_input)
-        return guided * cam, refs
+        guided = self._guided._attribute(call, x, None, target, fx)
+        cam = self._cam._attribute(call, x, None, target, fx, conv_layer=conv_layer,
+                                   relu_attributions=True,
+                                   interpolate_mode=interpolate_mode,
+                                   conv_layer_input=conv_layer_input).attributions
+        return Attributed(guided.attributions * cam, guided.references)
 
     def _cost(self, x, options):
         """Two gradient passes of the batch (Guided Backprop, Grad-CAM); the zero input."""

@@ -42,12 +42,16 @@ returned in the inputs' dtype.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any, Literal, overload
+
 import numpy as np
 import torch
 
 from .._validation import accumulation_dtype, check_bool, check_positive_int
 from ..runtime.cost import Cost
-from ._base import AttributionMethod
+from ._base import Attributed, AttributionMethod
+from ._call import CONSTRUCTED, Attributions, Baselines, Inputs, Target, given
 from ._passes import (
     check_optional_positive_int,
     default_chunk_rows,
@@ -101,11 +105,42 @@ class IntegratedGradients(AttributionMethod):
     """
 
     name = "integrated_gradients"
-    complete_within = QUADRATURE_RTOL
-    incomplete_cause = ("too few n_steps for this path: the quadrature misses the integral "
-                        "of the path derivative, which jumps where a ReLU, max-pool or "
-                        "other kink switches along the path; raise n_steps (or smooth the "
-                        "model, ta.smooth)")
+    traits = replace(AttributionMethod.traits, complete_within=QUADRATURE_RTOL, incomplete_cause=(
+        "too few n_steps for this path: the quadrature misses the integral "
+        "of the path derivative, which jumps where a ReLU, max-pool or "
+        "other kink switches along the path; raise n_steps (or smooth the "
+        "model, ta.smooth)"))
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  n_steps: int = ..., method: str = ..., internal_batch_size: int | None = ...,
+                  multiply_by_inputs: bool = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  n_steps: int = ..., method: str = ..., internal_batch_size: int | None = ...,
+                  multiply_by_inputs: bool = ..., return_convergence_delta: Literal[True],
+                  show_progress: bool = ..., strict: bool = ...,
+                  additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, baselines: Baselines = 0.0, target: Target = None, *,
+                  n_steps: int = 50, method: str = "gausslegendre",
+                  internal_batch_size: int | None = None, multiply_by_inputs: bool = True,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """IntegratedGradients: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
 
     def _attribute(self, call, x, base, t, fx, *, n_steps: int = 50, method: str = "gausslegendre",
                    internal_batch_size: int | None = None, multiply_by_inputs: bool = True,
@@ -144,10 +179,10 @@ class IntegratedGradients(AttributionMethod):
             total[s0:s1] += torch.einsum("k,kbf->bf", weights[k0:k1], grad.to(acc)).view_as(
                 total[s0:s1])
         if not multiply_by_inputs:  # the path-averaged gradient: no share of f(x) - f(x~)
-            return total.to(x.dtype), base.unsqueeze(1)
+            return Attributed(total.to(x.dtype), base.unsqueeze(1))
         # the self-check's f(x~) (and the delta's): B forward rows unless step 0 had it
-        call.report(f_ref if own_start else self._explained(call, base, t, int(chunk)))
-        return (diff.to(acc) * total).to(x.dtype), base.unsqueeze(1)
+        return Attributed((diff.to(acc) * total).to(x.dtype), base.unsqueeze(1), reference_outputs=(
+            f_ref if own_start else self._explained(call, base, t, int(chunk))))
 
     def _cost(self, x, options):
         """``n_steps`` gradient rows per sample and, for the self-check, one forward row

@@ -48,12 +48,15 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any, Literal, overload
 
 import torch
 
 from .._validation import check_bool, check_positive_int
 from ..groups import player_ids
 from ..runtime.cost import Cost
+from ._base import Attributed
+from ._call import CONSTRUCTED, Attributions, Baselines, Inputs, Target, given
 from ._passes import check_optional_positive_int
 from .kernel_design import draw_coalitions, paired_design, plan
 from .shapley_values import SampledShapley, coalition_values
@@ -162,6 +165,40 @@ class KernelShap(SampledShapley):
 
     name = "kernel_shap"
 
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  feature_mask: Any = ..., patch: Any = ..., n_samples: int | None = ...,
+                  seed: int = ..., sampler: str = ..., num_features: int | None = ...,
+                  return_input_shape: bool = ..., perturbations_per_eval: int | None = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  feature_mask: Any = ..., patch: Any = ..., n_samples: int | None = ...,
+                  seed: int = ..., sampler: str = ..., num_features: int | None = ...,
+                  return_input_shape: bool = ..., perturbations_per_eval: int | None = ...,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, baselines: Baselines = 0.0, target: Target = None, *,
+                  feature_mask: Any = None, patch: Any = None, n_samples: int | None = None,
+                  seed: int = 0, sampler: str = "paired", num_features: int | None = None,
+                  return_input_shape: bool = True, perturbations_per_eval: int | None = None,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """KernelShap: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self._keep(self.explain(**given(locals())))
+
     def _attribute(self, call, x, base, t, fx, *, feature_mask=None, patch=None,
                    n_samples: int | None = None, seed: int = 0, sampler: str = "paired",
                    num_features: int | None = None, return_input_shape: bool = True,
@@ -199,8 +236,9 @@ class KernelShap(SampledShapley):
         else:
             phi, se = self._paired(call.model, x, base, t, fx, ids, G, n, seed, num_features, chunk,
                                    show_progress)
-        self._record(call, se if se is None else self._spread(se, ids, x, return_input_shape))
-        return self._spread(phi, ids, x, return_input_shape), base.unsqueeze(1)
+        return Attributed(self._spread(phi, ids, x, return_input_shape), base.unsqueeze(1),
+                          standard_errors=se if se is None else self._spread(se, ids, x,
+                                                                             return_input_shape))
 
     @staticmethod
     def _spread(values, ids, x, return_input_shape):

@@ -22,6 +22,8 @@ Cost: ``(n_steps + 1) * B`` forward+backward rows.
 """
 from __future__ import annotations
 
+from typing import Any, Literal, overload
+
 import torch
 from torch import nn
 
@@ -34,8 +36,8 @@ from ..inputs import (
     check_batch,
     point_baselines,
 )
-from ._base import AttributionMethod, Explanation
-from ._call import CONSTRUCTED, SHARED_NAMES
+from ._base import Attributed, AttributionMethod
+from ._call import CONSTRUCTED, SHARED_NAMES, Attributions, Baselines, Inputs, Target, given
 from ._passes import check_optional_positive_int, default_chunk_rows, gradient_pass_cost
 from .integrated_gradients import quadrature
 
@@ -115,13 +117,38 @@ class LayerConductance(AttributionMethod):
             model = _Joined(model, layout, check_additional_args(additional_forward_args,
                                                                  batch), batch)
             inputs = layout.join(parts)
-        call = self.prepare(inputs, baselines, target, options=own, model=model, **kw)
-        ex = self.run(call)
-        shapes = call.notes.get("layer_shapes")
-        if shapes is None:  # the joined conductances of a layer giving several tensors
-            return ex
-        return Explanation(Layout(shapes, True).split(ex.attributions), ex.references,
-                           ex.output, ex.target, ex.delta)
+        return self.run(self.prepare(inputs, baselines, target, options=own, model=model, **kw))
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  conductance_layer: Any = ..., layer_input: bool = ..., n_steps: int = ...,
+                  method: str = ..., internal_batch_size: int | None = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  conductance_layer: Any = ..., layer_input: bool = ..., n_steps: int = ...,
+                  method: str = ..., internal_batch_size: int | None = ...,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, baselines: Baselines = 0.0, target: Target = None, *,
+                  conductance_layer: Any = None, layer_input: bool = False, n_steps: int = 50,
+                  method: str = "gausslegendre", internal_batch_size: int | None = None,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """LayerConductance: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
 
     def _attribute(self, call, x, base, t, fx, *, conductance_layer=None, layer_input: bool = False,
                    n_steps: int = 50, method: str = "gausslegendre",
@@ -151,11 +178,11 @@ class LayerConductance(AttributionMethod):
             gs.append(g.view(a.shape[0], batch, -1))
         h, g = torch.cat(hs), torch.cat(gs)
         attr = (g[:-1] * (h[1:] - h[:-1])).sum(0)
-        # a layer of several tensors: joined here, split by explain (from the call's notes)
-        call.notes["layer_shapes"] = shapes if several else None
         if not several:
             attr = attr.view((batch,) + shapes[0])
-        return attr.to(x.dtype), base.unsqueeze(1)
+        # a layer of several tensors: joined here, split in the result (layer_shapes)
+        return Attributed(attr.to(x.dtype), base.unsqueeze(1),
+                          layer_shapes=shapes if several else None)
 
     def _cost(self, x, options):
         """``n_steps + 1`` gradient rows per sample; one reference."""

@@ -28,11 +28,15 @@ term ``f(x_i, x~_rest) - f(x~)``.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any, Literal, overload
+
 import torch
 
 from .._validation import check_positive_int, check_real, check_seed, cpu_generator, draw
 from ..runtime.cost import Cost
-from ._base import AttributionMethod
+from ._base import Attributed, AttributionMethod
+from ._call import CONSTRUCTED, Attributions, Baselines, Inputs, Target, given
 from ._passes import check_optional_positive_int
 from .kernel_shap import _captum_fit
 from .shapley_values import coalition_values, player_ids
@@ -61,8 +65,42 @@ class Lime(AttributionMethod):
     weighted by their similarity to the input (module docstring)."""
 
     name = "lime"
-    perturbation = True
-    batch_options = ("feature_mask", "coalitions")
+    traits = replace(AttributionMethod.traits, perturbation=True,
+                     batch_options=("feature_mask", "coalitions"))
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  feature_mask: Any = ..., n_samples: int = ..., seed: int = ...,
+                  coalitions: Any = ..., kernel_width: float = ...,
+                  interpretable_model: Any = ..., perturbations_per_eval: int | None = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  feature_mask: Any = ..., n_samples: int = ..., seed: int = ...,
+                  coalitions: Any = ..., kernel_width: float = ...,
+                  interpretable_model: Any = ..., perturbations_per_eval: int | None = ...,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, baselines: Baselines = 0.0, target: Target = None, *,
+                  feature_mask: Any = None, n_samples: int = 50, seed: int = 0,
+                  coalitions: Any = None, kernel_width: float = 1.0,
+                  interpretable_model: Any = None, perturbations_per_eval: int | None = None,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """Lime: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
 
     def _attribute(self, call, x, base, t, fx, *, feature_mask=None, n_samples: int = 50,
                    seed: int = 0, coalitions=None, kernel_width: float = 1.0,
@@ -101,7 +139,7 @@ class Lime(AttributionMethod):
                 coal[b].double(), v[b].double(), sims[b].double()), device=x.device).reshape(G)
                 for b in range(batch)])
         phi = phi.to(x.device, x.dtype)
-        return phi.gather(1, ids.expand(batch, -1)).view_as(x), base.unsqueeze(1)
+        return Attributed(phi.gather(1, ids.expand(batch, -1)).view_as(x), base.unsqueeze(1))
 
     def _cost(self, x, options):
         """``n_samples`` coalitions per sample; one reference."""

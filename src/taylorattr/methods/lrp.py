@@ -22,10 +22,13 @@ on a bfloat16 ResNet-18 otherwise), and float16 cannot hold ``eps = 1e-9``, so t
 """
 from __future__ import annotations
 
+from typing import Any, Literal, overload
+
 import torch
 
 from .._validation import check_inputs, check_nonnegative_real
-from ._base import ImplicitBaselineMethod
+from ._base import Attributed, ImplicitBaselineMethod
+from ._call import CONSTRUCTED, Attributions, Inputs, Target, given
 from .layerwise import LayerRecord, LayerwiseMethod, epsilon_rule, get_plan, propagate
 
 __all__ = ["EpsilonLRP"]
@@ -57,6 +60,31 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
         self._rules = epsilon_rule(self.epsilon)
         self._check_plan()
 
+    @overload
+    def attribute(self, inputs: Inputs, target: Target = ..., *,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, target: Target = ..., *,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, target: Target = None, *,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """EpsilonLRP: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
+
     def _attribute(self, call, x, base, t, fx, *, show_progress=False):
         """Relevances of ``f(x)`` itself. The convergence delta is ``sum(a) - f(x)`` (not zero
         with biases): the sign of the other methods here (attributions minus the explained
@@ -65,7 +93,7 @@ class EpsilonLRP(LayerwiseMethod, ImplicitBaselineMethod):
         ``sum(a) - (f(x) - f(x~))`` like this library)."""
         prop = propagate(call.model, get_plan(call.model, self._rules, x), self._rules, x, None, t,
                          False, upcast=True)
-        return (x * prop.gradient).to(x.dtype), None
+        return Attributed((x * prop.gradient).to(x.dtype), None)
 
     def _cost(self, x, options):
         """One pass through the plan (:meth:`_propagate_cost`): ``B`` rows forward and swept

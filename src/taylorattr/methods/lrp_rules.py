@@ -38,9 +38,13 @@ one rounding (``2^-8`` relative in bfloat16, ``2^-11`` in float16).
 from __future__ import annotations
 
 from functools import cache
+from typing import Any, Literal, overload
+
+import torch
 
 from .._validation import check_nonnegative_real
-from ._base import ImplicitBaselineMethod
+from ._base import Attributed, ImplicitBaselineMethod
+from ._call import CONSTRUCTED, Attributions, Inputs, Target, given
 from .layerwise import LayerwiseMethod, get_plan, propagate
 from .layerwise.relevance import COMPOSITES, RULES, composite_rules
 
@@ -88,12 +92,37 @@ class LRP(LayerwiseMethod, ImplicitBaselineMethod):
                                       stabilizer=float(stabilizer), gamma=float(gamma),
                                       layer_rules=layer_rules)
 
+    @overload
+    def attribute(self, inputs: Inputs, target: Target = ..., *,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, target: Target = ..., *,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, target: Target = None, *,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """LRP: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
+
     def _attribute(self, call, x, base, t, fx, *, show_progress=False):
         """Relevances of ``f(x)``; the convergence delta is ``sum(a) - f(x)``."""
         prop = propagate(call.model, get_plan(call.model, self._rules, x), self._rules, x, None, t,
                          False, upcast=True)
         scale = prop.output.view((-1,) + (1,) * (x.dim() - 1))
-        return (prop.gradient * scale).to(x.dtype), None
+        return Attributed((prop.gradient * scale).to(x.dtype), None)
 
     def _cost(self, x, options):
         """One pass through the plan (:meth:`_propagate_cost`): ``B`` rows forward and swept

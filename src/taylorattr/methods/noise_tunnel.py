@@ -49,6 +49,8 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Literal, overload
 
 import torch
 
@@ -57,8 +59,8 @@ from .._validation import check_bool, check_positive_int
 from .._validation import check_seed as _check_seed
 from ..inputs import as_tuple, check_additional_args, check_batch, point_baselines, repeat_option
 from ..runtime.cost import Cost
-from ._base import AttributionMethod, Explanation
-from ._call import CONSTRUCTED
+from ._base import Attributed, AttributionMethod, Explanation
+from ._call import CONSTRUCTED, SHARED_NAMES, Attributions, Baselines, Inputs, Target, given
 from ._conventions import check_discrete, discrete
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 from .integrated_gradients import IntegratedGradients
@@ -159,15 +161,13 @@ class NoiseTunnel(AttributionMethod):
 
     options = _InnerOptions()
 
-    #: ``attribute``'s default ``baselines``: None (the inner method's reading of it)
-    baselines_default = None
     #: the inner method is given at construction: ``attribute`` takes its options too
-    open_options = True
+    traits = replace(AttributionMethod.traits, open_options=True)
 
     def __init_subclass__(cls, **kw):
-        if cls.inner is not None:  # before the signature of its attribute is built
-            cls.baseline_kind = cls.inner.baseline_kind
-            cls.open_options = False  # its signature names the inner method's options
+        if cls.inner is not None:  # its signature names the inner method's options
+            cls.traits = replace(cls.traits, baseline_kind=cls.inner.traits.baseline_kind,
+                                 open_options=False)
         super().__init_subclass__(**kw)
 
     def __init__(self, model, inner=None, **inner_init) -> None:
@@ -212,8 +212,10 @@ class NoiseTunnel(AttributionMethod):
             layer is None and not to_input and kw.get("noise") is None and \
             not kw.get("copy_deltas", False)
         if plain:
-            return super().explain(inputs, baselines, target, model=model, layer=None,
-                                   attribute_to_layer_input=False, **kw)
+            own = {k: v for k, v in kw.items() if k not in SHARED_NAMES}
+            self._check_options(own)
+            return self.run(self.prepare(inputs, baselines, target, options=own, model=model,
+                                         **{k: v for k, v in kw.items() if k in SHARED_NAMES}))
         return self._run_copies(inputs, baselines, target, layer, to_input, model, kw)
 
     def _run_copies(self, inputs, baselines, target, layer, to_input, model, options):
@@ -315,6 +317,41 @@ class NoiseTunnel(AttributionMethod):
                                  f"{getattr(z, 'shape', type(z).__name__)}")
         return tuple(z.to(p.device, p.dtype) for z, p in zip(noise, parts))
 
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  nt_type: str = ..., nt_samples: int = ..., stdevs: float = ...,
+                  seed: int = ..., nt_samples_batch_size: int | None = ..., noise: Any = ...,
+                  copy_deltas: bool = ..., return_convergence_delta: Literal[False] = ...,
+                  show_progress: bool = ..., strict: bool = ...,
+                  additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ..., **options: Any) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  nt_type: str = ..., nt_samples: int = ..., stdevs: float = ...,
+                  seed: int = ..., nt_samples_batch_size: int | None = ..., noise: Any = ...,
+                  copy_deltas: bool = ..., return_convergence_delta: Literal[True],
+                  show_progress: bool = ..., strict: bool = ...,
+                  additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...,
+                  **options: Any) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, baselines: Baselines = None, target: Target = None, *,
+                  nt_type: str = "smoothgrad", nt_samples: int = 5, stdevs: float = 1.0,
+                  seed: int = 0, nt_samples_batch_size: int | None = None, noise: Any = None,
+                  copy_deltas: bool = False, return_convergence_delta: bool = False,
+                  show_progress: bool = False, strict: bool = False,
+                  additional_forward_args: Any = None, layer: Any = CONSTRUCTED,
+                  attribute_to_layer_input: Any = CONSTRUCTED, layer_baselines: Any = None,
+                  layer_delta: str = "layer",
+                  **options: Any) -> Attributions | tuple[Attributions, torch.Tensor]:
+        """NoiseTunnel: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
+
     def _attribute(self, call, x, base, t, fx, *, nt_type: str = "smoothgrad", nt_samples: int = 5,
                    stdevs: float = 1.0, seed: int = 0, nt_samples_batch_size: int | None = None,
                    noise=None, copy_deltas: bool = False, show_progress: bool = False,
@@ -354,7 +391,7 @@ class NoiseTunnel(AttributionMethod):
             total[s0:s1] += a.sum(1)
             total_sq[s0:s1] += (a * a).sum(1)
             refs = _gather_refs(refs, ex.references, (s0, s1, k0, k1), batch, n, self.baseline_kind)
-        return combine(total, total_sq, n, nt_type), refs
+        return Attributed(combine(total, total_sq, n, nt_type), refs)
 
     def _cost(self, x, options):
         """The inner method's cost on the ``B * nt_samples`` noisy rows (their targets resolved
@@ -397,6 +434,40 @@ class SmoothGrad(NoiseTunnel):
     name = "smoothgrad"
     inner = Saliency
 
+    @overload  # type: ignore[override]  # its inner method's options only: narrower
+    def attribute(self, inputs: Inputs, target: Target = ..., *, nt_type: str = ...,
+                  nt_samples: int = ..., stdevs: float = ..., seed: int = ...,
+                  nt_samples_batch_size: int | None = ..., noise: Any = ...,
+                  copy_deltas: bool = ..., abs: bool = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, target: Target = ..., *, nt_type: str = ...,
+                  nt_samples: int = ..., stdevs: float = ..., seed: int = ...,
+                  nt_samples_batch_size: int | None = ..., noise: Any = ...,
+                  copy_deltas: bool = ..., abs: bool = ...,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, target: Target = None, *, nt_type: str = "smoothgrad",
+                  nt_samples: int = 5, stdevs: float = 1.0, seed: int = 0,
+                  nt_samples_batch_size: int | None = None, noise: Any = None,
+                  copy_deltas: bool = False, abs: bool = True,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """SmoothGrad: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
+
     def __init__(self, model) -> None:
         super().__init__(model)
 
@@ -406,6 +477,43 @@ class SmoothIntegratedGradients(NoiseTunnel):
 
     name = "smoothgrad_ig"
     inner = IntegratedGradients
+
+    @overload  # type: ignore[override]  # its inner method's options only: narrower
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  nt_type: str = ..., nt_samples: int = ..., stdevs: float = ...,
+                  seed: int = ..., nt_samples_batch_size: int | None = ..., noise: Any = ...,
+                  copy_deltas: bool = ..., n_steps: int = ..., method: str = ...,
+                  internal_batch_size: int | None = ..., multiply_by_inputs: bool = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  nt_type: str = ..., nt_samples: int = ..., stdevs: float = ...,
+                  seed: int = ..., nt_samples_batch_size: int | None = ..., noise: Any = ...,
+                  copy_deltas: bool = ..., n_steps: int = ..., method: str = ...,
+                  internal_batch_size: int | None = ..., multiply_by_inputs: bool = ...,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, baselines: Baselines = 0.0, target: Target = None, *,
+                  nt_type: str = "smoothgrad", nt_samples: int = 5, stdevs: float = 1.0,
+                  seed: int = 0, nt_samples_batch_size: int | None = None, noise: Any = None,
+                  copy_deltas: bool = False, n_steps: int = 50, method: str = "gausslegendre",
+                  internal_batch_size: int | None = None, multiply_by_inputs: bool = True,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """SmoothIntegratedGradients: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
 
     def __init__(self, model) -> None:
         super().__init__(model)

@@ -37,6 +37,8 @@ stays at one chunk.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from typing import Any, Literal, overload
 
 import torch
 
@@ -44,7 +46,8 @@ from .._validation import select_output
 from ..groups import count_windows, player_ids, window_geometry, window_masks
 from ..inputs import Layout
 from ..runtime.cost import Cost
-from ._base import AttributionMethod
+from ._base import Attributed, AttributionMethod
+from ._call import CONSTRUCTED, Attributions, Baselines, Inputs, Target, given
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 
 __all__ = ["Occlusion"]
@@ -63,7 +66,38 @@ class Occlusion(AttributionMethod):
     """
 
     name = "occlusion"
-    perturbation = True
+    traits = replace(AttributionMethod.traits, perturbation=True)
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  patch: Any = ..., stride: Any = ..., feature_mask: Any = ...,
+                  perturbations_per_eval: int | None = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  patch: Any = ..., stride: Any = ..., feature_mask: Any = ...,
+                  perturbations_per_eval: int | None = ...,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, baselines: Baselines = 0.0, target: Target = None, *,
+                  patch: Any = 1, stride: Any = None, feature_mask: Any = None,
+                  perturbations_per_eval: int | None = None,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """Occlusion: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
 
     def _attribute(self, call, x, base, t, fx, *, patch=1, stride=None, feature_mask=None,
                    perturbations_per_eval: int | None = None, show_progress: bool = False):
@@ -81,10 +115,11 @@ class Occlusion(AttributionMethod):
                 raise ValueError("give either feature_mask (groups) or patch/stride (windows), "
                                  "not both")
             ids, _ = player_ids(feature_mask, x, None, layout)  # Captum's mask reader
-            return self._ablate(call.model, x, base, t, fx, ids, chunk, show_progress), base.unsqueeze(1)
+            return Attributed(self._ablate(call.model, x, base, t, fx, ids, chunk, show_progress),
+                              base.unsqueeze(1))
         if not layout.flat:
-            return self._windows(call.model, x, base, t, fx, patch, stride, chunk, show_progress), \
-                base.unsqueeze(1)
+            return Attributed(self._windows(call.model, x, base, t, fx, patch, stride, chunk,
+                                            show_progress), base.unsqueeze(1))
         patches = layout.per_input(patch, "patch", lambda v: isinstance(v, int))
         strides = layout.per_input(stride, "stride", lambda v: v is None or isinstance(v, int))
         parts = []
@@ -94,7 +129,7 @@ class Occlusion(AttributionMethod):
                 continue
             parts.append(self._windows(call.model, x, base, t, fx, patches[i], strides[i], chunk,
                                        show_progress, (o, n, shape)).reshape(x.shape[0], n))
-        return torch.cat(parts, 1), base.unsqueeze(1)
+        return Attributed(torch.cat(parts, 1), base.unsqueeze(1))
 
     def _cost(self, x, options):
         """One forward per (sample, window), or per (sample, group) with ``feature_mask``;

@@ -23,12 +23,16 @@ drop restricted to ``p``), averaged over the references; no reformulation is reg
 """
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any, Literal, overload
+
 import torch
 
 from ..baselines import ReferenceSet
 from ..groups import count_windows
 from ..runtime.cost import Cost
-from ._base import AttributionMethod
+from ._base import Attributed, AttributionMethod
+from ._call import CONSTRUCTED, Attributions, Baselines, Inputs, Target, given
 from .expected_gradients import _reference_rows, draw
 from .occlusion import Occlusion
 
@@ -39,7 +43,41 @@ class PredictionDifference(AttributionMethod):
     """Prediction Difference: the occlusion drop of each window averaged over references."""
 
     name = "prediction_difference"
-    baseline_kind = "distribution"
+    traits = replace(AttributionMethod.traits, baseline_kind="distribution")
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  patch: Any = ..., stride: Any = ..., n_samples: int | None = ...,
+                  noise_std: Any = ..., seed: int = ...,
+                  perturbations_per_eval: int | None = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  patch: Any = ..., stride: Any = ..., n_samples: int | None = ...,
+                  noise_std: Any = ..., seed: int = ...,
+                  perturbations_per_eval: int | None = ...,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, baselines: Baselines = None, target: Target = None, *,
+                  patch: Any = 1, stride: Any = None, n_samples: int | None = None,
+                  noise_std: Any = None, seed: int = 0,
+                  perturbations_per_eval: int | None = None,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """PredictionDifference: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self.explain(**given(locals())).result()
 
     def _attribute(self, call, x, baselines, t, fx, *, patch=1, stride=None,
                    n_samples: int | None = None, noise_std=None, seed: int = 0,
@@ -53,11 +91,10 @@ class PredictionDifference(AttributionMethod):
         occlusion = Occlusion(call.model)
         total = torch.zeros_like(x)
         for k in range(refs.shape[1]):
-            attr, _ = occlusion._attribute(call, x, refs[:, k], t, fx, patch=patch, stride=stride,
-                                           perturbations_per_eval=perturbations_per_eval,
-                                           show_progress=show_progress)
-            total += attr
-        return total / refs.shape[1], refs
+            total += occlusion._attribute(call, x, refs[:, k], t, fx, patch=patch, stride=stride,
+                                          perturbations_per_eval=perturbations_per_eval,
+                                          show_progress=show_progress).attributions
+        return Attributed(total / refs.shape[1], refs)
 
     def _cost(self, x, options):
         """Occlusion's windows once per reference; the references themselves."""

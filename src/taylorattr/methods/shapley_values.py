@@ -31,6 +31,8 @@ support: :func:`taylorattr.taylor.shapley_rule.shapley_attribution` (exact for `
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from typing import Any, Literal, overload
 
 import torch
 
@@ -44,7 +46,8 @@ from .._validation import (
 )
 from ..groups import player_ids
 from ..runtime.cost import Cost
-from ._base import AttributionMethod
+from ._base import Attributed, AttributionMethod
+from ._call import CONSTRUCTED, Attributions, Baselines, Inputs, Target, given
 from ._passes import check_optional_positive_int, chunk_ranges, default_chunk_rows
 
 __all__ = ["MAX_EXACT_PLAYERS", "SampledShapley", "ShapleyValues", "coalition_values"]
@@ -88,18 +91,14 @@ class SampledShapley(AttributionMethod):
     standard_error = None
     #: Coalition values are model calls on copies of the inputs with players replaced:
     #: integer/bool inputs and whole-batch outputs are taken (``AttributionMethod``).
-    perturbation = True
+    traits = replace(AttributionMethod.traits, perturbation=True)
 
-    def _keep(self, explanation) -> None:
-        """``attribute`` keeps the call's standard errors as :attr:`standard_error` (also in
-        :attr:`Explanation.standard_error`; with one object called from several threads,
-        read them there: the attribute holds the last call's)."""
+    def _keep(self, explanation):
+        """``attribute``'s result, keeping the call's standard errors as
+        :attr:`standard_error` (also in :attr:`Explanation.standard_error`; with one object
+        called from several threads, read them there: the attribute holds the last call's)."""
         self.standard_error = explanation.standard_error
-
-    @staticmethod
-    def _record(call, se) -> None:
-        """Keep one pass's standard errors (``None``: not estimated) on the call's record."""
-        call.notes.setdefault("standard_errors", []).append(se)
+        return explanation.result()
 
 
 def _exact(model, x, base, t, ids, G, chunk, show_progress) -> torch.Tensor:
@@ -163,10 +162,44 @@ class ShapleyValues(SampledShapley):
     name = "shapley"
     #: every order's contributions sum to ``v(all) - v(none)``, so exact and sampled values
     #: alike are complete: checked on every call (``v(none) = f(x~)`` is a coalition row)
-    complete = True
-    incomplete_cause = ("the model is not deterministic (its output for the same input "
-                        "differs between calls: dropout in training mode, or a batch-dependent "
-                        "layer)")
+    traits = replace(SampledShapley.traits, complete=True, incomplete_cause=(
+        "the model is not deterministic (its output for the same input "
+        "differs between calls: dropout in training mode, or a batch-dependent "
+        "layer)"))
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  feature_mask: Any = ..., patch: Any = ..., method: str = ...,
+                  n_samples: int = ..., seed: int = ..., permutations: Any = ...,
+                  antithetic: bool = ..., perturbations_per_eval: int | None = ...,
+                  return_convergence_delta: Literal[False] = ..., show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> Attributions: ...
+
+    @overload
+    def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,
+                  feature_mask: Any = ..., patch: Any = ..., method: str = ...,
+                  n_samples: int = ..., seed: int = ..., permutations: Any = ...,
+                  antithetic: bool = ..., perturbations_per_eval: int | None = ...,
+                  return_convergence_delta: Literal[True], show_progress: bool = ...,
+                  strict: bool = ..., additional_forward_args: Any = ..., layer: Any = ...,
+                  attribute_to_layer_input: Any = ..., layer_baselines: Any = ...,
+                  layer_delta: str = ...) -> tuple[Attributions, torch.Tensor]: ...
+
+    def attribute(self, inputs: Inputs, baselines: Baselines = 0.0, target: Target = None, *,
+                  feature_mask: Any = None, patch: Any = None, method: str = "auto",
+                  n_samples: int = 25, seed: int = 0, permutations: Any = None,
+                  antithetic: bool = False, perturbations_per_eval: int | None = None,
+                  return_convergence_delta: bool = False, show_progress: bool = False,
+                  strict: bool = False, additional_forward_args: Any = None,
+                  layer: Any = CONSTRUCTED, attribute_to_layer_input: Any = CONSTRUCTED,
+                  layer_baselines: Any = None,
+                  layer_delta: str = "layer") -> Attributions | tuple[Attributions, torch.Tensor]:
+        """ShapleyValues: attributions shaped like ``inputs`` (with
+        ``return_convergence_delta=True`` and the delta ``[B]``); its options are
+        ``_attribute``'s, the shared arguments :data:`~taylorattr.methods._call.SHARED_DOC`."""
+        return self._keep(self.explain(**given(locals())))
 
     def _attribute(self, call, x, base, t, fx, *, feature_mask=None, patch=None, method: str = "auto",
                    n_samples: int = 25, seed: int = 0, permutations=None,
@@ -208,10 +241,10 @@ class ShapleyValues(SampledShapley):
                                        show_progress, 2 if antithetic else 1)
         index = ids.expand(x.shape[0], -1)
         # a group's value goes to each of its features: the players' values are complete
-        call.report(f_base, None if G == ids.shape[-1] and bool(
-            (ids == torch.arange(G, device=ids.device)).all()) else phi.sum(1))
-        self._record(call, None if se is None else se.gather(1, index).view_as(x))
-        return phi.gather(1, index).view_as(x), base.unsqueeze(1)
+        return Attributed(phi.gather(1, index).view_as(x), base.unsqueeze(1), reference_outputs=f_base,
+                          total=None if G == ids.shape[-1] and bool(
+                              (ids == torch.arange(G, device=ids.device)).all()) else phi.sum(1),
+                          standard_errors=None if se is None else se.gather(1, index).view_as(x))
 
 
     def _cost(self, x, options):

@@ -26,9 +26,9 @@ from .._validation import (
     check_seed,
     cpu_generator,
     draw,
-    flat_target,
     model_output,
-    resolve_target,
+    read_output,
+    run_model,
     select_output,
 )
 from ..inputs import Layout, as_tuple, check_additional_args, check_batch
@@ -373,21 +373,11 @@ def infidelity(
     b = inputs.shape[0]
     acc = _acc_dtype(inputs.device)
     with torch.no_grad():
-        raw = []  # the model's own output, kept for a second reading
-
-        def forward(rows):
-            raw.append(model(rows, *extra))
-            return raw[-1]
-
-        try:
-            out = model_output(forward, inputs)  # checks model and inputs
-        except ValueError:  # one row per sample beyond [B, C]: read flattened
-            flat = _flat_output(model, raw[0] if raw else None, inputs, target)
-            if flat is None:
-                raise
-            model, target, out = flat
-        tgt = resolve_target(target, out)
-        f0 = select_output(out, tgt)
+        # the one forward, read by the methods' conventions (beyond [B, C]: flattened)
+        _, flat, tgt, f0 = read_output(run_model(lambda rows: model(rows, *extra), inputs),
+                                       target, inputs)
+        if flat:
+            model = _flattened(model)
         if batch_size is None:  # measured on the model alone; with extra arguments a fixed size
             batch_size = int(chunk_rows(model, inputs, backward=False)) if not extra else 1024
         per_forward = max(1, batch_size // b)  # perturbations per forward pass (all samples)
@@ -419,18 +409,14 @@ def infidelity(
     return optimal_beta_score(pred, true, normalize).to(inputs.dtype)
 
 
-def _flat_output(model, raw, inputs, target):
-    """For an output ``raw`` refused by ``model_output``: if it is one row per sample beyond
-    ``[B, C]``, ``(model with its output flattened to [B, -1], the target as that column
-    (:func:`flat_target`), the flattened output)``, else None."""
-    if not isinstance(raw, torch.Tensor) or raw.dim() <= 2 or raw.shape[0] != inputs.shape[0]:
-        return None
-    inner = model
+def _flattened(model):
+    """``model`` with its output beyond ``[B, C]`` seen flattened to ``[B, -1]``, as
+    :func:`~taylorattr._validation.read_output` reads it."""
 
     def flat(rows, *ex):
-        return inner(rows, *ex).flatten(1)
+        return model(rows, *ex).flatten(1)
 
-    return flat, flat_target(target, raw), model_output(lambda _: raw.flatten(1), inputs)
+    return flat
 
 
 def _one_tensor(model, inputs, attributions, perturbation, additional_forward_args):

@@ -2,11 +2,11 @@
 (``ta.CompletenessWarning``, ``ta.CompletenessError``).
 
 A method whose attributions are complete by construction declares it
-(:attr:`~taylorattr.methods.AttributionMethod.complete`) and reports the explained
+(:class:`Traits.complete <taylorattr.methods._call.Traits>`) and returns the explained
 outputs at its references from the passes it ran anyway
-(:meth:`Call.report <taylorattr.methods._call.Call.report>`): DeepLIFT's baseline
-forward, DeepLiftShap's per-reference forwards, the Shapley coalition ``v(none)``. The base
-class then measures, per sample and without another model call,
+(:attr:`Attributed.reference_outputs <taylorattr.methods._call.Attributed>`): DeepLIFT's
+baseline forward, DeepLiftShap's per-reference forwards, the Shapley coalition ``v(none)``.
+The pipeline then measures, per sample and without another model call,
 
     miss = | sum_i a_i - (f(x) - mean_k f(x~_k)) |
 
