@@ -152,6 +152,16 @@ def test_jedi_resolves_top_level_classes_through_the_type_checking_block():
         assert [p.name for p in sigs[0].params][:1] == ["model"]
 
 
+def test_jedi_shows_the_written_attribute_options_of_a_top_level_class():
+    """``ta.IntegratedGradients(model).attribute(`` shows ``n_steps`` in an editor: the
+    written signature, read statically through the top level's TYPE_CHECKING block."""
+    code = "import taylorattr as ta\nta.IntegratedGradients(model).attribute("
+    sigs = _jedi_script(code).get_signatures(2, len("ta.IntegratedGradients(model).attribute("))
+    names = [p.name for p in sigs[0].params]
+    assert names[:3] == ["inputs", "baselines", "target"]
+    assert "n_steps" in names and "return_convergence_delta" in names
+
+
 def test_py_typed_is_shipped():
     assert (SRC / "taylorattr" / "py.typed").is_file()
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -19,6 +19,14 @@ def explain(model: nn.Module, x: torch.Tensor) -> list[ta.AttributionMethod]:
     return methods
 
 
+def attribute(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    ta.IntegratedGradients(model).attribute(x, baselines=0.0, target=1, n_steps=16)
+    _, delta = ta.IntegratedGradients(model).attribute(x, 0.0, target=1,
+                                                       return_convergence_delta=True)
+    d: torch.Tensor = delta
+    return d
+
+
 def decompose(model: nn.Module, x: torch.Tensor) -> tuple[ta.TaylorTerms, ta.Interactions]:
     terms: ta.TaylorTerms = ta.taylor_terms(model, x, 0.0, target=0, order=2)
     pairs: ta.Interactions = ta.interactions(model, x, order=2)
