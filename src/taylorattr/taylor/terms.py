@@ -27,6 +27,7 @@ that gives every share at once build on one prepared expansion (``_prepare``).
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 import weakref
 from dataclasses import dataclass, replace
@@ -55,6 +56,12 @@ class TaylorTerms:
     inputs (a tuple of tensors for tuple inputs; the layer's output with ``layer=``), or
     ``[B, G]`` group-level fields when :func:`taylor_terms` was given ``groups``;
     per-sample fields are ``[B]``; ``orders[:, k-1]`` is ``P_k``.
+
+    ``output_change`` is the change the terms expand and ``error = output_change - total``
+    its remainder. With ``layer=`` the expanded function is the model with the layer's
+    output ``h`` as its input, so ``output_change = f(h) - f(h~)``: the model with the
+    layer's output at its value minus the model with the layer's output replaced by its
+    baseline ``h~`` (the layer's output at ``baselines``), the rest of the model unchanged.
     """
 
     order: int
@@ -178,12 +185,13 @@ def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, st
     V.check_positive_int(order, "order")
     if chunk_size is not None:
         V.check_positive_int(chunk_size, "chunk_size")
-    layout = None
+    layout, active = None, contextlib.nullcontext
     if structure or not isinstance(inputs, torch.Tensor):
         view = whole_batch_view(model, inputs, baselines, **(structure or {}))
         with view.active():
             gm = trace(view.model, view.x)
         run, inputs, baselines, layout = gm, view.x, view.baselines, view.layout
+        active = view.active  # the layer's output replaced while the view runs
         V.check_inputs(inputs, "inputs" if structure is None or "layer" not in structure
                        else "the layer's activations")
     else:
@@ -195,10 +203,10 @@ def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, st
         _warn_piecewise(model, gm, order)
     inputs = inputs.detach()
     f_base = None
-    with torch.no_grad():
+    with torch.no_grad(), active():
         if resolve:
             target = V.resolve_target(target, V.model_output(run, inputs))
-        if baseline_output:
+        if baseline_output:  # with layer=: f with the layer's output at its baseline
             f_base = V.model_output(run, baselines, name="model (at baselines)")
     return gm, inputs, inputs - baselines, target, f_base, layout
 
@@ -404,7 +412,10 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
         additional_forward_args, layer, attribute_to_layer_input: as for the methods
             (:mod:`taylorattr.inputs`); ``inputs`` may also be a tuple of tensors, with
             ``baselines`` a scalar or one entry per input. The expansion direction is then
-            all inputs' deltas together (fields per input), or the layer's ``h - h~``.
+            all inputs' deltas together (fields per input), or the layer's ``h - h~``;
+            with ``layer=``, ``output_change`` is ``f(h) - f(h~)``, the model run with the
+            layer's output at its value and at its baseline ``h~`` (the layer's output at
+            ``baselines``), and ``error`` its remainder (:class:`TaylorTerms`).
     """
     V.check_bool(show_progress, "show_progress")
     gm, inputs, delta, target, f_base, layout = _prepare_inputs(
