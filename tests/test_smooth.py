@@ -247,9 +247,14 @@ def test_smoothed_model_at_a_layer_runs_its_hooks_once_and_equals_the_hand_surro
     model = _Tokens().to(DT).eval()
     ids, base = torch.tensor([[1, 2, 3], [4, 5, 6]]), torch.zeros(2, 3, dtype=torch.long)
     smoothed = ta.smooth(model, BETA)
-    terms = ta.taylor_terms(smoothed, ids, base, target=1, order=3, layer=smoothed.module.emb)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the first-order check: the view is the expanded one
+        terms = ta.taylor_terms(smoothed, ids, base, target=1, order=3,
+                                layer=smoothed.module.emb)
     with torch.no_grad():
         e, eb = model.emb(ids), model.emb(base)
+        # the call swapped the layer for an injector: no capture of it stays behind
+        torch.testing.assert_close(smoothed(ids), _FromEmbedding(model)(e))
     hand = ta.taylor_terms(_FromEmbedding(model).eval(), e, eb, target=1, order=3)
     torch.testing.assert_close(terms.orders, hand.orders)
     torch.testing.assert_close(terms.first, hand.first)

@@ -312,14 +312,27 @@ def _graph_surrogate(node: fx.Node, beta: float) -> nn.Module | None:
     return None
 
 
+def _data_dependent(graph) -> set:
+    """The nodes whose value depends on the inputs' values, also through integer indices
+    and cuts (an embedding of token ids: Taylor mode holds it constant, the smoothed model
+    still computes it from the ids, as the module route's surrogates do)."""
+    live = set(graph.inputs)
+    for node in graph.nodes:
+        if any(a in live for a in node.all_input_nodes):
+            live.add(node)
+    return live
+
+
 def smooth_graph(graph, beta: float) -> list[str]:
     """Replace every input-dependent piecewise-linear node of a captured graph
-    (:class:`taylorattr.capture.CoreGraph`) that has a surrogate; returns their names
+    (:class:`taylorattr.capture.CoreGraph`) that has a surrogate (input-dependent also
+    through integer indices: :func:`_data_dependent`); returns their names
     (``module (Type): op``). What remains is listed by Taylor mode's piecewise warning."""
     replaced = []
     g = graph.module.graph
+    data = _data_dependent(graph)
     for node in list(graph.nodes):
-        if not graph.depends_on_input(node) or not any(
+        if node not in data or not any(
                 getattr(getattr(node.target, "overloadpacket", None), "__name__", "") == k
                 for k in _GRAPH_KINKS):
             continue
@@ -363,6 +376,7 @@ class SmoothedModel(nn.Module):
         self.replaced = replaced
         self.output_gap: float | None = None
         self.__dict__["_graphs"] = []
+        self.__dict__["_structure"] = _structure(module)
 
     def taylor_core_graph(self, *inputs: torch.Tensor):
         """The smoothed core graph for inputs shaped like ``inputs`` (one tensor or several
@@ -400,14 +414,16 @@ class SmoothedModel(nn.Module):
         composite functions (``F.normalize``'s ``clamp_min``, ``F.hardswish``'s clamps);
         where that capture replaced nothing, the copy runs as a module (the same function).
         Inside another capture (``torch.export`` of a model that calls this one: tuple
-        inputs, ``layer=``), with a forward hook on a submodule, with keyword arguments or
-        on a model ``torch.export`` cannot capture, the copy runs with the kinks rerouted
+        inputs, ``layer=``), with a forward hook on a submodule or a submodule swapped
+        (a ``layer=`` call's injected layer output), with keyword arguments or on a model
+        ``torch.export`` cannot capture, the copy runs with the kinks rerouted
         to the same surrogates at the call (:class:`_Surrogates`, written as the capture
         decomposes them): a capture cannot nest, and layer hooks must fire once."""
         if torch.compiler.is_exporting():
             return self._module_route(*args, **kwargs)
         tensors = bool(args) and not kwargs and all(isinstance(a, torch.Tensor) for a in args)
-        if tensors and not _hooked(self.module) and self.__dict__.get("_capturable", True):
+        if tensors and self.__dict__.get("_capturable", True) and not _hooked(self.module) \
+                and _structure(self.module) == self._structure:
             try:
                 graph = self.taylor_core_graph(*args)
             except CaptureError:
@@ -437,6 +453,12 @@ def _graph_key(inputs, graph) -> tuple:
     dynamic = graph.batch_dynamic and inputs[0].dim() and inputs[0].shape[0] >= 2
     return tuple((("B",) if dynamic and x.dim() else tuple(x.shape[:1])) + tuple(x.shape[1:])
                  + (x.dtype, x.device.type) for x in inputs)
+
+
+def _structure(module: nn.Module) -> tuple:
+    """The submodules by name and identity: a ``layer=`` call swaps the layer for an
+    injector, whose captured graph would hold its value as a constant."""
+    return tuple((name, id(m)) for name, m in module.named_modules())
 
 
 def _hooked(module: nn.Module) -> bool:
