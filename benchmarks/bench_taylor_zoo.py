@@ -11,6 +11,15 @@ direction per order (issue 25 aims at <= 3):
 both timed in the same run on the same model (best of three after a warm-up).
 ``--models a,b``: a subset (names as in tests/_zoo.py, e.g. ``tv:resnet50``);
 ``--cost-only``: only the forward-equivalents of ViT-B/16, ResNet-50 and ConvNeXt-T.
+
+**The expanded function** (issue 45), at batch 1 and 2 on every model
+(``benchmarks/_expanded.py``): ``sm = ta.smooth(model, 10, inputs=x)`` as the user holds
+it; the captured graph's ``f(x)`` against ``sm(x)``, the order-1 first order (series and
+reverse sweep) against ``sm``'s forward-mode derivative (batch 2 and central differences
+deciding), and ``sm.output_gap`` against ``|sm(x) - model(x)|`` measured here, each over
+``1e-8`` relative; ``expanded_b1``/``expanded_b2``: the largest of them over its bound.
+Beyond it without a ``ta.CompletenessWarning`` is a silent miss: the row says FAIL and the
+exit status is 1.
 """
 from __future__ import annotations
 
@@ -23,6 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+from _expanded import expanded_function, silent, worst
 from _timing import best_time, dump_json, print_table
 from _zoo import FORWARD_REFERENCE, ZOO, build, check
 
@@ -65,6 +75,8 @@ def main(argv=None) -> None:
                 errors, seconds = check(model, forward_reference=name in FORWARD_REFERENCE)
                 row.update(runs="yes", max_rel_error=f"{max(errors.values()):.1e}",
                            taylor_s=f"{seconds:.1f}")
+                for batch in (1, 2):
+                    row.update(expanded(model, batch))
             if name in COST_MODELS:
                 row["fwd_equiv_per_dir_per_order"] = f"{forward_equivalents(model):.2f}"
         except Exception as exc:  # noqa: BLE001 - a row says why a model does not run
@@ -72,12 +84,28 @@ def main(argv=None) -> None:
         row["total_s"] = f"{time.perf_counter() - start:.1f}"
         print(row, flush=True)
         rows.append(row)
-    header = ("model", "runs", "max_rel_error", "taylor_s", "fwd_equiv_per_dir_per_order",
-              "total_s", "why")
+    header = ("model", "runs", "max_rel_error", "taylor_s", "expanded_b1", "expanded_b2",
+              "fwd_equiv_per_dir_per_order", "total_s", "why")
     print_table("Taylor mode on the zoo (order 2, 16 patches, float64)",
                 [tuple(r.get(k, "") for k in header) for r in rows], header)
     dump_json(args.json, {"rows": rows})
+    failed = [r["model"] for r in rows if "FAIL" in r.get("expanded_b1", "") + r.get("expanded_b2", "")]
+    print(f"silent misses of the expanded function: {len(failed)} {failed}")
+    return 1 if failed else 0
+
+
+def expanded(model, batch: int, size: int = 64) -> dict:
+    """The expanded-function check (module docstring) at ``batch``: one table cell."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(batch, 3, size, size, generator=g, dtype=torch.float64)
+    base = 0.5 * torch.randn(x.shape, generator=g, dtype=torch.float64)
+    sm = ta.smooth(model, 10.0, inputs=x)
+    with torch.no_grad():
+        target = sm(x).argmax(1)
+    r = expanded_function(model, x, base, target, smoothed=sm)
+    cell = f"{worst(r):.1e}" + (" warned" if r["warned"] else "") + (" FAIL" if silent(r) else "")
+    return {f"expanded_b{batch}": cell}
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -21,6 +21,15 @@ EfficientNet-Lite0 and RegNet-X (issue 26's layer-wise zoo) and the models issue
 wrong or refused (XCiT, EfficientViT-B0, EdgeNeXt, Swin-V2, MaxViT) with ResNet-50,
 MobileNetV2 and VGG-11-BN; random weights prepared as ``tests/_zoo.prepare`` does, each at
 the smallest input size it accepts.
+
+**The expanded function** (issue 45): on every model and batch the table also holds the
+function Taylor mode expands to the model's own (``benchmarks/_expanded.py``): the
+captured graph's ``f(x)`` against the model's forward (``graph/bd``) and the order-1
+expansion's first order, by its Taylor-mode series (``P1/bd``) and by its reverse sweep
+(``first/bd``), against the model's forward-mode derivative at the batch and at batch 2
+(central differences deciding where those disagree), each over ``1e-8 max(1, |ref|)``;
+``Tw``: ``taylor_terms`` warned. Beyond a bound without a warning is a silent miss too
+(``SILENT MISS (expanded)``); the exit status is 1 on any silent miss.
 """
 from __future__ import annotations
 
@@ -31,7 +40,10 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+from _expanded import expanded_function
+from _expanded import silent as expanded_silent
 from _zoo import prepare
 
 #: name -> (source, architecture, constructor arguments, input side in pixels)
@@ -163,7 +175,8 @@ def main(names, nonzero: bool = False) -> int:
     torch.set_num_threads(1)
     print(f"{'model':28s} {'B':>2s} {'|df|':>9s} {'miss':>9s} {'miss/max(1,|df|)':>17s} "
           f"{'bound':>13s} {'miss/bound':>10s} {'warned':>6s} {'|delta-own|':>11s} {'sum|a|/|df|':>11s} {'build s':>8s} "
-          f"{'call s':>7s} {'cpu s':>6s}")
+          f"{'call s':>7s} {'cpu s':>6s} {'graph/bd':>9s} {'P1/bd':>9s} {'first/bd':>9s} "
+          f"{'Tw':>3s}")
     silent = 0
     for name in names or list(ZOO):
         start = time.process_time()
@@ -174,22 +187,29 @@ def main(names, nonzero: bool = False) -> int:
             continue
         built = time.process_time() - start
         for batch in (1, 2):
+            x, base = inputs(side, batch, nonzero)
             try:
-                r = measure(model, *inputs(side, batch, nonzero))
+                r = measure(model, x, base)
+                with torch.no_grad():
+                    target = model(x).argmax(1)
+                e = expanded_function(model, x, base, target)
             except Exception as exc:  # noqa: BLE001
                 print(f"{name:28s} {batch:2d} failed: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
             i = int((r["miss"] / r["df"].abs().clamp(min=1.0)).argmax())
             rel = float(r["miss"][i] / r["df"][i].abs().clamp(min=1.0))
-            silent += fails(r)
+            silent += fails(r) + expanded_silent(e)
             print(f"{name:28s} {batch:2d} {float(r['df'][i].abs()):9.3g} "
                   f"{float(r['miss'][i]):9.2e} {rel:17.2e} {bound_label(r):>13s} "
                   f"{float((r['miss'] / r['bound']).max()):10.2e} "
                   f"{'yes' if r['warned'] else 'no':>6s} "
                   f"{float(r['delta_gap'].max()):11.1e} "
                   f"{float(r['size'][i] / r['df'][i].abs()):11.1e} {built:8.1f} {r['seconds']:7.1f} "
-                  f"{r['cpu']:6.1f}"
-                  + ("  SILENT MISS" if fails(r) else ""), flush=True)
+                  f"{r['cpu']:6.1f} {float(e['value_miss'].max()):9.1e} "
+                  f"{float(e['series_miss'].max()):9.1e} {float(e['reverse_miss'].max()):9.1e} "
+                  f"{'yes' if e['warned'] else 'no':>3s}"
+                  + ("  SILENT MISS" if fails(r) else "")
+                  + ("  SILENT MISS (expanded)" if expanded_silent(e) else ""), flush=True)
             built = 0.0
     print(f"silent misses: {silent}")
     return 1 if silent else 0

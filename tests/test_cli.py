@@ -206,7 +206,11 @@ def test_subprocess_ctrl_c_ends_with_status_130():
     code = ("import sys, time, taylorattr.cli as c\n"
             "def work(a):\n    print('ready', flush=True)\n    time.sleep(60)\n"
             "c.COMMANDS['principles'] = work\nsys.exit(c.main(['principles']))")
-    proc = _python(code, stdout=subprocess.PIPE)
+    # the child's SIGINT at its default before Python starts (which then installs its own
+    # handler): a suite started where SIGINT is ignored (a background job of a
+    # non-interactive shell, nohup) would pass the ignored signal on
+    proc = _python(code, stdout=subprocess.PIPE,
+                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout.readline().strip() == "ready"
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)

@@ -364,9 +364,9 @@ def test_taylor_attribution_rows(monkeypatch, x, order, delta):
     batch = x.shape[0]
     assert (count.model.backward_rows, cost.backward_rows, cost.order) == (0, 0, order)
     # one pass of B rows, which computes f(x) itself; forwards: the call's own one (the
-    # target) and the delta's f(x~), nothing else
+    # target), the first-order check's forward-mode pass and the delta's f(x~)
     assert (cost.taylor_passes, cost.taylor_rows) == (1, batch)
-    assert cost.forward_rows == batch * (1 + delta)
+    assert cost.forward_rows == batch * (2 + delta)
 
 
 # ------------------------------------------------------------------ taylor_terms with groups (issue 16)
@@ -394,8 +394,10 @@ def test_taylor_terms_cost_with_patch_groups_is_linear_in_the_groups():
     patches = (r[:, None] * 14 + r[None, :]).expand(3, 224, 224)
     grouped = T.taylor_terms_cost(x, 0.0, 2, groups=patches)
     assert grouped.taylor_rows == 2 + 2 * 196
-    # two sweeps back per sample (order 2); one forward per sample, at the baselines (f(x~))
-    assert grouped.taylor_backward_rows == 2 * 2 and grouped.forward_rows == 2
+    # two sweeps back per sample (order 2); two forwards per sample: at the baselines
+    # (f(x~)) and the first-order check's forward-mode pass (none with check=False)
+    assert grouped.taylor_backward_rows == 2 * 2 and grouped.forward_rows == 2 * 2
+    assert T.taylor_terms_cost(x, 0.0, 2, groups=patches, check=False).forward_rows == 2
     # each group's direction spans the whole image: at most 2^25 direction entries per pass
     assert grouped.taylor_passes == 1 + math.ceil(196 / (2**25 // (2 * 150_528))) == 3
     assert T.taylor_terms_cost(x, 0.0, 2).taylor_rows == 2 + 2 * 3 * 224 * 224

@@ -5,6 +5,8 @@
 * :mod:`.smoothing`: smooth surrogates of piecewise-linear operations (``smooth``);
 * :mod:`.terms`: the terms of ``df = f(x) - f(x~) = sum_k P_k(delta)`` per feature or
   group (``taylor_terms``, ``taylor_attribution``, ``group_expansions``);
+* :mod:`.first_order_check`: their first order held to the model's own forward-mode
+  derivative on every call (``check=``, ``strict=``);
 * :mod:`.pair_interactions`: ``J_K(A, B) = g_K(delta_A + delta_B) - g_K(delta_A) - g_K(delta_B)``;
 * :mod:`.shapley_rule`: the Shapley value of the order-K polynomial;
 * :mod:`.path_hessians`: Integrated Hessians of the order-K polynomial.

@@ -16,8 +16,11 @@ that tends to it as ``beta`` grows:
 Modules are swapped in place (max-pool with any ``ceil_mode``, padding and dilation);
 functional calls (``F.relu``, ``torch.relu``, ``x.relu()``, ``F.relu6``, ``F.leaky_relu``,
 ``F.max_pool1d/2d``) are found by torch.fx and rerouted to the same surrogates; whatever is
-left (a model torch.fx cannot trace, clamps, ``F.hardswish``) is rewritten in the model's
-captured core-ATen graph (:func:`smooth_graph`). ``beta="auto"`` with ``inputs=`` picks the
+left (a model torch.fx cannot trace, clamps, ``F.hardswish``, the ``clamp_min`` inside
+``F.normalize``) is rewritten in the model's captured core-ATen graph (:func:`smooth_graph`).
+**One function**: calling the smoothed model runs that rewritten graph (captured on its
+first call per input signature, or by ``smooth`` itself when given ``inputs``), the
+function Taylor mode expands and ``output_gap`` measures, whatever is captured later. ``beta="auto"`` with ``inputs=`` picks the
 smallest beta whose output gap is at most ``tolerance`` (5%) of ``|f(x) - f(x~)|``. The smoothed model takes the model's own arguments (several inputs, extra
 arguments), so tuple inputs, ``additional_forward_args`` and ``layer=`` reach it as they
 reach the model. The result is a :class:`SmoothedModel`; given ``inputs`` it reports
@@ -309,14 +312,27 @@ def _graph_surrogate(node: fx.Node, beta: float) -> nn.Module | None:
     return None
 
 
+def _data_dependent(graph) -> set:
+    """The nodes whose value depends on the inputs' values, also through integer indices
+    and cuts (an embedding of token ids: Taylor mode holds it constant, the smoothed model
+    still computes it from the ids, as the module route's surrogates do)."""
+    live = set(graph.inputs)
+    for node in graph.nodes:
+        if any(a in live for a in node.all_input_nodes):
+            live.add(node)
+    return live
+
+
 def smooth_graph(graph, beta: float) -> list[str]:
     """Replace every input-dependent piecewise-linear node of a captured graph
-    (:class:`taylorattr.capture.CoreGraph`) that has a surrogate; returns their names
+    (:class:`taylorattr.capture.CoreGraph`) that has a surrogate (input-dependent also
+    through integer indices: :func:`_data_dependent`); returns their names
     (``module (Type): op``). What remains is listed by Taylor mode's piecewise warning."""
     replaced = []
     g = graph.module.graph
+    data = _data_dependent(graph)
     for node in list(graph.nodes):
-        if not graph.depends_on_input(node) or not any(
+        if node not in data or not any(
                 getattr(getattr(node.target, "overloadpacket", None), "__name__", "") == k
                 for k in _GRAPH_KINKS):
             continue
@@ -360,6 +376,7 @@ class SmoothedModel(nn.Module):
         self.replaced = replaced
         self.output_gap: float | None = None
         self.__dict__["_graphs"] = []
+        self.__dict__["_structure"] = _structure(module)
 
     def taylor_core_graph(self, *inputs: torch.Tensor):
         """The smoothed core graph for inputs shaped like ``inputs`` (one tensor or several
@@ -389,22 +406,36 @@ class SmoothedModel(nn.Module):
 
     def forward(self, *args, **kwargs):
         """The smoothed model on the user model's arguments (tensors, tuples of inputs,
-        additional arguments). Inside another capture (``torch.export`` of a model that
-        calls this one: tuple inputs, ``layer=``) the copy runs with the kinks rerouted to
-        their surrogates at the call (:class:`_Surrogates`): a capture cannot nest, and
-        the layer hooks of that capture must fire once."""
+        additional arguments): one function from the moment :func:`smooth` returns.
+
+        Positional tensors run the smoothed core graph captured for their signature
+        (:meth:`taylor_core_graph`, captured on the first call): the very function Taylor
+        mode expands, with every kink the capture shows replaced, including those inside
+        composite functions (``F.normalize``'s ``clamp_min``, ``F.hardswish``'s clamps);
+        where that capture replaced nothing, the copy runs as a module (the same function).
+        Inside another capture (``torch.export`` of a model that calls this one: tuple
+        inputs, ``layer=``), with a forward hook on a submodule or a submodule swapped
+        (a ``layer=`` call's injected layer output), with keyword arguments or on a model
+        ``torch.export`` cannot capture, the copy runs with the kinks rerouted
+        to the same surrogates at the call (:class:`_Surrogates`, written as the capture
+        decomposes them): a capture cannot nest, and layer hooks must fire once."""
         if torch.compiler.is_exporting():
-            with _Surrogates(self.beta):
-                return self.module(*args, **kwargs)
+            return self._module_route(*args, **kwargs)
         tensors = bool(args) and not kwargs and all(isinstance(a, torch.Tensor) for a in args)
-        if tensors and self.__dict__.get("_graph_route", True) and not _hooked(self.module):
+        if tensors and self.__dict__.get("_capturable", True) and not _hooked(self.module) \
+                and _structure(self.module) == self._structure:
             try:
                 graph = self.taylor_core_graph(*args)
             except CaptureError:
-                self.__dict__["_graph_route"] = False
+                self.__dict__["_capturable"] = False
+                self.__dict__["_graph_route"] = True
             else:
-                if graph.rewritten:
-                    return graph.run(*args)
+                return graph.run(*args) if graph.rewritten else self.module(*args)
+        return self._module_route(*args, **kwargs)
+
+    def _module_route(self, *args, **kwargs):
+        """The copy run as a module, with the kinks rerouted at the call where any capture
+        (or torch.fx) found kinks the module swap did not reach."""
         if self.__dict__.get("_graph_route", True):
             with _Surrogates(self.beta):
                 return self.module(*args, **kwargs)
@@ -424,6 +455,12 @@ def _graph_key(inputs, graph) -> tuple:
                  + (x.dtype, x.device.type) for x in inputs)
 
 
+def _structure(module: nn.Module) -> tuple:
+    """The submodules by name and identity: a ``layer=`` call swaps the layer for an
+    injector, whose captured graph would hold its value as a constant."""
+    return tuple((name, id(m)) for name, m in module.named_modules())
+
+
 def _hooked(module: nn.Module) -> bool:
     """Whether a forward hook watches a submodule (a ``layer=`` call): the rewritten graph
     would not call it, so the copy runs as a module (:class:`_Surrogates`)."""
@@ -432,10 +469,13 @@ def _hooked(module: nn.Module) -> bool:
 
 class _Surrogates(torch.overrides.TorchFunctionMode):
     """The functional kinks (``clamp``/``clip``/``clamp_min``/``clamp_max``, ``F.relu``,
-    ``F.relu6``, ``F.hardtanh``, ``F.hardswish``, ``F.hardsigmoid``, ``F.leaky_relu``, as
-    functions or tensor methods) computed by their surrogates while a module runs: the
-    smoothed copy's route where its rewritten graph cannot run (inside another capture,
-    with layer hooks)."""
+    ``F.relu6``, ``F.hardtanh``, ``F.hardswish``, ``F.hardsigmoid``, ``F.leaky_relu``,
+    ``F.max_pool1d/2d`` and the ``clamp_min`` inside ``F.normalize``, as functions or tensor
+    methods) computed by their surrogates while a module runs, as the rewritten graph
+    computes them (:func:`_call_surrogate`); a parameter's own clamp (a learned logit scale)
+    is left alone, as the graph's rewrite leaves nodes that do not depend on the input.
+    The smoothed copy's route where its rewritten graph cannot run (inside another
+    capture, with layer hooks)."""
 
     def __init__(self, beta: float):
         super().__init__()
@@ -443,9 +483,11 @@ class _Surrogates(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if not args or not isinstance(args[0], torch.Tensor) or \
+                not args[0].is_floating_point() or isinstance(args[0], nn.Parameter):
+            return func(*args, **kwargs)  # a parameter's clamp does not depend on the input
         surrogate = _call_surrogate(func, args, kwargs, self.beta)
-        if surrogate is None or not isinstance(args[0], torch.Tensor) or \
-                not args[0].is_floating_point():
+        if surrogate is None:
             return func(*args, **kwargs)
         return surrogate(args[0])  # the mode is off inside its own handler
 
@@ -455,7 +497,9 @@ _CLAMPS = {torch.clamp, torch.clip, torch.Tensor.clamp, torch.Tensor.clip, torch
 
 
 def _call_surrogate(func, args, kwargs, beta):
-    """The surrogate module for a functional kink called as ``func(*args, **kwargs)``."""
+    """The surrogate (a callable of ``args[0]``) for a functional kink called as
+    ``func(*args, **kwargs)``; the same function as the captured graph's rewrite
+    (:func:`smooth_graph`) of the operations the capture decomposes the call into."""
     if func in _CLAMPS:
         lo = args[1] if len(args) > 1 else kwargs.get("min")
         hi = args[2] if len(args) > 2 else kwargs.get("max")
@@ -474,8 +518,29 @@ def _call_surrogate(func, args, kwargs, beta):
         lo = args[1] if len(args) > 1 else kwargs.get("min_val", -1.0)
         hi = args[2] if len(args) > 2 else kwargs.get("max_val", 1.0)
         return SmoothClamp(beta, float(lo), float(hi))
-    if func in (F.hardswish, F.hardsigmoid):
-        return SmoothHardswish(beta, gate_only=func is F.hardsigmoid)
+    if func in (F.hardswish, F.hardsigmoid):  # as the capture decomposes them:
+        low, high = SmoothClamp(beta, 0.0, None), SmoothClamp(beta, None, 6.0)  # two clamps
+        if func is F.hardsigmoid:
+            return lambda x: high(low(x + 3)) / 6
+        return lambda x: x * high(low(x + 3)) / 6
+    if func is F.normalize:  # x / clamp(|x|_p, min=eps), as the capture decomposes it
+        names = ("p", "dim", "eps")
+        given = {"p": 2.0, "dim": 1, "eps": 1e-12} | dict(zip(names, args[1:])) | {
+            k: v for k, v in kwargs.items() if k in names}
+        if kwargs.get("out") is not None:
+            return None
+        clamp = SmoothClamp(beta, float(given["eps"]), None)
+        return lambda x: x / clamp(torch.linalg.vector_norm(
+            x, given["p"], given["dim"], keepdim=True)).expand_as(x)
+    if func in (F.max_pool1d, F.max_pool2d, torch.max_pool1d, torch.max_pool2d):
+        names = ("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices")
+        given = dict(zip(names, args[1:])) | kwargs
+        if given.get("return_indices"):
+            return None
+        dims = 1 if func in (F.max_pool1d, torch.max_pool1d) else 2
+        return SmoothMaxPool(beta, dims, given["kernel_size"], given.get("stride"),
+                             given.get("padding", 0), given.get("dilation", 1),
+                             bool(given.get("ceil_mode", False)))
     if func is F.leaky_relu:
         return SmoothLeakyReLU(beta, float(args[1]) if len(args) > 1
                                else kwargs.get("negative_slope", 0.01))

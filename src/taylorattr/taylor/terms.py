@@ -27,6 +27,7 @@ that gives every share at once build on one prepared expansion (``_prepare``).
 """
 from __future__ import annotations
 
+import contextlib
 import warnings
 import weakref
 from dataclasses import dataclass, replace
@@ -41,6 +42,7 @@ from ..inputs import Layout, whole_batch_view
 from ..runtime.batching import series_rows
 from ..runtime.completeness import check_total, downcasts
 from ..runtime.cost import Cost
+from .first_order_check import check_cost, first_order, reverse_misses, verify
 from .mode import piecewise_linear_ops, propagate, trace
 
 __all__ = ["TaylorTerms", "group_expansions", "group_expansions_cost", "taylor_attribution",
@@ -55,6 +57,12 @@ class TaylorTerms:
     inputs (a tuple of tensors for tuple inputs; the layer's output with ``layer=``), or
     ``[B, G]`` group-level fields when :func:`taylor_terms` was given ``groups``;
     per-sample fields are ``[B]``; ``orders[:, k-1]`` is ``P_k``.
+
+    ``output_change`` is the change the terms expand and ``error = output_change - total``
+    its remainder. With ``layer=`` the expanded function is the model with the layer's
+    output ``h`` as its input, so ``output_change = f(h) - f(h~)``: the model with the
+    layer's output at its value minus the model with the layer's output replaced by its
+    baseline ``h~`` (the layer's output at ``baselines``), the rest of the model unchanged.
     """
 
     order: int
@@ -178,12 +186,13 @@ def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, st
     V.check_positive_int(order, "order")
     if chunk_size is not None:
         V.check_positive_int(chunk_size, "chunk_size")
-    layout = None
+    layout, active = None, contextlib.nullcontext
     if structure or not isinstance(inputs, torch.Tensor):
         view = whole_batch_view(model, inputs, baselines, **(structure or {}))
         with view.active():
             gm = trace(view.model, view.x)
         run, inputs, baselines, layout = gm, view.x, view.baselines, view.layout
+        active = view.active  # the layer's output replaced while the view runs
         V.check_inputs(inputs, "inputs" if structure is None or "layer" not in structure
                        else "the layer's activations")
     else:
@@ -195,12 +204,12 @@ def _prepare_inputs(model, inputs, baselines, target, order, chunk_size=None, st
         _warn_piecewise(model, gm, order)
     inputs = inputs.detach()
     f_base = None
-    with torch.no_grad():
+    with torch.no_grad(), active():
         if resolve:
             target = V.resolve_target(target, V.model_output(run, inputs))
-        if baseline_output:
+        if baseline_output:  # with layer=: f with the layer's output at its baseline
             f_base = V.model_output(run, baselines, name="model (at baselines)")
-    return gm, inputs, inputs - baselines, target, f_base, layout
+    return gm, inputs, inputs - baselines, target, f_base, layout, (run, active)
 
 
 _WARNED: weakref.WeakSet = weakref.WeakSet()
@@ -270,25 +279,68 @@ def _ig_shares(gm, inputs, delta, target, order):
     return f_x.detach(), first, attribution, -c.detach().T.contiguous(), target
 
 
+def _checked_shares(gm, runner, inputs, delta, target, order, layout, check, strict,
+                    method):
+    """:func:`_ig_shares`, then (``check``) the first order held to the model's own
+    forward-mode derivative (:mod:`.first_order_check`): samples whose reverse sweep alone
+    is wrong are recomputed at batch 2 (the sample duplicated), what stays wrong is
+    warned about (raised with ``strict``)."""
+    f_x, first, attribution, orders, target = _ig_shares(gm, inputs, delta, target, order)
+    if not check:
+        return f_x, first, attribution, orders, target
+    run, active = runner
+    casts = () if gm.last is None else downcasts(gm.last, inputs.dtype)
+    smooth_only = bool(piecewise_linear_ops(gm))
+
+    def reverse():
+        return first.reshape(first.shape[0], -1).sum(1)
+    found = first_order(run, inputs, delta, target, orders[:, 0], reverse(), f_x,
+                        active=active, smooth_only=smooth_only)
+    redo = reverse_misses(found)
+    if redo and (layout is None or inputs.shape[0] == 1):  # a view holds B rows of context
+        first, attribution = first.clone(), attribution.clone()
+        for i in redo:
+            two = slice(i, i + 1)
+            try:
+                _, f2, a2, _, _ = _ig_shares(gm, inputs[two].repeat_interleave(2, 0),
+                                             delta[two].repeat_interleave(2, 0),
+                                             None if target is None else
+                                             target[two].repeat_interleave(2, 0), order)
+            except (ValueError, TypeError, RuntimeError):
+                continue  # the warning below stands
+            first[i], attribution[i] = f2[0], a2[0]
+        again = (reverse() - found.jvp).abs() <= found.tol
+        found.reverse_bad = found.reverse_bad & ~again
+    verify(found, orders[:, 0], reverse(), f_x, method, strict, casts, inputs.shape[0])
+    return f_x, first, attribution, orders, target
+
+
 def taylor_attribution(model, inputs, baselines=0.0, target=None, order: int = 2, *,
                        additional_forward_args=None, layer=None,
-                       attribute_to_layer_input: bool = False, show_progress: bool = False):
+                       attribute_to_layer_input: bool = False, show_progress: bool = False,
+                       check: bool = True, strict: bool = False):
     """The order-K Taylor attribution ``first + independent + interactive_ig`` alone.
 
     Each order's monomials are shared among their features in proportion to their
     exponents (Theorem 5), so the result sums to ``g_K``; order 1 is Gradient*Input
     w.r.t. the baseline. Costs one Taylor-mode pass and its backward sweeps
     (:func:`taylor_attribution_cost`); ``show_progress``: a tqdm bar (``leave=False``) over
-    that one pass.
+    that one pass. ``check``: the first order is held to one forward-mode derivative of
+    the model (:mod:`taylorattr.taylor.first_order_check`, about one forward; ``False``:
+    not checked, nothing run); ``strict``: a wrong one raises instead of warning.
     """
     V.check_bool(show_progress, "show_progress")
-    gm, inputs, delta, target, _, layout = _prepare_inputs(
+    V.check_bool(check, "check")
+    V.check_bool(strict, "strict")
+    gm, inputs, delta, target, _, layout, runner = _prepare_inputs(
         model, inputs, baselines, target, order,
         structure=_structure(additional_forward_args, layer, attribute_to_layer_input),
         resolve=False)
     with tqdm(total=1, desc=f"order-{order} Taylor attribution", unit="pass",
               disable=not show_progress, leave=False) as bar:
-        _, _, attribution, orders, _ = _ig_shares(gm, inputs, delta, target, order)
+        _, _, attribution, orders, _ = _checked_shares(gm, runner, inputs, delta, target,
+                                                       order, layout, check, strict,
+                                                       "taylor_attribution")
         bar.update(1)
     # self-check (Theorem 5): the shares sum to g_K = sum_k P_k, the change less the
     # stated remainder; from the same pass, no model call; at the precision of the graph
@@ -348,7 +400,7 @@ def group_expansions(model, inputs, baselines=0.0, target=None, order: int = 2,
     :class:`~taylorattr.methods.Occlusion`); group ``g`` is then the ``g``-th smallest id.
     """
     V.check_bool(show_progress, "show_progress")
-    gm, inputs, delta, target, _, layout = _prepare_inputs(
+    gm, inputs, delta, target, _, layout, _ = _prepare_inputs(
         model, inputs, baselines, target, order, chunk_size,
         _structure(additional_forward_args, layer, attribute_to_layer_input))
     groups = _resolve_groups(groups, feature_mask, delta, layout)
@@ -362,7 +414,8 @@ def group_expansions(model, inputs, baselines=0.0, target=None, order: int = 2,
 def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
                  chunk_size: int | None = None, show_progress: bool = False, *,
                  groups=None, feature_mask=None, additional_forward_args=None, layer=None,
-                 attribute_to_layer_input: bool = False) -> TaylorTerms:
+                 attribute_to_layer_input: bool = False, check: bool = True,
+                 strict: bool = False) -> TaylorTerms:
     """Exact order-``order`` Taylor terms of ``f(inputs) - f(baselines)``.
 
     What each field costs: ``first``, ``attribution()``, ``total``, ``orders``,
@@ -404,16 +457,28 @@ def taylor_terms(model, inputs, baselines=0.0, target=None, order: int = 2,
         additional_forward_args, layer, attribute_to_layer_input: as for the methods
             (:mod:`taylorattr.inputs`); ``inputs`` may also be a tuple of tensors, with
             ``baselines`` a scalar or one entry per input. The expansion direction is then
-            all inputs' deltas together (fields per input), or the layer's ``h - h~``.
+            all inputs' deltas together (fields per input), or the layer's ``h - h~``;
+            with ``layer=``, ``output_change`` is ``f(h) - f(h~)``, the model run with the
+            layer's output at its value and at its baseline ``h~`` (the layer's output at
+            ``baselines``), and ``error`` its remainder (:class:`TaylorTerms`).
+        check: hold the first order (``orders[:, 0]`` and ``first``) to one forward-mode
+            derivative of the model at ``inputs`` along ``x - x~``
+            (:mod:`taylorattr.taylor.first_order_check`: ``B`` forward rows, central
+            differences only on a disagreement; a wrong one warns with its likely cause,
+            a cast below the inputs' precision named first). ``False``: not checked.
+        strict: raise :class:`~taylorattr.runtime.completeness.CompletenessError` instead.
     """
     V.check_bool(show_progress, "show_progress")
-    gm, inputs, delta, target, f_base, layout = _prepare_inputs(
+    V.check_bool(check, "check")
+    V.check_bool(strict, "strict")
+    gm, inputs, delta, target, f_base, layout, runner = _prepare_inputs(
         model, inputs, baselines, target, order, chunk_size,
         _structure(additional_forward_args, layer, attribute_to_layer_input),
         baseline_output=True, resolve=False)
     groups = _resolve_groups(groups, feature_mask, delta, layout)
     sizer = model if layout is None else gm
-    f_x, first, attribution, orders, target = _ig_shares(gm, inputs, delta, target, order)
+    f_x, first, attribution, orders, target = _checked_shares(
+        gm, runner, inputs, delta, target, order, layout, check, strict, "taylor_terms")
     f_base = V.select_output(f_base, target)
     total = orders.sum(1)
     if groups is not None:  # group-level fields: one [B, G] tensor whatever the layout
@@ -507,21 +572,26 @@ def group_expansions_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2, g
         _expansions_cost(B, _moved_width(delta, groups), order, cs)
 
 
-def taylor_attribution_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2):
+def taylor_attribution_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2,
+                            check: bool = True):
     """The rows :func:`taylor_attribution` runs on one-tensor inputs: no forward (the
     Taylor-mode pass computes ``f(x)`` and resolves the target on it; ``f(x~)`` is not
     computed), one Taylor-mode pass along ``-delta`` (``B`` rows) swept backward once
-    (order 1) or twice; those of :func:`taylor_terms` without its forward at the baselines
-    and its per-feature expansions. Runs no model."""
+    (order 1) or twice, and with ``check`` the first-order check's forward-mode pass of the
+    batch (``B`` forward rows, :func:`~taylorattr.taylor.first_order_check.check_cost`);
+    those of :func:`taylor_terms` without its forward at the baselines and its
+    per-feature expansions. Runs no model."""
 
     V.check_positive_int(order, "order")
     B = V.check_inputs(inputs).shape[0]
-    return Cost(label="taylor attribution", samples=B, forward_rows=0, taylor_passes=1,
+    cost = Cost(label="taylor attribution", samples=B, forward_rows=0, taylor_passes=1,
                 taylor_rows=B, taylor_backward_rows=B * (2 if order > 1 else 1), order=order)
+    return cost + check_cost(inputs) if V.check_bool(check, "check") else cost
 
 
 def taylor_terms_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2,
-                      chunk_size: int | None = None, groups=None, model=None):
+                      chunk_size: int | None = None, groups=None, model=None,
+                      check: bool = True):
     """The rows :func:`taylor_terms` runs on one-tensor inputs: one forward of the batch
     at the baselines (``f(x~)``, reported; ``f(x)`` comes from the Taylor-mode pass), one
     Taylor-mode pass along ``-delta`` (``B`` rows) swept backward once (order 1) or
@@ -529,8 +599,10 @@ def taylor_terms_cost(inputs: torch.Tensor, baselines=0.0, order: int = 2,
     (``B x`` the widest sample's moved features), or with ``groups`` (ids ``0..G-1`` shaped
     like one sample) one per moved group (``B x`` the widest sample's moved groups),
     ``chunk_size`` directions per pass. Runs no model (``model``: as for
-    :func:`group_expansions_cost`)."""
-    cost = replace(taylor_attribution_cost(inputs, baselines, order), label="taylor terms")
+    :func:`group_expansions_cost`; ``check``: the first-order check's ``B`` forward rows,
+    as for :func:`taylor_attribution_cost`)."""
+    cost = replace(taylor_attribution_cost(inputs, baselines, order, check),
+                   label="taylor terms")
     inputs = V.check_inputs(inputs)
     delta = inputs - V.broadcast_baselines(baselines, inputs)
     B = inputs.shape[0]

@@ -63,7 +63,7 @@ digits; :class:`ImagenetRoute` multiplies every window/player setting (``patch``
 ``crop / 28`` = 8 on a CPU (the assessment runs its models on the CPU), so each window
 covers the share of the image it covers on MNIST. Forwards per 224x224 image, scale 8
 (scale 1, the paper's pixel level, in brackets): Occ-1 785 (50,177), Occ-2x2 197 (12,545),
-Shapley-4x4 1,227 (78,402), KernelSHAP-4x4 201 (201), PredDiff-4x4 393 (25,089); IG, EG,
+Shapley-4x4 1,227 (78,402), KernelSHAP-4x4 301 (301), PredDiff-4x4 393 (25,089); IG, EG,
 GS and the SmoothGrad family 51 forwards and 50 backwards, GI and Saliency one of each. A
 ResNet-18 row takes about 0.25 s on two CPU cores, so the defaults cost about 15 minutes
 per image, the pixel level about 11 hours. Labels stay the registry's; the scale, the
