@@ -49,6 +49,11 @@ def _quiet():
 
 @pytest.fixture(scope="module")
 def tokenizer():
+    return make_tokenizer()
+
+
+def make_tokenizer():
+    """A word-level tokenizer over ``WORDS``, ``<s>`` first."""
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.post_processor = processors.TemplateProcessing(single="<s> $A",

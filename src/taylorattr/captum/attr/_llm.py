@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...inputs import follow_mode
 from .._mapping import Attribution, global_generator, not_offered
 from ._gradient import (
     DeepLift,
@@ -452,17 +453,32 @@ class _Outputs:
 
 
 def _taken(function, kwargs: dict) -> dict:
-    """The keyword arguments ``function`` takes; a warning names the others."""
+    """The keyword arguments ``function`` names; a warning names the others, which are left
+    out (a ``**kwargs`` of a Captum-compatible method takes none beyond Captum's names)."""
     import inspect
 
-    params = inspect.signature(function).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return kwargs
-    left = sorted(set(kwargs) - set(params))
+    params = {n for n, p in inspect.signature(function).parameters.items()
+              if p.kind is not p.VAR_KEYWORD}
+    left = sorted(set(kwargs) - params)
     if left:
         warnings.warn(f"{function.__qualname__} does not take {left}; they are left out",
                       stacklevel=3)
     return {k: v for k, v in kwargs.items() if k in params}
+
+
+def _same_method(method, forward_func):
+    """``method``'s class on ``forward_func`` with ``method``'s settings: every constructor
+    argument after ``forward_func`` read from the attribute of its name (Captum's classes
+    keep them so: ``interpretable_model``, ``similarity_func``, ``perm_func``, ...); an
+    interpretable model is cloned unfitted, so each row fits its own copy."""
+    import copy
+    import inspect
+
+    params = list(inspect.signature(type(method).__init__).parameters)[2:]
+    kwargs = {n: getattr(method, n) for n in params if hasattr(method, n)}
+    if kwargs.get("interpretable_model") is not None:
+        kwargs["interpretable_model"] = copy.deepcopy(kwargs["interpretable_model"])
+    return type(method)(forward_func, **kwargs)
 
 
 class LLMAttribution(_LLMBase):
@@ -506,7 +522,7 @@ class LLMAttribution(_LLMBase):
             for k in range(rows):  # every row sees the draws Captum makes once
                 gen.set_state(torch_state)
                 np.random.set_state(np_state)
-                method = type(self.attr_method)(outputs.column(k))
+                method = _same_method(self.attr_method, outputs.column(k))
                 total[k] += method.attribute(z, **kwargs).reshape(-1).to(total.dtype)
         attr = inp.format_attr(total / num_trials)
         return LLMAttributionResult(
@@ -522,6 +538,7 @@ class _TokenLogProb(nn.Module):
     def __init__(self, model: nn.Module, token: int) -> None:
         super().__init__()
         self.model, self.token = model, token
+        follow_mode(self, model)
 
     def forward(self, e):
         logits = self.model(inputs_embeds=e).logits
@@ -538,6 +555,7 @@ class _PromptLogProb(nn.Module):
     def __init__(self, owner, inp, target: torch.Tensor, k: int) -> None:
         super().__init__()
         self.model, self.owner, self.inp, self.target, self.k = owner.model, owner, inp, target, k
+        follow_mode(self, owner.model)
 
     def forward(self, z):
         ids = self.owner._model_input(self.inp.to_model_input(z))["input_ids"]
@@ -618,6 +636,7 @@ class LLMGradientAttribution(_LLMBase):
         """Rows: the target tokens; columns: the prompt's explained tokens."""
         target_tokens = self._target_tokens(inp, target, gen_args).to(self.device)
         route = self._layer_route if self.embeddings is None else self._embedding_route
+        kwargs = _taken(type(self.attr_method).attribute, kwargs)
         attr = route(inp, target_tokens, dict(kwargs))
         if inp.itp_mask is not None:
             attr = attr[inp.itp_mask.to(attr.device).expand_as(attr)].view(attr.shape[0], -1)
