@@ -432,14 +432,13 @@ class _Outputs:
     def row(self, z: torch.Tensor) -> torch.Tensor:
         key = tuple(z.tolist())
         if key not in self.seen:
-            model_inp = self.owner._model_input(self.inp.to_model_input(z.view(1, -1)))
-            logp = _sequence_log_probs(self.owner.model, model_inp["input_ids"], self.target,
-                                       self.in_tokens)
+            prompt, logp = self.owner._target_log_probs(self.inp, z.view(1, -1), self.target,
+                                                        self.in_tokens)
             values = torch.cat([logp.sum().view(1), logp]) if self.per_token else \
                 logp.sum().view(1)
             values = values if self.owner.attr_target == "log_prob" else values.exp()
             if self.inspect is not None:
-                self.inspect(self.owner.tokenizer.decode(model_inp["input_ids"][0]),
+                self.inspect(prompt,
                              self.owner.tokenizer.decode(self.target),
                              values.exp().tolist() if self.owner.attr_target == "log_prob"
                              else values.tolist())
@@ -495,6 +494,13 @@ class LLMAttribution(_LLMBase):
         if attr_target not in ("log_prob", "prob"):
             raise ValueError(f"attr_target must be 'log_prob' or 'prob', got {attr_target!r}")
         self.attr_target = attr_target
+
+    def _target_log_probs(self, inp, z, target, in_tokens: bool):
+        """The prompt (as text) of the perturbation ``z`` and ``log p(t_k | prompt, t_<k)``
+        of every target token."""
+        ids = self._model_input(inp.to_model_input(z))["input_ids"]
+        return self.tokenizer.decode(ids[0]), _sequence_log_probs(self.model, ids, target,
+                                                                  in_tokens)
 
     def attribute(self, inp, target=None, num_trials: int = 1, gen_args=None,
                   use_cached_outputs: bool = True, _inspect_forward=None,

@@ -31,6 +31,14 @@ from .._mapping import (
     layer_inputs,
     not_offered,
 )
+from ._lime import (
+    LimeBase,
+    SkLearnLassoModel,
+    default_from_interp_rep_transform,
+    default_perturb_func,
+    general_lime,
+    get_exp_kernel_similarity_function,
+)
 
 __all__ = ["FeatureAblation", "FeaturePermutation", "KernelShap", "LayerFeatureAblation",
            "LayerFeaturePermutation", "Lime", "Occlusion", "ShapleyValueSampling",
@@ -283,11 +291,15 @@ def _captum_lasso(model) -> bool:
         set(getattr(model, "construct_kwargs", {None: 0})) <= {"alpha"}
 
 
-class Lime(PerturbationAttribution):
-    """Captum's ``Lime`` with its defaults (uniform coalitions, the cosine exponential
-    kernel of width 1, ``Lasso(alpha=0.01)``): :class:`taylorattr.methods.Lime` with
-    Captum's coalition draws (``torch.bernoulli`` per draw, sample by sample, then the
-    draws of Captum's fit: its data loader's seed and the ``nn.Linear`` it builds)."""
+class Lime(LimeBase):
+    """Captum's ``Lime``. With its defaults (uniform coalitions, the cosine exponential
+    kernel of width 1, ``Lasso(alpha)``, alpha 0.01 or that of a given Captum
+    ``SkLearnLasso(alpha=...)``): :class:`taylorattr.methods.Lime` with Captum's coalition
+    draws (``torch.bernoulli`` per draw, sample by sample, then the draws of Captum's fit:
+    its data loader's seed and the ``nn.Linear`` it builds). With another
+    ``interpretable_model`` (Captum's interface: ``fit(data_loader)``,
+    ``representation()``), ``similarity_func`` or ``perturb_func``: Captum's general
+    framework (:func:`~taylorattr.captum.attr._lime.general_lime`)."""
 
     def __init__(self, forward_func, interpretable_model=None, similarity_func=None,
                  perturb_func=None) -> None:
@@ -298,12 +310,23 @@ class Lime(PerturbationAttribution):
         if _captum_lasso(interpretable_model):  # Captum's default model, another alpha
             self._alpha = float(interpretable_model.construct_kwargs.get("alpha", 1.0))
             interpretable_model = None
-        for value, name in ((interpretable_model, "interpretable_model"),
-                            (similarity_func, "similarity_func"), (perturb_func, "perturb_func")):
-            if value is not None:
-                raise not_offered(f"Lime({name}=...)", "Captum's defaults are mapped; the "
-                                  "native Lime takes interpretable_model=fit(z, y, weights)")
+        self._general = any(v is not None for v in
+                            (interpretable_model, similarity_func, perturb_func))
+        self.perturb_interpretable_space = True
+        self.from_interp_rep_transform = default_from_interp_rep_transform
+        self.to_interp_rep_transform = None
         self._native = native.Lime(TensorOutput(forward_func))
+
+    def _general_lime(self):
+        """A LimeBase on this Lime's settings, the defaults filled in (a fresh default
+        model per call)."""
+        base = LimeBase.__new__(LimeBase)
+        base.__dict__.update(self.__dict__)
+        base.interpretable_model = self.interpretable_model or SkLearnLassoModel(self._alpha)
+        base.similarity_func = self.similarity_func or get_exp_kernel_similarity_function()
+        base.perturb_func = self.perturb_func or default_perturb_func
+        base._name = self.get_name()
+        return base
 
     def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
               feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
@@ -335,10 +358,23 @@ class Lime(PerturbationAttribution):
 
     def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
                   feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
-                  return_input_shape: bool = True, show_progress: bool = False):
+                  return_input_shape: bool = True, show_progress: bool = False, **kwargs):
+        if getattr(self, "_general", False):
+            return general_lime(self._general_lime(), inputs, baselines, target,
+                                additional_forward_args, feature_mask, n_samples,
+                                perturbations_per_eval, return_input_shape, show_progress,
+                                **kwargs)
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}.attribute got unexpected keyword "
+                            f"argument(s) {sorted(kwargs)} (they go to a custom "
+                            "perturb_func or similarity_func)")
         return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
                           n_samples, perturbations_per_eval, return_input_shape,
                           show_progress).run()
+
+    def attribute_future(self, *args, **kwargs):
+        raise NotImplementedError(f"attribute_future is not implemented for "
+                                  f"{type(self).__name__}")
 
 
 class KernelShap(Lime):
