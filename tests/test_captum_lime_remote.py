@@ -1,6 +1,6 @@
-"""Captum 0.9's general LIME (``LimeBase``, ``Lime`` with a similarity function, a
-perturbation function or any interpretable model of Captum's interface) and the remote
-language-model attribution (``RemoteLLMAttribution``, ``VLLMProvider``), side by side with
+"""Captum 0.9's ``DataLoaderAttribution``, general LIME (``LimeBase``, ``Lime`` with a
+similarity function, a perturbation function or any interpretable model of Captum's
+interface) and the remote language-model attribution (``RemoteLLMAttribution``, ``VLLMProvider``), side by side with
 Captum on the same inputs and draws.
 
 The remote provider is a local model's log-probabilities behind Captum's provider
@@ -174,3 +174,52 @@ def test_vllm_provider_reads_the_servers_prompt_logprobs(monkeypatch):
         provider.get_logprobs("the cat", "happy")
     with pytest.raises(ValueError, match="API URL"):
         T.VLLMProvider("  ")
+
+
+# --- DataLoaderAttribution ----------------------------------------------------------------
+def test_dataloader_attribution_equals_captums_and_per_batch_ablation():
+    """Per-example outputs concatenated (the default reduce): the batches' own
+    FeatureAblation; a custom reduce / to_metric (mean and sum of the data set) with a mask
+    and baselines: Captum's numbers; the label column not passed to the model."""
+    from captum.attr._core.dataloader_attr import DataLoaderAttribution as CD
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    lin = nn.Linear(6, 1).double()
+
+    def forward(a, b):
+        return lin(torch.cat([a, b.flatten(1)], 1))[:, 0]
+
+    data = TensorDataset(torch.randn(7, 2, dtype=torch.float64),
+                         torch.randn(7, 2, 2, dtype=torch.float64), torch.arange(7))
+    loader = DataLoader(data, batch_size=3)
+    roles = (0, 0, 2)
+    ours = T.DataLoaderAttribution(T.FeatureAblation(forward)).attribute(loader,
+                                                                          input_roles=roles)
+    theirs = CD(C.FeatureAblation(forward)).attribute(loader, input_roles=roles)
+    per_batch = [T.FeatureAblation(forward).attribute((a, b)) for a, b, _ in loader]
+    for o, t, k in zip(ours, theirs, range(2)):
+        torch.testing.assert_close(o, t, rtol=0, atol=1e-12)
+        torch.testing.assert_close(o, torch.cat([p[k] for p in per_batch]), rtol=0,
+                                   atol=1e-12)
+
+    def reduce(accum, out, inputs):
+        assert len(inputs) == 3
+        return out if accum is None else torch.cat([accum, out])
+
+    def to_metric(outs):
+        return torch.stack([outs.mean(), outs.sum()])
+    kw = {"input_roles": roles, "reduce": reduce, "to_metric": to_metric,
+          "feature_mask": (torch.tensor([[0, 1]]), torch.tensor([[[1, 2], [2, 0]]])),
+          "baselines": (0.5, -1.0), "perturbations_per_pass": 2}
+    ours = T.DataLoaderAttribution(T.FeatureAblation(forward)).attribute(loader, **kw)
+    theirs = CD(C.FeatureAblation(forward)).attribute(loader, **kw)
+    for o, t in zip(ours, theirs):
+        assert o.shape == t.shape == (2, *o.shape[1:])
+        torch.testing.assert_close(o, t, rtol=0, atol=1e-12)
+    flat = T.DataLoaderAttribution(T.FeatureAblation(forward)).attribute(
+        loader, return_input_shape=False, **kw)
+    torch.testing.assert_close(flat, CD(C.FeatureAblation(forward)).attribute(
+        loader, return_input_shape=False, **kw), rtol=0, atol=1e-12)
+    with pytest.raises(TypeError, match="FeatureAblation"):
+        T.DataLoaderAttribution(T.ShapleyValueSampling(forward))

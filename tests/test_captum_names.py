@@ -51,7 +51,7 @@ def test_visualization_names_exist():
     assert public and not sorted(public - set(dir(T.visualization)))
 
 
-REFUSED = ["DataLoaderAttribution",
+REFUSED = [
            "ImageMaskInput"]
 
 

@@ -17,6 +17,7 @@ from .._mapping import (
 )
 from . import visualization
 from ._cam import Deconvolution, GuidedGradCam, LayerGradCam
+from ._dataloader import DataLoaderAttribution, InputRole
 from ._embedding import (
     InterpretableEmbeddingBase,
     ProductBaselines,
@@ -80,7 +81,7 @@ from ._perturbation import (
     ShapleyValues,
     ShapleyValueSampling,
 )
-from ._refused import DataLoaderAttribution, ImageMaskInput
+from ._refused import ImageMaskInput
 from ._remote import RemoteLLMAttribution, RemoteLLMProvider, VLLMProvider
 from ._summarizer import (
     MSE,
@@ -120,6 +121,7 @@ __all__ = [
     "GuidedGradCam",
     "IdentityRule",
     "ImageMaskInput",
+    "InputRole",
     "InputXGradient",
     "IntegratedGradients",
     "InternalInfluence",

@@ -3,9 +3,9 @@
 "Coming from Captum")."""
 from __future__ import annotations
 
-from .._mapping import Attribution, not_offered
+from .._mapping import not_offered
 
-__all__ = ["DataLoaderAttribution", "ImageMaskInput"]
+__all__ = ["ImageMaskInput"]
 
 
 class _Refused:
@@ -16,14 +16,6 @@ class _Refused:
 
     def __init__(self, *args, **kwargs) -> None:
         raise not_offered(type(self).__name__, f"{self._why}; instead: {self._instead}")
-
-
-class DataLoaderAttribution(_Refused, Attribution):
-    _why = ("attributing a whole data loader's aggregated output is not mapped onto the "
-            "native methods")
-    _instead = ("taylorattr.captum.attr.FeatureAblation on each batch (a forward_func "
-                "returning one value for the batch is read as Captum's aggregate mode), or the "
-                "`taylorattr` CLI / taylorattr.runtime jobs for datasets")
 
 
 class ImageMaskInput(_Refused):
