@@ -25,7 +25,7 @@ from torch import nn
 
 from taylorattr.captum import attr as T
 
-pytestmark = pytest.mark.filterwarnings("error::UserWarning:taylorattr")
+pytestmark = pytest.mark.filterwarnings("error")
 
 
 def _net():

@@ -21,7 +21,7 @@ from torch import nn
 
 from taylorattr.captum import attr as T
 
-pytestmark = pytest.mark.filterwarnings("error::UserWarning:taylorattr")
+pytestmark = pytest.mark.filterwarnings("error")
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from taylorattr.methods.layerwise import get_plan
 from taylorattr.methods.layerwise.rules import epsilon_rule
 from taylorattr.runtime.completeness import CompletenessWarning
 
-pytestmark = pytest.mark.filterwarnings("error::UserWarning:taylorattr")
+pytestmark = pytest.mark.filterwarnings("error")
 
 
 def gelu_new(x):  # GPT-2's, as transformers writes it

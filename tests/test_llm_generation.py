@@ -23,7 +23,7 @@ from taylorattr.methods import EpsilonLRP
 from taylorattr.methods.generation import explain_generation
 from taylorattr.runtime.completeness import CompletenessWarning
 
-pytestmark = pytest.mark.filterwarnings("error::UserWarning:taylorattr")
+pytestmark = pytest.mark.filterwarnings("error")
 PROMPT, ANSWER = "the cat sat on the mat", "is very happy"
 
 
