@@ -156,3 +156,19 @@ def test_layer_feature_permutation_of_a_two_column_output_without_target_equals_
     ours = T.LayerFeaturePermutation(net, net[1]).attribute(x)
     assert ours.shape == theirs.shape == (4, 3)
     torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-6)
+
+
+def test_feature_ablation_refuses_several_perturbations_per_call_on_a_batch_aggregate():
+    """Captum's aggregate mode (one value, or three, for the whole batch) takes
+    perturbations_per_eval=1 only: both raise AssertionError; with 1 both agree."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2)).eval()
+    x = torch.tensor([[2.0, 10.0, 3.0], [20.0, 50.0, 30.0]])
+    for forward in (lambda v: net(v).sum().item(),
+                    lambda v: torch.stack([net(v).sum(), net(v).max(), net(v).min()])):
+        for mod in (C, T):
+            with pytest.raises(AssertionError):
+                mod.FeatureAblation(forward).attribute(x, perturbations_per_eval=2)
+    ours = T.FeatureAblation(lambda v: net(v).sum()).attribute(x)
+    theirs = C.FeatureAblation(lambda v: net(v).sum()).attribute(x)
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-5)

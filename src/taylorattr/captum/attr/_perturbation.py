@@ -87,6 +87,21 @@ def _float_where_baseline_is(parts: tuple, baselines, is_tuple: bool):
     return tuple(out) if is_tuple else out[0]
 
 
+def _one_value_per_batch_needs_one_per_eval(forward, parts: tuple, extra) -> None:
+    """Captum's aggregate mode (an output whose first axis is not the batch: one value, or
+    a few, for the whole batch) ablates one perturbation per call: refuse
+    ``perturbations_per_eval > 1`` there, as Captum does (stacked copies would be read as
+    one batch)."""
+    extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
+    with torch.no_grad():
+        out = forward(*parts, *extra)
+    batch = parts[0].shape[0] if parts[0].dim() else 1
+    if not isinstance(out, torch.Tensor) or out.dim() == 0 or out.shape[0] != batch:
+        raise AssertionError("perturbations_per_eval must be 1 when forward_func returns one "
+                             "value (or a few) for the whole batch (Captum's aggregate "
+                             "mode): pass perturbations_per_eval=1")
+
+
 class FeatureAblation(PerturbationAttribution):
     """Captum's ``FeatureAblation``: :class:`taylorattr.methods.Occlusion` with
     ``feature_mask`` (every feature alone by default)."""
@@ -106,6 +121,9 @@ class FeatureAblation(PerturbationAttribution):
             feature_mask = default_mask(parts)
             feature_mask = feature_mask if is_tuple else feature_mask[0]
         inputs = _float_where_baseline_is(parts, baselines, is_tuple)
+        if perturbations_per_eval > 1:
+            _one_value_per_batch_needs_one_per_eval(self._native.model, parts,
+                                                    additional_forward_args)
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
                     {"feature_mask": feature_mask, "show_progress": show_progress,
                      "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)})
