@@ -21,6 +21,7 @@ import math
 import torch
 
 from .._mapping import Attribution
+from ._perturbation import FeatureAblation
 
 __all__ = ["DataLoaderAttribution", "InputRole"]
 
@@ -49,8 +50,6 @@ class DataLoaderAttribution(Attribution):
     """Captum's ``DataLoaderAttribution`` over a ``FeatureAblation`` (module docstring)."""
 
     def __init__(self, attr_method) -> None:
-        from ._perturbation import FeatureAblation
-
         if type(attr_method) is not FeatureAblation:
             raise TypeError(f"DataLoaderAttribution takes a FeatureAblation (Captum's only "
                             f"supported method), got {type(attr_method).__name__}")
