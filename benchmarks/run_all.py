@@ -78,7 +78,7 @@ def main(argv=None) -> None:
     if not args.quick:  # the peers of issues 14 and 20, once, under the default allocator
         for script in ("bench_interactions.py", "bench_cost.py", "bench_shapley.py",
                        "bench_cli_start.py", "layerwise_zoo.py", "bench_taylor_zoo.py",
-                       "zoo_completeness.py"):
+                       "zoo_completeness.py", "bench_llm.py"):
             print(f"\n# {script}", flush=True)
             subprocess.run([sys.executable, str(HERE / script)], check=True,
                            env={**os.environ, "PYTHONPATH": str(HERE.parent / "src")})

@@ -37,6 +37,8 @@ _METHODS = (
 #: Public name -> the module it is imported from.
 _EXPORTS = {name: "taylorattr.methods" for name in _METHODS} | {
     "network_integrated_hessians": "taylorattr.methods.integrated_hessians",
+    "explain_generation": "taylorattr.methods.generation",
+    "GenerationExplanation": "taylorattr.methods.generation",
     "shapley_interactions": "taylorattr.methods.shapley_interactions",
     "shapley_rule_error": "taylorattr.methods.truncation",
     "integrated_hessians_error": "taylorattr.methods.truncation",
@@ -136,6 +138,8 @@ if TYPE_CHECKING:  # the same names, for editors and type checkers (no import at
     from .methods import global_relevance as global_relevance
     from .methods import local_relevance as local_relevance
     from .methods import reformulations as reformulations
+    from .methods.generation import GenerationExplanation as GenerationExplanation
+    from .methods.generation import explain_generation as explain_generation
     from .methods.integrated_hessians import (
         network_integrated_hessians as network_integrated_hessians,
     )

@@ -193,9 +193,10 @@ def future_call(wrapper: TensorOutput, run):
         result = run()
     finally:
         wrapper.awaiting = False
-    future = torch.futures.Future()
-    future.set_result(result)
-    return future
+    done = torch.futures.Future()
+    done.set_result(None)
+    # a ``torch.Future`` (``torch._C.Future``), the type Captum's chained futures have
+    return torch.futures.collect_all([done]).then(lambda _: result)
 
 
 class Attribution:

@@ -1,8 +1,10 @@
 """Captum's ``LayerGradCam``, ``GuidedGradCam``, ``Deconvolution`` over the native methods."""
 from __future__ import annotations
 
+import torch
+
 from ... import methods as native
-from .._mapping import Call, GradientAttribution, LayerAttribution
+from .._mapping import Call, GradientAttribution, LayerAttribution, layer_inputs
 from ._gradient import GuidedBackprop, _grad_kwargs
 
 __all__ = ["Deconvolution", "GuidedGradCam", "LayerGradCam"]
@@ -32,8 +34,21 @@ class LayerGradCam(LayerAttribution, GradientAttribution):
     def attribute(self, inputs, target=None, additional_forward_args=None,
                   attribute_to_layer_input: bool = False, relu_attributions: bool = False,
                   attr_dim_summation: bool = True, grad_kwargs=None):
-        return self._call(inputs, target, additional_forward_args, attribute_to_layer_input,
-                          relu_attributions, attr_dim_summation, grad_kwargs).run()
+        call = self._call(inputs, target, additional_forward_args, attribute_to_layer_input,
+                          relu_attributions, attr_dim_summation, grad_kwargs)
+        try:
+            return call.run()
+        except RuntimeError as exc:
+            # a layer the forward does not use has zero gradients: with Captum's
+            # materialize_grads its map is 0 (of the layer's shape, channels summed)
+            if "not have been used in the graph" not in str(exc) or \
+                    not (grad_kwargs or {}).get("materialize_grads"):
+                raise
+            h = layer_inputs(self.forward_func, self.layer, inputs, additional_forward_args,
+                             attribute_to_layer_input)
+            h = h[0] if isinstance(h, tuple) else h
+            shape = (h.shape[0], 1, *h.shape[2:]) if attr_dim_summation else tuple(h.shape)
+            return torch.zeros(shape, dtype=h.dtype, device=h.device)
 
 
 class GuidedGradCam(GradientAttribution):

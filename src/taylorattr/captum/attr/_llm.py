@@ -45,6 +45,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...inputs import follow_mode
 from .._mapping import Attribution, global_generator, not_offered
 from ._gradient import (
     DeepLift,
@@ -431,14 +432,13 @@ class _Outputs:
     def row(self, z: torch.Tensor) -> torch.Tensor:
         key = tuple(z.tolist())
         if key not in self.seen:
-            model_inp = self.owner._model_input(self.inp.to_model_input(z.view(1, -1)))
-            logp = _sequence_log_probs(self.owner.model, model_inp["input_ids"], self.target,
-                                       self.in_tokens)
+            prompt, logp = self.owner._target_log_probs(self.inp, z.view(1, -1), self.target,
+                                                        self.in_tokens)
             values = torch.cat([logp.sum().view(1), logp]) if self.per_token else \
                 logp.sum().view(1)
             values = values if self.owner.attr_target == "log_prob" else values.exp()
             if self.inspect is not None:
-                self.inspect(self.owner.tokenizer.decode(model_inp["input_ids"][0]),
+                self.inspect(prompt,
                              self.owner.tokenizer.decode(self.target),
                              values.exp().tolist() if self.owner.attr_target == "log_prob"
                              else values.tolist())
@@ -452,17 +452,32 @@ class _Outputs:
 
 
 def _taken(function, kwargs: dict) -> dict:
-    """The keyword arguments ``function`` takes; a warning names the others."""
+    """The keyword arguments ``function`` names; a warning names the others, which are left
+    out (a ``**kwargs`` of a Captum-compatible method takes none beyond Captum's names)."""
     import inspect
 
-    params = inspect.signature(function).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return kwargs
-    left = sorted(set(kwargs) - set(params))
+    params = {n for n, p in inspect.signature(function).parameters.items()
+              if p.kind is not p.VAR_KEYWORD}
+    left = sorted(set(kwargs) - params)
     if left:
         warnings.warn(f"{function.__qualname__} does not take {left}; they are left out",
                       stacklevel=3)
     return {k: v for k, v in kwargs.items() if k in params}
+
+
+def _same_method(method, forward_func):
+    """``method``'s class on ``forward_func`` with ``method``'s settings: every constructor
+    argument after ``forward_func`` read from the attribute of its name (Captum's classes
+    keep them so: ``interpretable_model``, ``similarity_func``, ``perm_func``, ...); an
+    interpretable model is cloned unfitted, so each row fits its own copy."""
+    import copy
+    import inspect
+
+    params = list(inspect.signature(type(method).__init__).parameters)[2:]
+    kwargs = {n: getattr(method, n) for n in params if hasattr(method, n)}
+    if kwargs.get("interpretable_model") is not None:
+        kwargs["interpretable_model"] = copy.deepcopy(kwargs["interpretable_model"])
+    return type(method)(forward_func, **kwargs)
 
 
 class LLMAttribution(_LLMBase):
@@ -479,6 +494,13 @@ class LLMAttribution(_LLMBase):
         if attr_target not in ("log_prob", "prob"):
             raise ValueError(f"attr_target must be 'log_prob' or 'prob', got {attr_target!r}")
         self.attr_target = attr_target
+
+    def _target_log_probs(self, inp, z, target, in_tokens: bool):
+        """The prompt (as text) of the perturbation ``z`` and ``log p(t_k | prompt, t_<k)``
+        of every target token."""
+        ids = self._model_input(inp.to_model_input(z))["input_ids"]
+        return self.tokenizer.decode(ids[0]), _sequence_log_probs(self.model, ids, target,
+                                                                  in_tokens)
 
     def attribute(self, inp, target=None, num_trials: int = 1, gen_args=None,
                   use_cached_outputs: bool = True, _inspect_forward=None,
@@ -506,7 +528,7 @@ class LLMAttribution(_LLMBase):
             for k in range(rows):  # every row sees the draws Captum makes once
                 gen.set_state(torch_state)
                 np.random.set_state(np_state)
-                method = type(self.attr_method)(outputs.column(k))
+                method = _same_method(self.attr_method, outputs.column(k))
                 total[k] += method.attribute(z, **kwargs).reshape(-1).to(total.dtype)
         attr = inp.format_attr(total / num_trials)
         return LLMAttributionResult(
@@ -522,7 +544,7 @@ class _TokenLogProb(nn.Module):
     def __init__(self, model: nn.Module, token: int) -> None:
         super().__init__()
         self.model, self.token = model, token
-        self.training = model.training  # the wrapper follows the model's mode (no recursion)
+        follow_mode(self, model)
 
     def forward(self, e):
         logits = self.model(inputs_embeds=e).logits
@@ -539,7 +561,7 @@ class _PromptLogProb(nn.Module):
     def __init__(self, owner, inp, target: torch.Tensor, k: int) -> None:
         super().__init__()
         self.model, self.owner, self.inp, self.target, self.k = owner.model, owner, inp, target, k
-        self.training = owner.model.training  # the wrapper follows the model's mode
+        follow_mode(self, owner.model)
 
     def forward(self, z):
         ids = self.owner._model_input(self.inp.to_model_input(z))["input_ids"]
@@ -620,6 +642,7 @@ class LLMGradientAttribution(_LLMBase):
         """Rows: the target tokens; columns: the prompt's explained tokens."""
         target_tokens = self._target_tokens(inp, target, gen_args).to(self.device)
         route = self._layer_route if self.embeddings is None else self._embedding_route
+        kwargs = _taken(type(self.attr_method).attribute, kwargs)
         attr = route(inp, target_tokens, dict(kwargs))
         if inp.itp_mask is not None:
             attr = attr[inp.itp_mask.to(attr.device).expand_as(attr)].view(attr.shape[0], -1)

@@ -14,6 +14,7 @@ would import each other both ways.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -29,6 +30,14 @@ from .._mapping import (
     global_generator,
     layer_inputs,
     not_offered,
+)
+from ._lime import (
+    LimeBase,
+    SkLearnLassoModel,
+    default_from_interp_rep_transform,
+    default_perturb_func,
+    general_lime,
+    get_exp_kernel_similarity_function,
 )
 
 __all__ = ["FeatureAblation", "FeaturePermutation", "KernelShap", "LayerFeatureAblation",
@@ -62,6 +71,37 @@ def players(feature_mask, parts) -> int:
     return max(int(m.max()) for m in as_tuple(feature_mask, "feature_mask")[0]) + 1
 
 
+def _float_where_baseline_is(parts: tuple, baselines, is_tuple: bool):
+    """The inputs, an integer input made floating where its baseline is not an integer (a
+    float such as 0.2, or a floating tensor): Captum writes the baseline into the ablated
+    copies as it is, so ``x = 1`` against a baseline 0.2 gives ``f(1) - f(0.2)``."""
+    bases = baselines if isinstance(baselines, tuple) else (baselines,) * len(parts)
+    if len(bases) != len(parts):
+        return parts if is_tuple else parts[0]
+    out = []
+    for p, b in zip(parts, bases):
+        fractional = (isinstance(b, float) and not b.is_integer()) or \
+            (isinstance(b, torch.Tensor) and b.is_floating_point())
+        floating = p.is_floating_point() or p.dtype == torch.bool
+        out.append(p.to(torch.get_default_dtype()) if fractional and not floating else p)
+    return tuple(out) if is_tuple else out[0]
+
+
+def _one_value_per_batch_needs_one_per_eval(forward, parts: tuple, extra) -> None:
+    """Captum's aggregate mode (an output whose first axis is not the batch: one value, or
+    a few, for the whole batch) ablates one perturbation per call: refuse
+    ``perturbations_per_eval > 1`` there, as Captum does (stacked copies would be read as
+    one batch)."""
+    extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
+    with torch.no_grad():
+        out = forward(*parts, *extra)
+    batch = parts[0].shape[0] if parts[0].dim() else 1
+    if not isinstance(out, torch.Tensor) or out.dim() == 0 or out.shape[0] != batch:
+        raise AssertionError("perturbations_per_eval must be 1 when forward_func returns one "
+                             "value (or a few) for the whole batch (Captum's aggregate "
+                             "mode): pass perturbations_per_eval=1")
+
+
 class FeatureAblation(PerturbationAttribution):
     """Captum's ``FeatureAblation``: :class:`taylorattr.methods.Occlusion` with
     ``feature_mask`` (every feature alone by default)."""
@@ -80,6 +120,10 @@ class FeatureAblation(PerturbationAttribution):
         if feature_mask is None:
             feature_mask = default_mask(parts)
             feature_mask = feature_mask if is_tuple else feature_mask[0]
+        inputs = _float_where_baseline_is(parts, baselines, is_tuple)
+        if perturbations_per_eval > 1:
+            _one_value_per_batch_needs_one_per_eval(self._native.model, parts,
+                                                    additional_forward_args)
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
                     {"feature_mask": feature_mask, "show_progress": show_progress,
                      "perturbations_per_eval": _rows_per_call(perturbations_per_eval, inputs)})
@@ -199,6 +243,17 @@ class ShapleyValueSampling(PerturbationAttribution):
             where = torch.get_default_device()
             options["permutations"] = torch.stack([torch.randperm(G, device=where)
                                                    for _ in range(n_samples)])
+        if target is None:
+            extra = additional_forward_args
+            extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
+            with torch.no_grad():
+                out = torch.as_tensor(self._native.model(*parts, *extra))
+            if out.dim() == 2 and out.shape[0] == parts[0].shape[0] and out.shape[1] > 1:
+                # Captum's multi-task output: every column explained, [B, C, ...] (the same
+                # orders for each)
+                return _Columns([Call(self._native, inputs, baselines, c,
+                                      additional_forward_args, False, options)
+                                 for c in range(out.shape[1])])
         return Call(self._native, inputs, baselines, target, additional_forward_args, False,
                     options)
 
@@ -254,25 +309,42 @@ def _captum_lasso(model) -> bool:
         set(getattr(model, "construct_kwargs", {None: 0})) <= {"alpha"}
 
 
-class Lime(PerturbationAttribution):
-    """Captum's ``Lime`` with its defaults (uniform coalitions, the cosine exponential
-    kernel of width 1, ``Lasso(alpha=0.01)``): :class:`taylorattr.methods.Lime` with
-    Captum's coalition draws (``torch.bernoulli`` per draw, sample by sample, then the
-    draws of Captum's fit: its data loader's seed and the ``nn.Linear`` it builds)."""
+class Lime(LimeBase):
+    """Captum's ``Lime``. With its defaults (uniform coalitions, the cosine exponential
+    kernel of width 1, ``Lasso(alpha)``, alpha 0.01 or that of a given Captum
+    ``SkLearnLasso(alpha=...)``): :class:`taylorattr.methods.Lime` with Captum's coalition
+    draws (``torch.bernoulli`` per draw, sample by sample, then the draws of Captum's fit:
+    its data loader's seed and the ``nn.Linear`` it builds). With another
+    ``interpretable_model`` (Captum's interface: ``fit(data_loader)``,
+    ``representation()``), ``similarity_func`` or ``perturb_func``: Captum's general
+    framework (:func:`~taylorattr.captum.attr._lime.general_lime`)."""
 
     def __init__(self, forward_func, interpretable_model=None, similarity_func=None,
                  perturb_func=None) -> None:
         PerturbationAttribution.__init__(self, forward_func)
+        self.interpretable_model, self.similarity_func, self.perturb_func = \
+            interpretable_model, similarity_func, perturb_func  # as given (Captum's names)
         self._alpha = 0.01
         if _captum_lasso(interpretable_model):  # Captum's default model, another alpha
             self._alpha = float(interpretable_model.construct_kwargs.get("alpha", 1.0))
             interpretable_model = None
-        for value, name in ((interpretable_model, "interpretable_model"),
-                            (similarity_func, "similarity_func"), (perturb_func, "perturb_func")):
-            if value is not None:
-                raise not_offered(f"Lime({name}=...)", "Captum's defaults are mapped; the "
-                                  "native Lime takes interpretable_model=fit(z, y, weights)")
+        self._general = any(v is not None for v in
+                            (interpretable_model, similarity_func, perturb_func))
+        self.perturb_interpretable_space = True
+        self.from_interp_rep_transform = default_from_interp_rep_transform
+        self.to_interp_rep_transform = None
         self._native = native.Lime(TensorOutput(forward_func))
+
+    def _general_lime(self):
+        """A LimeBase on this Lime's settings, the defaults filled in (a fresh default
+        model per call)."""
+        base = LimeBase.__new__(LimeBase)
+        base.__dict__.update(self.__dict__)
+        base.interpretable_model = self.interpretable_model or SkLearnLassoModel(self._alpha)
+        base.similarity_func = self.similarity_func or get_exp_kernel_similarity_function()
+        base.perturb_func = self.perturb_func or default_perturb_func
+        base._name = self.get_name()
+        return base
 
     def _call(self, inputs, baselines=None, target=None, additional_forward_args=None,
               feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
@@ -304,10 +376,23 @@ class Lime(PerturbationAttribution):
 
     def attribute(self, inputs, baselines=None, target=None, additional_forward_args=None,
                   feature_mask=None, n_samples: int = 25, perturbations_per_eval: int = 1,
-                  return_input_shape: bool = True, show_progress: bool = False):
+                  return_input_shape: bool = True, show_progress: bool = False, **kwargs):
+        if getattr(self, "_general", False):
+            return general_lime(self._general_lime(), inputs, baselines, target,
+                                additional_forward_args, feature_mask, n_samples,
+                                perturbations_per_eval, return_input_shape, show_progress,
+                                **kwargs)
+        if kwargs:
+            raise TypeError(f"{type(self).__name__}.attribute got unexpected keyword "
+                            f"argument(s) {sorted(kwargs)} (they go to a custom "
+                            "perturb_func or similarity_func)")
         return self._call(inputs, baselines, target, additional_forward_args, feature_mask,
                           n_samples, perturbations_per_eval, return_input_shape,
                           show_progress).run()
+
+    def attribute_future(self, *args, **kwargs):
+        raise NotImplementedError(f"attribute_future is not implemented for "
+                                  f"{type(self).__name__}")
 
 
 class KernelShap(Lime):
@@ -356,38 +441,86 @@ def _permute_feature(x: torch.Tensor, feature_mask: torch.Tensor) -> torch.Tenso
     return x[perm] * mask + x * feature_mask.bitwise_not().to(dtype=x.dtype)
 
 
-def _permutation_importance(run, parts: tuple, masks: tuple, perm_func, is_tuple: bool):
+def _captum_select(out: torch.Tensor, target) -> torch.Tensor:
+    """Captum's target selection: the output itself (None), column ``target`` of every
+    sample (an int, a one-element tensor, a tuple indexing the trailing axes), or one column
+    per sample (a list or a ``[B]`` tensor)."""
+    if target is None:
+        return out
+    if isinstance(target, torch.Tensor) and target.numel() == 1:
+        target = int(target)
+    if isinstance(target, int):
+        return out[:, target]
+    if isinstance(target, tuple):
+        return out[(slice(None),) + target]
+    if isinstance(target, list) and target and isinstance(target[0], tuple):
+        return torch.stack([out[(i,) + t] for i, t in enumerate(target)])
+    index = torch.as_tensor(target, device=out.device).long().view(-1, 1)
+    return out.gather(1, index).squeeze(1)
+
+
+def _permutation_importance(evaluate, parts: tuple, masks: tuple, perm_func, is_tuple: bool,
+                            min_examples: int | None = 2):
     """Captum's permutation importance: for every feature id ``g`` (ascending), the drop
-    ``f(x) - f(x with feature g permuted)``, where ``perm_func(x_i, mask)`` permutes input
-    ``i`` (drawn for every input holding ``g``, in input order, as Captum draws). Each drop
-    is one native Occlusion call, ``run(baselines, two_groups)``, with group 0 = ``g`` (its
-    baseline the permuted values) and group 1 = the rest (its baseline ``x``, no change)."""
+    ``evaluate(x) - evaluate(x with feature g permuted)``, where ``perm_func(x_i, mask)``
+    permutes input ``i`` (drawn for every input holding ``g``, in input order, as Captum
+    draws). ``evaluate`` gives the explained outputs flattened, ``[n]``: ``n = B`` for one
+    value per sample, 1 for one value of the whole batch (Captum's aggregate mode); input
+    ``i``'s attributions are ``[n, *x_i.shape[1:]]``, the drop at the features of each ``g``.
+    A group holding an input of fewer than ``min_examples`` rows is skipped (zeros, with a
+    warning unless all its inputs are empty), as Captum skips it."""
+    with torch.no_grad():
+        fx = evaluate(parts)
+    totals = [torch.zeros((fx.numel(),) + tuple(p.shape[1:]),
+                          dtype=torch.result_type(fx, 1.0), device=fx.device) for p in parts]
     ids = sorted(set().union(*(torch.unique(m).tolist() for m in masks)))
-    totals = [torch.zeros_like(p, dtype=torch.result_type(p, 1.0)) for p in parts]
+    skipped = []
     for g in ids:
-        bases, groups = [], []
-        for p, m in zip(parts, masks):
-            hit = m == g
+        hits = [m == g for m in masks]
+        held = [p for p, h in zip(parts, hits) if bool(h.any())]
+        if min_examples is not None and any(p.shape[0] < min_examples for p in held):
+            if any(p.numel() for p in held):
+                skipped.append(g)
+            continue
+        permuted = []
+        for p, hit in zip(parts, hits):
             if hit.dim() == 0:
-                hit = hit.reshape((1,) * p.dim())
-            bases.append(perm_func(p, hit) if bool(hit.any()) else p)
-            groups.append((~hit).long())
-        out, _ = as_tuple(run(tuple(bases) if is_tuple else bases[0],
-                              tuple(groups) if is_tuple else groups[0]))
-        for total, a, m in zip(totals, out, masks):
-            total += torch.where(m == g, a.to(total.dtype), 0.0)
+                hit = hit.reshape((1,) * max(p.dim(), 1))
+            permuted.append(perm_func(p, hit) if bool(hit.any()) else p)
+        with torch.no_grad():
+            drop = (fx - evaluate(tuple(permuted))).reshape(-1)
+        for total, hit in zip(totals, hits):
+            where = hit.reshape(hit.shape if hit.dim() else (1,)).to(fx.device)
+            drop_rows = drop.view((-1,) + (1,) * (total.dim() - 1))
+            total += torch.where(where, drop_rows.to(total.dtype), 0.0)
+    if skipped:
+        warnings.warn(f"FeaturePermutation skipped feature group(s) {skipped}: they hold an "
+                      f"input of fewer than {min_examples} examples, which cannot be permuted "
+                      "across the batch; their attributions are 0", stacklevel=4)
     return tuple(totals) if is_tuple else totals[0]
+
+
+def _captum_forward(forward, target, extra):
+    """``evaluate(parts)``: ``forward`` on the inputs and the extra arguments, Captum's
+    target selected, flattened."""
+    extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
+
+    def evaluate(parts):
+        out = torch.as_tensor(forward(*parts, *extra))
+        return _captum_select(out, target).reshape(-1)
+    return evaluate
 
 
 class FeaturePermutation(FeatureAblation):
     """Captum's ``FeaturePermutation``: permutation feature importance (every feature, or
-    group of ``feature_mask``, gets ``f(x) - f(x with it permuted across the batch)``),
-    each drop a native :class:`taylorattr.methods.Occlusion` call with the permuted values as
-    baselines. ``perturbations_per_eval`` changes only the speed (one group per call here)."""
+    group of ``feature_mask``, gets ``f(x) - f(x with it permuted across the batch)``,
+    :func:`_permutation_importance`). ``perturbations_per_eval`` changes only the speed (one
+    group per call here)."""
 
     def __init__(self, forward_func, perm_func=_permute_feature) -> None:
         super().__init__(forward_func)
         self.perm_func = perm_func
+        self._min_examples_per_batch_grouped = 2
 
     def attribute(self, inputs, target=None, additional_forward_args=None, feature_mask=None,
                   perturbations_per_eval: int = 1, show_progress: bool = False, **kwargs):
@@ -399,11 +532,9 @@ class FeaturePermutation(FeatureAblation):
         parts, is_tuple = as_tuple(inputs)
         masks = default_mask(parts) if feature_mask is None else \
             as_tuple(feature_mask, "feature_mask")[0]
-
-        def run(bases, groups):
-            return Call(self._native, inputs, bases, target, additional_forward_args, False,
-                        {"feature_mask": groups, "show_progress": show_progress}).run()
-        return _permutation_importance(run, parts, masks, self.perm_func, is_tuple)
+        evaluate = _captum_forward(self._native.model, target, additional_forward_args)
+        return _permutation_importance(evaluate, parts, masks, self.perm_func, is_tuple,
+                                       self._min_examples_per_batch_grouped)
 
     def attribute_future(self, inputs, target=None, additional_forward_args=None,
                          feature_mask=None, perturbations_per_eval: int = 1,
@@ -416,18 +547,18 @@ class FeaturePermutation(FeatureAblation):
 
 class LayerFeaturePermutation(LayerAttribution, FeaturePermutation):
     """Captum's ``LayerFeaturePermutation``: :class:`FeaturePermutation` of the layer's
-    output (``layer_mask`` groups its neurons; every neuron alone by default), each drop a
-    native :class:`taylorattr.methods.Occlusion` call with ``layer=`` and the permuted layer
-    values as ``layer_baselines``."""
+    output (``layer_mask`` groups its neurons; every neuron alone by default), the model run
+    with the layer's output replaced by the permuted values."""
 
     def __init__(self, forward_func, layer, device_ids=None) -> None:
         LayerAttribution.__init__(self, forward_func, layer, device_ids)
         self.perm_func = _permute_feature
-        self._native = native.Occlusion(forward_func)
+        self._min_examples_per_batch_grouped = 2
 
     def attribute(self, inputs, target=None, additional_forward_args=None, layer_mask=None,
                   perturbations_per_eval: int = 1):
         _rows_per_call(perturbations_per_eval, inputs)
+        parts, _ = as_tuple(inputs)
 
         def one(layer):
             h, is_tuple = as_tuple(layer_inputs(self.forward_func, layer, inputs,
@@ -435,16 +566,38 @@ class LayerFeaturePermutation(LayerAttribution, FeaturePermutation):
             masks = default_mask(h) if layer_mask is None else \
                 as_tuple(layer_mask, "layer_mask")[0]
 
-            def run(bases, groups):
-                return Call(self._native, inputs, 0.0, target, additional_forward_args,
-                            False, {"layer": layer, "layer_baselines": bases,
-                                    "feature_mask": groups}).run()
-            return _permutation_importance(run, h, masks, self.perm_func, is_tuple)
+            def at_layer(*values):
+                # the layer's output replaced by ``values`` while the model runs on the inputs
+                swap = values if is_tuple else values[0]
+                handle = layer.register_forward_hook(lambda m, i, o: swap)
+                try:
+                    return self.forward_func(*parts, *values[len(h):])
+                finally:
+                    handle.remove()
+            extra = additional_forward_args
+            extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
+            evaluate = _captum_forward(at_layer, target, extra)
+            return _permutation_importance(evaluate, h, masks, self.perm_func, is_tuple,
+                                           self._min_examples_per_batch_grouped)
         return for_layers(self.layer, one)
 
     def attribute_future(self, *args, **kwargs):
         raise NotImplementedError("attribute_future is not implemented for "
                                   "LayerFeaturePermutation")
+
+
+class _Columns:
+    """Calls of one method on the columns of a ``[B, C]`` output, their attributions stacked
+    on a new axis 1 (Captum's multi-task ``[B, C, ...]``)."""
+
+    def __init__(self, calls: list):
+        self.calls = calls
+
+    def run(self):
+        outs = [c.run() for c in self.calls]
+        if isinstance(outs[0], tuple):
+            return tuple(torch.stack(parts, 1) for parts in zip(*outs))
+        return torch.stack(outs, 1)
 
 
 class _PlayerValues:

@@ -3,10 +3,9 @@
 "Coming from Captum")."""
 from __future__ import annotations
 
-from .._mapping import Attribution, not_offered
+from .._mapping import not_offered
 
-__all__ = ["DataLoaderAttribution", "ImageMaskInput", "LimeBase", "RemoteLLMAttribution",
-           "RemoteLLMProvider", "VLLMProvider"]
+__all__ = ["ImageMaskInput"]
 
 
 class _Refused:
@@ -19,44 +18,7 @@ class _Refused:
         raise not_offered(type(self).__name__, f"{self._why}; instead: {self._instead}")
 
 
-class DataLoaderAttribution(_Refused, Attribution):
-    _why = ("attributing a whole data loader's aggregated output is not mapped onto the "
-            "native methods")
-    _instead = ("taylorattr.captum.attr.FeatureAblation on each batch (a forward_func "
-                "returning one value for the batch is read as Captum's aggregate mode), or the "
-                "`taylorattr` CLI / taylorattr.runtime jobs for datasets")
-
-
-class LimeBase(_Refused, Attribution):
-    _why = ("Captum's general LIME (custom perturb_func, to/from interpretable-space "
-            "transforms, Captum's interpretable-model classes) is not mapped")
-    _instead = ("taylorattr.methods.Lime(model)(..., interpretable_model=fit(z, y, weights), "
-                "coalitions=...) for custom surrogates and draws, or "
-                "taylorattr.captum.attr.Lime with Captum's defaults")
-
-
 class ImageMaskInput(_Refused):
     _why = "multimodal (image-mask) inputs of LLMAttribution are not offered"
     _instead = ("taylorattr.captum.attr.FeatureAblation/ShapleyValueSampling on the image with "
                 "feature_mask=<the segment mask>")
-
-
-_REMOTE = ("remote LLM services are not called by taylorattr (no network access at run time; "
-           "attributions need the model's log-probabilities locally)")
-_LOCAL = ("load the model locally (Hugging Face transformers) and use "
-          "taylorattr.captum.attr.LLMAttribution / LLMGradientAttribution")
-
-
-class RemoteLLMAttribution(_Refused, Attribution):
-    _why = _REMOTE
-    _instead = _LOCAL
-
-
-class RemoteLLMProvider(_Refused):
-    _why = _REMOTE
-    _instead = _LOCAL
-
-
-class VLLMProvider(RemoteLLMProvider):
-    _why = _REMOTE + " (vLLM servers included)"
-

@@ -30,6 +30,7 @@ import torch
 from torch import fx, nn
 
 from ...capture import CoreGraph, where
+from .fusion import fuse_elementwise
 from .graph import cached_capture, module_path, op_name
 from .ops import classify, live_positions
 from .rules import RuleSet
@@ -118,6 +119,7 @@ def build_plan(model: nn.Module, rules: RuleSet, x: torch.Tensor) -> Plan:
         raise UnsupportedModelError(
             f"{rules.method} needs a model whose forward takes exactly one tensor, "
             f"{type(model).__name__}.forward takes {len(captured.inputs)} arguments")
+    fuse_elementwise(captured.module, captured.inputs[0].name)  # one rule per activation
     live = {captured.inputs[0].name}
     kinds, positions, discrete, bad = {}, {}, set(), []
     for node in graph.nodes:
