@@ -24,6 +24,7 @@ from __future__ import annotations
 import inspect
 import typing
 import warnings
+from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -59,7 +60,7 @@ from . import _conventions as conventions
 from ._call import Attributed, Call
 from ._passes import chunk_ranges, default_chunk_rows, per_sample_sum
 
-__all__ = ["Explanation", "Several", "check", "delta", "explained", "prepare",
+__all__ = ["Explanation", "Request", "Several", "check", "delta", "explained", "prepare",
            "read_call_output", "run", "self_check"]
 
 
@@ -95,6 +96,23 @@ class Several:
     def result(self) -> list:
         """One result per layer, in order (Captum's list for a list of layers)."""
         return [e.result() for e in self.explanations]
+
+
+@dataclass(frozen=True)
+class Request:
+    """An ``explain`` call as given, before :func:`prepare`: what a method's declared route
+    (:attr:`~taylorattr.methods._call.Traits.route`) reads, and returns adapted (or answers
+    with an :class:`Explanation` of its own). ``options`` are the method's own, ``shared``
+    the shared arguments but the layer, ``model`` None (the method's) or a view of it."""
+
+    inputs: Any
+    baselines: Any
+    target: Any
+    options: Mapping
+    shared: Mapping
+    layer: Any = None
+    attribute_to_layer_input: bool = False
+    model: Any = None
 
 
 # ---- what depends only on the model and the shapes: once per method ---------------------
