@@ -103,7 +103,7 @@ class GuidedBackprop(ImplicitBaselineMethod):
                             " (replace these calls by nn.ReLU modules)")
 
     #: the ReLU's replacement in the backward pass (Deconvolution: its own rule)
-    relu_function = None
+    relu_function: type[torch.autograd.Function] | None = None
 
     @overload
     def attribute(self, inputs: Inputs, target: Target = ..., *,

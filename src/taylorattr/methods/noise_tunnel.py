@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import typing
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal, overload
@@ -60,7 +61,7 @@ from .._validation import check_bool, check_positive_int
 from .._validation import check_seed as _check_seed
 from ..inputs import as_tuple, check_additional_args, check_batch, point_baselines, repeat_option
 from ..runtime.cost import Cost
-from ._base import Attributed, AttributionMethod, Explanation, Request
+from ._base import Attributed, AttributionMethod, Explanation, Request, Several
 from ._call import CONSTRUCTED, Attributions, Baselines, Inputs, Target, given
 from ._conventions import check_discrete, discrete
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
@@ -182,7 +183,7 @@ class NoiseTunnel(AttributionMethod):
 
     name = "noise_tunnel"
     #: the wrapped method of a registered tunnel (subclasses); None: give ``inner``.
-    inner: type | None = None
+    inner: type[AttributionMethod] | None = None
 
     options = _InnerOptions()
 
@@ -261,7 +262,8 @@ class NoiseTunnel(AttributionMethod):
         kind = self.baseline_kind
         base = point_baselines(baselines, parts) if kind == "point" else baselines
         opts = {**self._defaults, **options, **self._fixed}
-        totals = totals_sq = None
+        totals: list[torch.Tensor] = []
+        totals_sq: list[torch.Tensor] = []
         fx = read.fx.detach()
         deltas = torch.zeros(batch, n, dtype=fx.dtype, device=fx.device) if want_delta else None
         for k0 in range(0, n, per_call):
@@ -279,22 +281,22 @@ class NoiseTunnel(AttributionMethod):
                        "layer": layer, "attribute_to_layer_input": to_input})
             if "seed" in self._inner_cls.options():
                 kw["seed"] = int(V.draw(torch.randint, 2**62, (1,), generator=gen, device="cpu"))
-            ex = self.inner_method.explain(
+            ex = _one(self.inner_method.explain(
                 noisy if is_tuple else noisy[0],
                 (b if is_tuple else b[0]) if kind == "point" else b,
                 None if t is None else rows(t), model=model, return_convergence_delta=want_delta,
-                **shared, **kw)
+                **shared, **kw))
             as_parts = isinstance(ex.attributions, tuple)
             attrs = ex.attributions if as_parts else (ex.attributions,)
             attrs = [a.view((batch, k1 - k0) + tuple(a.shape[1:])) for a in attrs]
-            if totals is None:
+            if not totals:
                 totals = [torch.zeros_like(a[:, 0]) for a in attrs]
                 totals_sq = [torch.zeros_like(a[:, 0]) for a in attrs]
             for i, a in enumerate(attrs):
                 totals[i] += a.sum(1)
                 totals_sq[i] += (a * a).sum(1)
-            if want_delta:
-                deltas[:, k0:k1] = ex.delta.view(batch, k1 - k0)
+            if deltas is not None:  # asked of the inner call: its delta is a tensor
+                deltas[:, k0:k1] = typing.cast(torch.Tensor, ex.delta).view(batch, k1 - k0)
         result = tuple(combine(a, sq, n, nt_type) for a, sq in zip(totals, totals_sq))
         return Explanation(result if as_parts else result[0], None, fx, t, deltas)
 
@@ -387,7 +389,7 @@ class NoiseTunnel(AttributionMethod):
                   if k in self.inner_method.batch_options else v for k, v in opts.items()}
             if seeds is not None:
                 kw["seed"] = seeds[i]
-            ex = self.inner_method.explain(rows, b, tr, model=call.model, **kw)
+            ex = _one(self.inner_method.explain(rows, b, tr, model=call.model, **kw))
             a = ex.attributions.view((s1 - s0, k1 - k0) + feat)
             total[s0:s1] += a.sum(1)
             total_sq[s0:s1] += (a * a).sum(1)
@@ -404,6 +406,15 @@ class NoiseTunnel(AttributionMethod):
         inner = self.inner_method
         own, refs = inner._cost(rows, {k: v for k, v in opts.items() if k in inner.options()})
         return Cost(forward_rows=rows.shape[0]) + own, refs * n
+
+
+def _one(result: Explanation | Several) -> Explanation:
+    """The :class:`Explanation` of an inner call, which names at most one layer (a list of
+    layers is split into calls of one by the tunnel's own ``explain``, before its route)."""
+    if isinstance(result, Several):
+        raise TypeError("layer: the tunnel's inner call takes one layer; give a list of "
+                        "layers to the tunnel itself")
+    return result
 
 
 def _gather_refs(refs, block_refs, block, batch, n, kind):
