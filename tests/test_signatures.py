@@ -250,6 +250,43 @@ def test_routed_calls_reach_attribute_in_three_frames_with_the_same_result():
     assert seen == [3]
 
 
+@pytest.mark.parametrize("cls,peer", [("GuidedBackprop", "GuidedBackprop"),
+                                      ("Deconvolution", "Deconvolution")])
+def test_the_relus_of_a_model_are_found_once_and_never_reused_for_another(cls, peer):
+    """Guided Backprop's ReLU list depends only on the model: a second call reuses the
+    cached entry, another model or a changed structure gets its own; the independent
+    route: Captum's method on each model as it is at the call."""
+    import captum.attr as ca
+
+    from taylorattr.methods import guided_backprop as gb
+
+    def net():
+        return nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 6), nn.ReLU(),
+                             nn.Linear(6, 3)).to(DT).eval()
+
+    x = torch.randn(3, 4, dtype=DT, generator=torch.Generator().manual_seed(4))
+
+    def check(model, a):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Setting backward hooks")  # Captum's note
+            want = getattr(ca, peer)(model).attribute(x.clone().requires_grad_(True),
+                                                      target=2)
+        torch.testing.assert_close(a, want, rtol=0, atol=1e-12)
+
+    model, other = net(), net()
+    method = getattr(M, cls)(model)
+    check(model, method.attribute(x, target=2))
+    entry = gb._RELUS[model]
+    assert entry[1] == (model[1], model[3])
+    check(model, method.attribute(x, target=2))
+    assert gb._RELUS[model] is entry  # reused, not searched again
+    check(other, getattr(M, cls)(other).attribute(x, target=2))
+    assert gb._RELUS[other][1] == (other[1], other[3]) and gb._RELUS[model] is entry
+    model[3] = nn.ReLU()  # a changed structure: a new ReLU (the cached one would miss it)
+    check(model, method.attribute(x, target=2))
+    assert gb._RELUS[model] is not entry and gb._RELUS[model][1] == (model[1], model[3])
+
+
 def test_a_recomputation_that_raises_is_reported_not_skipped():
     """A failing sample is recomputed at batch 2; when that raises (out of memory here) the
     warning names the error, and the unrepaired attributions are returned."""
