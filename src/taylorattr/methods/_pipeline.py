@@ -9,6 +9,8 @@
 The method takes part only through its ``_attribute`` (which returns an
 :class:`~taylorattr.methods._call.Attributed`) and its declared
 :class:`~taylorattr.methods._call.Traits`; no step is a method a subclass could override.
+What a method adapts before ``prepare`` is declared there too: its ``route`` reads the call
+as given (a :class:`Request`) and returns it adapted or answers it by a path of its own.
 ``attribute -> explain -> run -> _attribute`` is the whole stack of a call.
 
 Checks that depend only on the model and the shapes of a call (the model's signature, a
