@@ -114,13 +114,16 @@ def test_the_call_has_no_side_channel_and_results_are_frozen():
 def test_the_base_class_is_short_and_no_class_overrides_a_pipeline_step():
     lines, _ = inspect.getsourcelines(AttributionMethod)
     assert len(lines) <= 150
-    steps = {"prepare", "run", "check", "self_check", "delta", "_self_check", "_core",
-             "_per_sample", "_delta", "_attribute_reported"}
-    for cls in _methods() + [M.NoiseTunnel]:
+    steps = {"explain", "prepare", "run", "check", "self_check", "delta", "_self_check",
+             "_core", "_per_sample", "_delta", "_attribute_reported"}
+    for cls in _methods() + [M.NoiseTunnel, M.Deconvolution]:
         for klass in cls.__mro__:
             if klass in (AttributionMethod, object):
                 continue
             assert not steps & set(klass.__dict__), (cls.__name__, klass.__name__)
+        # what a class adapts before the pipeline is declared: a route in its traits
+        route = cls.traits.route
+        assert route is None or (inspect.isfunction(route) and "." not in route.__qualname__)
 
 
 @pytest.mark.parametrize("cls", _methods(), ids=lambda c: c.__name__)
@@ -189,6 +192,99 @@ def test_attribute_reaches_attribute_in_three_frames_and_gets_a_result_value(cls
         warnings.simplefilter("ignore")
         torch.testing.assert_close(a, method.attribute(*args, target=1, **options),
                                    rtol=0, atol=0)
+
+
+def _depth_to_attribute(method):
+    """A spy in place of ``method._attribute``: the frames from ``attribute`` to it, per call."""
+    seen, inner = [], method._attribute
+
+    def spy(*a, **kw):
+        frame, depth = sys._getframe(1), 1
+        while frame.f_code.co_name != "attribute":
+            frame, depth = frame.f_back, depth + 1
+        seen.append(depth)
+        return inner(*a, **kw)
+
+    method._attribute = spy
+    return seen
+
+
+def test_routed_calls_reach_attribute_in_three_frames_with_the_same_result():
+    """The calls a class adapts by its declared route (Grad-CAM's and conductance's
+    ``layer=``, conductance's tuple inputs, the tunnel's plain tensor) are still
+    ``attribute -> explain -> run -> _attribute``; the independent route: the same option
+    given by its own name, and the joined tuple given as one tensor."""
+    model = _Net().to(DT).eval()
+    x = torch.randn(2, 1, 4, 4, dtype=DT, generator=torch.Generator().manual_seed(3))
+    cam = M.GradCAM(model)
+    seen = _depth_to_attribute(cam)
+    with pytest.warns(UserWarning, match="receives the model's input"):  # the stem: expected
+        a = cam.attribute(x, target=1, layer=model.conv)
+    assert seen == [3]
+    del cam._attribute
+    with pytest.warns(UserWarning, match="receives the model's input"):
+        torch.testing.assert_close(a, cam.attribute(x, target=1, conv_layer=model.conv),
+                                   rtol=0, atol=0)
+    two = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).to(DT).eval()
+
+    class Pair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = two
+
+        def forward(self, u, v):
+            return self.net(torch.cat([u, v], 1))
+
+    pair = Pair().eval()
+    u, v = torch.randn(2, 1, dtype=DT), torch.randn(2, 2, dtype=DT)
+    cond = M.LayerConductance(pair)
+    seen = _depth_to_attribute(cond)
+    a = cond.attribute((u, v), target=0, layer=two[1], n_steps=8)
+    assert seen == [3]
+    whole = M.LayerConductance(two).attribute(torch.cat([u, v], 1), target=0,
+                                              conductance_layer=two[1], n_steps=8)
+    torch.testing.assert_close(a, whole, rtol=0, atol=0)
+    tunnel = M.SmoothGrad(model)
+    seen = _depth_to_attribute(tunnel)
+    tunnel.attribute(x, target=1, nt_samples=2)
+    assert seen == [3]
+
+
+@pytest.mark.parametrize("cls,peer", [("GuidedBackprop", "GuidedBackprop"),
+                                      ("Deconvolution", "Deconvolution")])
+def test_the_relus_of_a_model_are_found_once_and_never_reused_for_another(cls, peer):
+    """Guided Backprop's ReLU list depends only on the model: a second call reuses the
+    cached entry, another model or a changed structure gets its own; the independent
+    route: Captum's method on each model as it is at the call."""
+    import captum.attr as ca
+
+    from taylorattr.methods import guided_backprop as gb
+
+    def net():
+        return nn.Sequential(nn.Linear(4, 6), nn.ReLU(), nn.Linear(6, 6), nn.ReLU(),
+                             nn.Linear(6, 3)).to(DT).eval()
+
+    x = torch.randn(3, 4, dtype=DT, generator=torch.Generator().manual_seed(4))
+
+    def check(model, a):
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Setting backward hooks")  # Captum's note
+            want = getattr(ca, peer)(model).attribute(x.clone().requires_grad_(True),
+                                                      target=2)
+        torch.testing.assert_close(a, want, rtol=0, atol=1e-12)
+
+    model, other = net(), net()
+    method = getattr(M, cls)(model)
+    check(model, method.attribute(x, target=2))
+    entry = gb._RELUS[model]
+    assert entry[1] == (model[1], model[3])
+    check(model, method.attribute(x, target=2))
+    assert gb._RELUS[model] is entry  # reused, not searched again
+    check(other, getattr(M, cls)(other).attribute(x, target=2))
+    assert gb._RELUS[other][1] == (other[1], other[3]) and gb._RELUS[model] is entry
+    model[3] = nn.ReLU()  # a changed structure: a new ReLU (the cached one would miss it)
+    check(model, method.attribute(x, target=2))
+    assert gb._RELUS[model] is not entry and gb._RELUS[model][1] == (model[1], model[3])
 
 
 def test_a_recomputation_that_raises_is_reported_not_skipped():

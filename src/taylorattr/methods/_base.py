@@ -18,8 +18,9 @@ Every method follows one call contract (docs/design.md)::
 
 A method is its ``_attribute`` (the arithmetic, returning an
 :class:`~taylorattr.methods._call.Attributed`), its declared
-:class:`~taylorattr.methods._call.Traits` and its written ``attribute`` (its options named,
-for readers and editors); the call itself is the pipeline's (:mod:`._pipeline`):
+:class:`~taylorattr.methods._call.Traits` (among them what it adapts before the pipeline:
+a layer option of its own, a route) and its written ``attribute`` (its options named, for
+readers and editors); the call itself is the pipeline's (:mod:`._pipeline`):
 ``attribute -> explain -> run -> _attribute``. Nothing of a call is stored on the method.
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..runtime.cost import Cost
 from ._call import CONSTRUCTED, Attributed, Call, Trait, Traits, settle
 from ._pipeline import (
     Explanation,
+    Request,
     Several,
     explained,
     prepare,
@@ -45,7 +47,7 @@ from ._pipeline import (
 )
 
 __all__ = ["Attributed", "AttributionMethod", "Call", "Explanation", "ImplicitBaselineMethod",
-           "Several", "Traits"]
+           "Request", "Several", "Traits"]
 
 
 @functools.cache
@@ -76,6 +78,19 @@ def own_layer(options: dict, layer, to_input, key: str, input_key: str) -> dict:
     return options
 
 
+def layer_of(method, layer, to_input, options: dict) -> tuple[Any, bool, dict]:
+    """``(layer, attribute_to_layer_input, options)`` of a call: the constructor's layer
+    unless given; a method with a layer option of its own (``Traits.layer_option``) gets
+    the layer as that option, and the call attributes to no layer."""
+    if layer is CONSTRUCTED:
+        layer = method._layer
+    if to_input is CONSTRUCTED:
+        to_input = method._to_layer_input if layer is method._layer else False
+    if method.traits.layer_option:
+        return None, False, own_layer(options, layer, to_input, *method.traits.layer_option)
+    return layer, to_input, options
+
+
 class AttributionMethod:
     """Base class: holds the model; a method adds its ``_attribute``, its ``traits`` and its
     written ``attribute``::
@@ -104,6 +119,7 @@ class AttributionMethod:
     complete = Trait()
     complete_within = Trait()
     incomplete_cause = Trait()
+    layer_option, route = Trait(), Trait()
 
     def __init_subclass__(cls, **kw):
         super().__init_subclass__(**kw)
@@ -158,7 +174,7 @@ class AttributionMethod:
         :class:`Several`. ``model``: run this model in place of the method's own (a view of
         it another call prepared: integer inputs cast back, an output flattened)."""
         self._check_options(options)
-        layer, to_input = self._layer_of(layer, attribute_to_layer_input)
+        layer, to_input, options = layer_of(self, layer, attribute_to_layer_input, options)
         shared = {"return_convergence_delta": return_convergence_delta,
                   "show_progress": show_progress, "strict": strict,
                   "additional_forward_args": additional_forward_args,
@@ -169,8 +185,14 @@ class AttributionMethod:
             return Several(tuple(self.explain(inputs, baselines, target, **shared, layer=m,
                                               attribute_to_layer_input=to_input, model=model,
                                               **options) for m in layer))
-        return run(self, prepare(self, inputs, baselines, target, options=options, layer=layer,
-                                 attribute_to_layer_input=to_input, model=model, **shared))
+        r = Request(inputs, baselines, target, options, shared, layer, to_input, model)
+        if self.traits.route is not None:  # the method's declared adapter (Traits.route)
+            r = self.traits.route(self, r)
+            if isinstance(r, Explanation):  # answered by the route's own path
+                return r
+        return run(self, prepare(self, r.inputs, r.baselines, r.target, options=r.options,
+                                 layer=r.layer, attribute_to_layer_input=r.attribute_to_layer_input,
+                                 model=r.model, **r.shared))
 
     #: :func:`._pipeline.prepare` and :func:`._pipeline.run` of this method.
     prepare, run = prepare, run
@@ -182,21 +204,6 @@ class AttributionMethod:
             accepted = ", ".join(sorted(self.options())) or "none"
             raise TypeError(f"{type(self).__name__}.{what} got unexpected keyword argument(s) "
                             f"{', '.join(map(repr, unknown))} (method options: {accepted})")
-
-    def _layer_of(self, layer, to_input):
-        """``(layer, attribute_to_layer_input)`` of a call: the constructor's unless given."""
-        if layer is CONSTRUCTED:
-            layer = self._layer
-        if to_input is CONSTRUCTED:
-            to_input = self._to_layer_input if layer is self._layer else False
-        return layer, to_input
-
-    def _own_layer(self, options: dict, layer, to_input, key: str, input_key: str) -> dict:
-        """For a method with a layer of its own (Grad-CAM's ``conv_layer``, conductance's
-        ``conductance_layer``): ``layer=`` (``attribute_to_layer_input``), here or at
-        construction, names that layer (``key``; ``input_key`` its input instead)."""
-        layer, to_input = self._layer_of(layer, to_input)
-        return own_layer(options, layer, to_input, key, input_key)
 
     def cost(self, inputs: torch.Tensor, baselines=None, target=None, *,
              return_convergence_delta: bool = False, **options) -> Cost:

@@ -80,6 +80,14 @@ class Traits:
     (Integrated Gradients' quadrature) states its scale ``r``: its check accepts ``max(tol,
     r * max(|df|, sum_i |a_i|))``, without the batch-2 recomputation; 0: none.
     ``incomplete_cause``: the likely cause a failed completeness check names.
+    ``layer_option``: ``(key, input_key)`` for a method with a layer of its own (Grad-CAM's
+    ``conv_layer``, conductance's ``conductance_layer``): ``layer=`` (with
+    ``attribute_to_layer_input``), at the call or at construction, names that option
+    (``input_key``: its input instead), not a layer to attribute to.
+    ``route``: a function ``route(method, request) -> Request | Explanation`` the call
+    applies before :func:`~taylorattr.methods._pipeline.prepare`: it adapts the
+    :class:`~taylorattr.methods._pipeline.Request` (tuple inputs joined, a model wrapped)
+    or answers the call by a path of its own (a tunnel's noisy copies); None: none.
     """
 
     baseline_kind: str = "point"
@@ -91,6 +99,8 @@ class Traits:
     complete_within: float = 0.0
     incomplete_cause: str = ("a rule that is not exact on one of the model's operations, "
                              "or a wrong gradient from torch's autograd; please report it")
+    layer_option: tuple[str, str] | None = None
+    route: Any = None
 
     @property
     def checked(self) -> bool:

@@ -9,6 +9,8 @@
 The method takes part only through its ``_attribute`` (which returns an
 :class:`~taylorattr.methods._call.Attributed`) and its declared
 :class:`~taylorattr.methods._call.Traits`; no step is a method a subclass could override.
+What a method adapts before ``prepare`` is declared there too: its ``route`` reads the call
+as given (a :class:`Request`) and returns it adapted or answers it by a path of its own.
 ``attribute -> explain -> run -> _attribute`` is the whole stack of a call.
 
 Checks that depend only on the model and the shapes of a call (the model's signature, a
@@ -24,6 +26,7 @@ from __future__ import annotations
 import inspect
 import typing
 import warnings
+from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -59,7 +62,7 @@ from . import _conventions as conventions
 from ._call import Attributed, Call
 from ._passes import chunk_ranges, default_chunk_rows, per_sample_sum
 
-__all__ = ["Explanation", "Several", "check", "delta", "explained", "prepare",
+__all__ = ["Explanation", "Request", "Several", "check", "delta", "explained", "prepare",
            "read_call_output", "run", "self_check"]
 
 
@@ -95,6 +98,23 @@ class Several:
     def result(self) -> list:
         """One result per layer, in order (Captum's list for a list of layers)."""
         return [e.result() for e in self.explanations]
+
+
+@dataclass(frozen=True)
+class Request:
+    """An ``explain`` call as given, before :func:`prepare`: what a method's declared route
+    (:attr:`~taylorattr.methods._call.Traits.route`) reads, and returns adapted (or answers
+    with an :class:`Explanation` of its own). ``options`` are the method's own, ``shared``
+    the shared arguments but the layer, ``model`` None (the method's) or a view of it."""
+
+    inputs: Any
+    baselines: Any
+    target: Any
+    options: Mapping
+    shared: Mapping
+    layer: Any = None
+    attribute_to_layer_input: bool = False
+    model: Any = None
 
 
 # ---- what depends only on the model and the shapes: once per method ---------------------

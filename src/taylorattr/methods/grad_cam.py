@@ -26,6 +26,7 @@ expansion of ``f`` in the input; with ReLU gating there is no reformulation eith
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from typing import Any, Literal, overload
 
 import torch
@@ -34,8 +35,8 @@ from torch import nn
 
 from .._validation import check_bool, run_model, select_output
 from ..inputs import as_tuple, check_additional_args, check_batch
-from ._base import Attributed, Explanation, ImplicitBaselineMethod
-from ._call import CONSTRUCTED, SHARED_NAMES, Attributions, Inputs, Target, given
+from ._base import Attributed, Explanation, ImplicitBaselineMethod, Request
+from ._call import CONSTRUCTED, Attributions, Inputs, Target, given
 from ._passes import gradient_pass_cost
 from .layerwise import UnsupportedModelError
 
@@ -126,6 +127,28 @@ def _map(act, grad, relu: bool, sum_channels: bool) -> torch.Tensor:
     return F.relu(cam) if relu else cam
 
 
+def _layer_resolution(method, request: Request) -> Request | Explanation:
+    """GradCAM's route (:attr:`~taylorattr.methods._call.Traits.route`): ``upsample=False``
+    is the layer's map for any inputs (not shaped like them), from one forward and backward
+    of the user's model (:meth:`GradCAM._layer_map`); else the pipeline's call, for one
+    input tensor."""
+    own = request.options
+    for key in ("upsample", "sum_channels"):
+        check_bool(own.get(key, True), key)
+    if own.get("upsample", True):
+        if not isinstance(request.inputs, torch.Tensor):
+            raise ValueError("Grad-CAM upsamples its map to the spatial size of one input; "
+                             "for tuple inputs pass upsample=False (the map at the layer's "
+                             "resolution) and upsample it to each input yourself")
+        return request
+    if check_bool(request.shared["return_convergence_delta"], "return_convergence_delta"):
+        raise ValueError("return_convergence_delta: the layer-resolution Grad-CAM map "
+                         "(upsample=False) is not shaped like the inputs; no delta")
+    return method._layer_map(request.inputs, request.target,
+                             request.shared["additional_forward_args"], own,
+                             method.model if request.model is None else request.model)
+
+
 class GradCAM(ImplicitBaselineMethod):
     """Grad-CAM at ``layer``, upsampled to the input (see the module docstring): one forward
     and one backward pass. Equals Captum's ``LayerGradCam`` +
@@ -135,30 +158,10 @@ class GradCAM(ImplicitBaselineMethod):
 
     name = "grad_cam"
 
-    def explain(self, inputs, baselines=None, target=None, *, layer=CONSTRUCTED,
-                attribute_to_layer_input=CONSTRUCTED, model=None, **kw):
-        """``upsample=False``: the layer's map for any inputs (not shaped like them), from one
-        forward and backward of the user's model; else the base class's call. ``layer=`` (and
-        ``attribute_to_layer_input``, here or at construction) name Grad-CAM's layer, as
-        ``conv_layer=`` (``conv_layer_input``) do: Grad-CAM has no other use for a layer."""
-        own = {k: kw.pop(k) for k in tuple(kw) if k not in SHARED_NAMES}
-        self._check_options(own)
-        own = self._own_layer(own, layer, attribute_to_layer_input, "conv_layer",
-                              "conv_layer_input")
-        for key in ("upsample", "sum_channels"):
-            check_bool(own.get(key, True), key)
-        if own.get("upsample", True):
-            if not isinstance(inputs, torch.Tensor):
-                raise ValueError("Grad-CAM upsamples its map to the spatial size of one input; "
-                                 "for tuple inputs pass upsample=False (the map at the layer's "
-                                 "resolution) and upsample it to each input yourself")
-            return self.run(self.prepare(inputs, baselines, target, options=own, model=model,
-                                         **kw))
-        if check_bool(kw.get("return_convergence_delta", False), "return_convergence_delta"):
-            raise ValueError("return_convergence_delta: the layer-resolution Grad-CAM map "
-                             "(upsample=False) is not shaped like the inputs; no delta")
-        return self._layer_map(inputs, target, kw.get("additional_forward_args"), own,
-                               self._model if model is None else model)
+    #: ``layer=`` names ``conv_layer`` (Grad-CAM has no other use for a layer); ``upsample=False``
+    #: answers by its own path (:func:`_layer_resolution`)
+    traits = replace(ImplicitBaselineMethod.traits, layer_option=("conv_layer", "conv_layer_input"),
+                     route=_layer_resolution)
 
     def _layer_map(self, inputs, target, extra, opts, model) -> Explanation:
         """The map at the layer's resolution for any inputs, from one forward and backward

@@ -33,7 +33,7 @@ from ._base import Attributed, ImplicitBaselineMethod
 from ._call import CONSTRUCTED, Attributions, Inputs, Target, given
 from ._passes import gradient_pass_cost, target_gradient
 
-__all__ = ["GuidedBackprop", "functional_relus"]
+__all__ = ["GuidedBackprop", "functional_relus", "relu_modules"]
 
 _RELU_FUNCTIONS = (F.relu, torch.relu, torch.relu_, F.relu_)
 _RELU_METHODS = ("relu", "relu_")
@@ -77,6 +77,37 @@ def functional_relus(model: nn.Module) -> list[str]:
     return found
 
 
+#: per model: (its modules' identities and classes, its ``nn.ReLU`` modules, each once)
+_RELUS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _structure(model: nn.Module) -> tuple[list, list]:
+    """The identities and the classes of ``model``'s modules, walked through their
+    ``_modules`` (a shared module as often as it is reached; 4x cheaper than
+    ``model.modules()``): what a list of its modules stays valid for."""
+    found, stack = [model], list(model._modules.values())
+    while stack:
+        m = stack.pop()
+        if m is not None:
+            found.append(m)
+            stack.extend(m._modules.values())
+    return list(map(id, found)), list(map(type, found))
+
+
+def relu_modules(model: nn.Module) -> tuple[nn.ReLU, ...]:
+    """The ``nn.ReLU`` modules of ``model`` (each once), cached per model object (weakly)
+    while its modules stay the same objects of the same classes: a second call of a small
+    model skips the search, another model or a changed structure searches afresh. (The
+    cached ReLUs are held, so no identity in the key is reused while the entry lives.)"""
+    structure = _structure(model)
+    cached = _RELUS.get(model)
+    if cached is not None and cached[0] == structure:
+        return cached[1]
+    relus = tuple(m for m in model.modules() if isinstance(m, nn.ReLU))
+    _RELUS[model] = (structure, relus)
+    return relus
+
+
 class GuidedBackprop(ImplicitBaselineMethod):
     """Guided Backpropagation: the gradient with each ``nn.ReLU`` gated on the way back;
     one forward and one backward pass. Equals Captum's ``GuidedBackprop``.
@@ -103,7 +134,7 @@ class GuidedBackprop(ImplicitBaselineMethod):
                             " (replace these calls by nn.ReLU modules)")
 
     #: the ReLU's replacement in the backward pass (Deconvolution: its own rule)
-    relu_function = None
+    relu_function: type[torch.autograd.Function] | None = None
 
     @overload
     def attribute(self, inputs: Inputs, target: Target = ..., *,
@@ -131,25 +162,23 @@ class GuidedBackprop(ImplicitBaselineMethod):
         return self.explain(**given(locals())).result()
 
     def _attribute(self, call, x, baselines, target, fx, *, show_progress: bool = False):
-        relus = [m for m in call.model.modules() if isinstance(m, nn.ReLU)]
+        relus = relu_modules(call.model)
         function = self.relu_function or _GuidedReLU
-        inputs = []  # each ReLU call's own input z (calls do not nest: a stack)
+        inputs = []  # each in-place ReLU call's own input z (calls do not nest: a stack)
 
-        def keep(module, args):
+        def keep(module, args):  # an in-place ReLU rectifies a copy: z keeps its values
             inputs.append(args[0])
-            if module.inplace:  # it rectifies a copy: z keeps its values and its history
-                return (args[0].clone(),)
-            return None
+            return (args[0].clone(),)
 
         def gate(module, args, output):
             # the ReLU's output recomputed from z through the modified function, so the
             # gradient reaches z by the modified rule alone (an in-place ReLU applied to z
             # itself would have put its own backward, the mask 1[z > 0], after it: right
             # for Guided Backprop by idempotence, wrong for Deconvolution)
-            return function.apply(inputs.pop())
+            return function.apply(inputs.pop() if module.inplace else args[0])
 
-        hooks = [h for m in relus for h in (m.register_forward_pre_hook(keep),
-                                             m.register_forward_hook(gate))]
+        hooks = [m.register_forward_pre_hook(keep) for m in relus if m.inplace]
+        hooks += [m.register_forward_hook(gate) for m in relus]
         try:
             grad, _ = target_gradient(call.model, x.clone(), target)
         finally:

@@ -15,14 +15,15 @@ Taylor view: none (neither factor has one).
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from typing import Any, Literal, overload
 
 import torch
 import torch.nn.functional as F
 
 from ..inputs import as_tuple
-from ._base import Attributed, Explanation, ImplicitBaselineMethod
-from ._call import CONSTRUCTED, SHARED_NAMES, Attributions, Inputs, Target, given
+from ._base import Attributed, Explanation, ImplicitBaselineMethod, Request
+from ._call import CONSTRUCTED, Attributions, Inputs, Target, given
 from ._passes import gradient_pass_cost
 from .grad_cam import GradCAM
 from .guided_backprop import GuidedBackprop
@@ -30,63 +31,62 @@ from .guided_backprop import GuidedBackprop
 __all__ = ["GuidedGradCam"]
 
 
+def _per_input(method, request: Request) -> Request | Explanation:
+    """GuidedGradCam's route (:attr:`~taylorattr.methods._call.Traits.route`): one tensor
+    without extra arguments is the pipeline's call; tuple inputs (or
+    ``additional_forward_args``) take Guided Backprop and the layer's Grad-CAM map of the
+    whole call, the map upsampled to each input (module docstring)."""
+    inputs, shared = request.inputs, request.shared
+    extra = shared["additional_forward_args"]
+    if isinstance(inputs, torch.Tensor) and extra is None:
+        return request
+    if shared["return_convergence_delta"]:
+        raise ValueError("return_convergence_delta: Guided Grad-CAM has no delta")
+    own = dict(request.options)
+    mode = own.pop("interpolate_mode", "nearest")
+    unmatched = own.pop("unmatched", "raise")
+    if unmatched not in ("raise", "empty"):
+        raise ValueError(f"unmatched must be 'raise' or 'empty', got {unmatched!r}")
+    method._cam._settings({"interpolate_mode": mode})  # checks the mode
+    show, model, target = shared["show_progress"], request.model, request.target
+    guided = method._guided.explain(inputs, None, target, additional_forward_args=extra,
+                                    show_progress=show, model=model)
+    cam = method._cam.explain(inputs, None, target, additional_forward_args=extra,
+                              show_progress=show, model=model, **own, upsample=False,
+                              relu_attributions=True).attributions
+    parts, is_tuple = as_tuple(guided.attributions)
+    out = []
+    for i, g in enumerate(parts):
+        if g.dim() != cam.dim():
+            if unmatched == "raise":
+                raise ValueError(
+                    f"inputs[{i}] {tuple(g.shape)} has not the {cam.dim() - 2} spatial "
+                    f"axes of the layer's map {tuple(cam.shape)}, so Guided Grad-CAM "
+                    "cannot upsample the map to it; pass unmatched='empty' for an empty "
+                    "tensor there")
+            warnings.warn(f"Guided Grad-CAM: inputs[{i}] {tuple(g.shape)} has not the "
+                          f"{cam.dim() - 2} spatial axes of the layer's map "
+                          f"{tuple(cam.shape)}; its attributions are an empty tensor",
+                          stacklevel=4)  # _per_input, explain, attribute
+            out.append(torch.empty(0, dtype=g.dtype, device=g.device))
+            continue
+        out.append(g * F.interpolate(cam, tuple(g.shape[2:]), mode=mode))
+    return Explanation(tuple(out) if is_tuple else out[0], None, guided.output,
+                       guided.target, None)
+
+
 class GuidedGradCam(ImplicitBaselineMethod):
     """Guided Backprop times the upsampled ReLU'd Grad-CAM map; two forward and backward
     passes. Equals Captum's ``GuidedGradCam`` with the same layer and mode."""
 
     name = "guided_grad_cam"
+    #: tuple inputs and ``additional_forward_args``: the map upsampled to each input
+    traits = replace(ImplicitBaselineMethod.traits, route=_per_input)
 
     def __init__(self, model) -> None:
         super().__init__(model)
         self._guided = GuidedBackprop(model)
         self._cam = GradCAM(model)
-
-    def explain(self, inputs, baselines=None, target=None, *, model=None, **kw):
-        """One tensor without extra arguments: the base class's call; else per input
-        (module docstring)."""
-        extra = kw.get("additional_forward_args")
-        own = {k: kw.pop(k) for k in tuple(kw) if k not in SHARED_NAMES}
-        self._check_options(own)
-        if isinstance(inputs, torch.Tensor) and extra is None:
-            layer, to_input = self._layer_of(kw.pop("layer", CONSTRUCTED),
-                                             kw.pop("attribute_to_layer_input", CONSTRUCTED))
-            if isinstance(layer, (list, tuple)):  # one call per layer
-                return super().explain(inputs, baselines, target, model=model, layer=layer,
-                                       attribute_to_layer_input=to_input, **kw, **own)
-            return self.run(self.prepare(inputs, baselines, target, options=own, model=model,
-                                         layer=layer, attribute_to_layer_input=to_input, **kw))
-        if kw.get("return_convergence_delta", False):
-            raise ValueError("return_convergence_delta: Guided Grad-CAM has no delta")
-        mode = own.pop("interpolate_mode", "nearest")
-        unmatched = own.pop("unmatched", "raise")
-        if unmatched not in ("raise", "empty"):
-            raise ValueError(f"unmatched must be 'raise' or 'empty', got {unmatched!r}")
-        self._cam._settings({"interpolate_mode": mode})  # checks the mode
-        show = kw.get("show_progress", False)
-        guided = self._guided.explain(inputs, None, target, additional_forward_args=extra,
-                                      show_progress=show, model=model)
-        cam = self._cam.explain(inputs, None, target, additional_forward_args=extra,
-                                show_progress=show, model=model, **own, upsample=False,
-                                relu_attributions=True).attributions
-        parts, is_tuple = as_tuple(guided.attributions)
-        out = []
-        for i, g in enumerate(parts):
-            if g.dim() != cam.dim():
-                if unmatched == "raise":
-                    raise ValueError(
-                        f"inputs[{i}] {tuple(g.shape)} has not the {cam.dim() - 2} spatial "
-                        f"axes of the layer's map {tuple(cam.shape)}, so Guided Grad-CAM "
-                        "cannot upsample the map to it; pass unmatched='empty' for an empty "
-                        "tensor there")
-                warnings.warn(f"Guided Grad-CAM: inputs[{i}] {tuple(g.shape)} has not the "
-                              f"{cam.dim() - 2} spatial axes of the layer's map "
-                              f"{tuple(cam.shape)}; its attributions are an empty tensor",
-                              stacklevel=3)
-                out.append(torch.empty(0, dtype=g.dtype, device=g.device))
-                continue
-            out.append(g * F.interpolate(cam, tuple(g.shape[2:]), mode=mode))
-        return Explanation(tuple(out) if is_tuple else out[0], None, guided.output,
-                           guided.target, None)
 
     @overload
     def attribute(self, inputs: Inputs, target: Target = ..., *, conv_layer: Any = ...,

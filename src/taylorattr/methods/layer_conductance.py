@@ -22,6 +22,7 @@ Cost: ``(n_steps + 1) * B`` forward+backward rows.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal, overload
 
 import torch
@@ -36,8 +37,8 @@ from ..inputs import (
     check_batch,
     point_baselines,
 )
-from ._base import Attributed, AttributionMethod
-from ._call import CONSTRUCTED, SHARED_NAMES, Attributions, Baselines, Inputs, Target, given
+from ._base import Attributed, AttributionMethod, Request
+from ._call import CONSTRUCTED, Attributions, Baselines, Inputs, Target, given
 from ._passes import check_optional_positive_int, default_chunk_rows, gradient_pass_cost
 from .integrated_gradients import quadrature
 
@@ -90,34 +91,34 @@ class _Joined(ModelWrapper):
         return self.model(*self.layout.split(rows), *extra)
 
 
+def _joined(method, request: Request) -> Request:
+    """LayerConductance's route (:attr:`~taylorattr.methods._call.Traits.route`): tuple
+    inputs and ``additional_forward_args`` become the joined rows of one tensor, the model
+    :class:`_Joined` over them (the path is the straight line of every input at once)."""
+    inputs, extra = request.inputs, request.shared["additional_forward_args"]
+    if isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and extra is None:
+        return request
+    parts, is_tuple = as_tuple(inputs)
+    batch = check_batch(parts, vectors=True)
+    layout = Layout.of(parts, is_tuple)
+    base = 0.0 if request.baselines is None else request.baselines
+    model = method.model if request.model is None else request.model
+    return replace(request, inputs=layout.join(parts),
+                   baselines=layout.join(point_baselines(base, parts)),
+                   model=_Joined(model, layout, check_additional_args(extra, batch), batch),
+                   shared={**request.shared, "additional_forward_args": None})
+
+
 class LayerConductance(AttributionMethod):
     """Conductance of a layer's neurons along the straight path (module docstring). Equals
     Captum's ``LayerConductance`` with the same ``n_steps`` and ``method``."""
 
     name = "layer_conductance"
 
-    def explain(self, inputs, baselines=None, target=None, *, layer=CONSTRUCTED,
-                attribute_to_layer_input=CONSTRUCTED, additional_forward_args=None,
-                model=None, **kw):
-        """``layer=`` (``attribute_to_layer_input``), here or at construction, name the
-        conductance layer, as ``conductance_layer=`` (``layer_input``) do. Tuple inputs and
-        ``additional_forward_args``: the joined rows through :class:`_Joined`."""
-        own = {k: kw.pop(k) for k in tuple(kw) if k not in SHARED_NAMES}
-        self._check_options(own)
-        own = self._own_layer(own, layer, attribute_to_layer_input, "conductance_layer",
-                              "layer_input")
-        model = self._model if model is None else model
-        if not (isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and
-                additional_forward_args is None):
-            parts, is_tuple = as_tuple(inputs)
-            batch = check_batch(parts, vectors=True)
-            layout = Layout.of(parts, is_tuple)
-            baselines = layout.join(point_baselines(0.0 if baselines is None else baselines,
-                                                    parts))
-            model = _Joined(model, layout, check_additional_args(additional_forward_args,
-                                                                 batch), batch)
-            inputs = layout.join(parts)
-        return self.run(self.prepare(inputs, baselines, target, options=own, model=model, **kw))
+    #: ``layer=`` names ``conductance_layer``; tuple inputs and ``additional_forward_args``
+    #: run as one joined tensor (:func:`_joined`)
+    traits = replace(AttributionMethod.traits,
+                     layer_option=("conductance_layer", "layer_input"), route=_joined)
 
     @overload
     def attribute(self, inputs: Inputs, baselines: Baselines = ..., target: Target = ..., *,

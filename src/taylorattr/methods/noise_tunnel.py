@@ -16,7 +16,8 @@ same seed gives bitwise the same attributions for the same settings. An inner me
 that draws at random itself (an ``n_samples``/``seed`` method) gets one seed per call,
 drawn from the same generator after the noise.
 
-Tuple inputs, ``additional_forward_args`` and ``layer=`` (:meth:`NoiseTunnel._run_copies`):
+Tuple inputs, ``additional_forward_args`` and ``layer=`` (the tunnel's route
+:func:`_copies`, then :meth:`NoiseTunnel._run_copies`):
 the noise is added to every input (drawn input by input), and the inner method gets the
 noisy copies of the user's inputs with each sample's target, baselines and arguments
 repeated, so it handles them (and the layer) as in a direct call. ``noise=`` gives the
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import typing
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Literal, overload
@@ -59,8 +61,8 @@ from .._validation import check_bool, check_positive_int
 from .._validation import check_seed as _check_seed
 from ..inputs import as_tuple, check_additional_args, check_batch, point_baselines, repeat_option
 from ..runtime.cost import Cost
-from ._base import Attributed, AttributionMethod, Explanation
-from ._call import CONSTRUCTED, SHARED_NAMES, Attributions, Baselines, Inputs, Target, given
+from ._base import Attributed, AttributionMethod, Explanation, Request, Several
+from ._call import CONSTRUCTED, Attributions, Baselines, Inputs, Target, given
 from ._conventions import check_discrete, discrete
 from ._passes import check_optional_positive_int, default_chunk_rows, grid_blocks
 from .integrated_gradients import IntegratedGradients
@@ -149,6 +151,30 @@ class _InnerOptions:
         return options
 
 
+def _copies(method, request: Request) -> Request | Explanation:
+    """NoiseTunnel's route (:attr:`~taylorattr.methods._call.Traits.route`): ``baselines``
+    are what the inner method takes (None for an implicit baseline; None is 0.0 for a point
+    baseline). Plain ``[B, ...]`` float tensors are the pipeline's call
+    (:meth:`NoiseTunnel._attribute`); tuple inputs, ``additional_forward_args``, ``layer=``,
+    given ``noise`` and per-copy deltas take :meth:`NoiseTunnel._run_copies`, which hands
+    the inner method the noisy copies of the user's inputs (the inner method then does its
+    own input handling)."""
+    baselines, inputs, own = request.baselines, request.inputs, request.options
+    if method.baseline_kind == "none" and baselines is not None:
+        raise TypeError(f"baselines: {method._inner_cls.__name__} has an implicit baseline; "
+                        "give none")
+    if method.baseline_kind == "point" and baselines is None:
+        baselines = 0.0
+    if isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and inputs.is_floating_point() \
+            and request.shared["additional_forward_args"] is None and request.layer is None \
+            and not request.attribute_to_layer_input and own.get("noise") is None and \
+            not own.get("copy_deltas", False):
+        return replace(request, baselines=baselines)
+    return method._run_copies(inputs, baselines, request.target, request.layer,
+                              request.attribute_to_layer_input, request.model,
+                              {**request.shared, **own})
+
+
 class NoiseTunnel(AttributionMethod):
     """NoiseTunnel around ``inner`` (a registry name or a method class; constructor
     arguments of the inner method in ``inner_init``). Equals Captum's ``NoiseTunnel``
@@ -157,12 +183,13 @@ class NoiseTunnel(AttributionMethod):
 
     name = "noise_tunnel"
     #: the wrapped method of a registered tunnel (subclasses); None: give ``inner``.
-    inner: type | None = None
+    inner: type[AttributionMethod] | None = None
 
     options = _InnerOptions()
 
-    #: the inner method is given at construction: ``attribute`` takes its options too
-    traits = replace(AttributionMethod.traits, open_options=True)
+    #: the inner method is given at construction: ``attribute`` takes its options too;
+    #: structured calls run the inner method on noisy copies (:func:`_copies`)
+    traits = replace(AttributionMethod.traits, open_options=True, route=_copies)
 
     def __init_subclass__(cls, **kw):
         if cls.inner is not None:  # its signature names the inner method's options
@@ -192,31 +219,6 @@ class NoiseTunnel(AttributionMethod):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({type(self.model).__name__}, inner={self._inner_cls.__name__})"
-
-    def explain(self, inputs, baselines=None, target=None, *, model=None, **kw):
-        """Plain ``[B, ...]`` tensors go through the base class (:meth:`_attribute`); tuple
-        inputs, ``additional_forward_args``, ``layer=``, given ``noise`` and per-copy deltas
-        through :meth:`_run_copies`, which hands the inner method the noisy copies of the
-        user's inputs (the inner method then does its own input handling). ``baselines``:
-        what the inner method takes (None for an implicit baseline; None is 0.0 for a
-        point baseline)."""
-        if self.baseline_kind == "none" and baselines is not None:
-            raise TypeError(f"baselines: {self._inner_cls.__name__} has an implicit baseline; "
-                            "give none")
-        if self.baseline_kind == "point" and baselines is None:
-            baselines = 0.0
-        layer, to_input = self._layer_of(kw.pop("layer", CONSTRUCTED),
-                                         kw.pop("attribute_to_layer_input", CONSTRUCTED))
-        plain = isinstance(inputs, torch.Tensor) and inputs.dim() >= 2 and \
-            inputs.is_floating_point() and kw.get("additional_forward_args") is None and \
-            layer is None and not to_input and kw.get("noise") is None and \
-            not kw.get("copy_deltas", False)
-        if plain:
-            own = {k: v for k, v in kw.items() if k not in SHARED_NAMES}
-            self._check_options(own)
-            return self.run(self.prepare(inputs, baselines, target, options=own, model=model,
-                                         **{k: v for k, v in kw.items() if k in SHARED_NAMES}))
-        return self._run_copies(inputs, baselines, target, layer, to_input, model, kw)
 
     def _run_copies(self, inputs, baselines, target, layer, to_input, model, options):
         """The tunnel on the user's inputs (module docstring): the noise of every input
@@ -260,7 +262,8 @@ class NoiseTunnel(AttributionMethod):
         kind = self.baseline_kind
         base = point_baselines(baselines, parts) if kind == "point" else baselines
         opts = {**self._defaults, **options, **self._fixed}
-        totals = totals_sq = None
+        totals: list[torch.Tensor] = []
+        totals_sq: list[torch.Tensor] = []
         fx = read.fx.detach()
         deltas = torch.zeros(batch, n, dtype=fx.dtype, device=fx.device) if want_delta else None
         for k0 in range(0, n, per_call):
@@ -278,22 +281,22 @@ class NoiseTunnel(AttributionMethod):
                        "layer": layer, "attribute_to_layer_input": to_input})
             if "seed" in self._inner_cls.options():
                 kw["seed"] = int(V.draw(torch.randint, 2**62, (1,), generator=gen, device="cpu"))
-            ex = self.inner_method.explain(
+            ex = _one(self.inner_method.explain(
                 noisy if is_tuple else noisy[0],
                 (b if is_tuple else b[0]) if kind == "point" else b,
                 None if t is None else rows(t), model=model, return_convergence_delta=want_delta,
-                **shared, **kw)
+                **shared, **kw))
             as_parts = isinstance(ex.attributions, tuple)
             attrs = ex.attributions if as_parts else (ex.attributions,)
             attrs = [a.view((batch, k1 - k0) + tuple(a.shape[1:])) for a in attrs]
-            if totals is None:
+            if not totals:
                 totals = [torch.zeros_like(a[:, 0]) for a in attrs]
                 totals_sq = [torch.zeros_like(a[:, 0]) for a in attrs]
             for i, a in enumerate(attrs):
                 totals[i] += a.sum(1)
                 totals_sq[i] += (a * a).sum(1)
-            if want_delta:
-                deltas[:, k0:k1] = ex.delta.view(batch, k1 - k0)
+            if deltas is not None:  # asked of the inner call: its delta is a tensor
+                deltas[:, k0:k1] = typing.cast(torch.Tensor, ex.delta).view(batch, k1 - k0)
         result = tuple(combine(a, sq, n, nt_type) for a, sq in zip(totals, totals_sq))
         return Explanation(result if as_parts else result[0], None, fx, t, deltas)
 
@@ -386,7 +389,7 @@ class NoiseTunnel(AttributionMethod):
                   if k in self.inner_method.batch_options else v for k, v in opts.items()}
             if seeds is not None:
                 kw["seed"] = seeds[i]
-            ex = self.inner_method.explain(rows, b, tr, model=call.model, **kw)
+            ex = _one(self.inner_method.explain(rows, b, tr, model=call.model, **kw))
             a = ex.attributions.view((s1 - s0, k1 - k0) + feat)
             total[s0:s1] += a.sum(1)
             total_sq[s0:s1] += (a * a).sum(1)
@@ -403,6 +406,15 @@ class NoiseTunnel(AttributionMethod):
         inner = self.inner_method
         own, refs = inner._cost(rows, {k: v for k, v in opts.items() if k in inner.options()})
         return Cost(forward_rows=rows.shape[0]) + own, refs * n
+
+
+def _one(result: Explanation | Several) -> Explanation:
+    """The :class:`Explanation` of an inner call, which names at most one layer (a list of
+    layers is split into calls of one by the tunnel's own ``explain``, before its route)."""
+    if isinstance(result, Several):
+        raise TypeError("layer: the tunnel's inner call takes one layer; give a list of "
+                        "layers to the tunnel itself")
+    return result
 
 
 def _gather_refs(refs, block_refs, block, batch, n, kind):

@@ -101,7 +101,9 @@ class SampledShapley(AttributionMethod):
         return explanation.result()
 
 
-def _exact(model, x, base, t, ids, G, chunk, show_progress) -> torch.Tensor:
+def _exact(model, x, base, t, ids, G, chunk, show_progress) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(phi, v(empty))``: the exact Shapley values of the ``G`` players ``[B, G]`` from
+    the values of all ``2^G`` coalitions, and the empty coalition's value ``[B]``."""
     codes = torch.arange(2 ** G, device=x.device)
     bits = (codes[:, None] >> torch.arange(G, device=x.device)) & 1  # [2^G, G]
     v = coalition_values(model, x, base, t, ids, bits.bool(), chunk, show_progress, "shapley")
