@@ -290,3 +290,26 @@ def test_state_reaches_the_kernels():
     fn = _codegen.generate(graph, emit)
     t = torch.arange(3.0)
     assert torch.equal(fn("state", [t]), -t) and seen == ["state"]
+
+
+def test_the_generated_passes_read_the_live_parameters():
+    """Parameters are read from the model at every call (their paths resolved once): a
+    parameter replaced by a new one, or changed in place, gives what a fresh copy of the
+    changed model gives (its own capture and plan)."""
+    import copy
+
+    m, shape = small_cnn()
+    x, base = _inputs(m, shape)
+    d = normal((2, 2, *shape), seed=9)
+    DeepLift(m).attribute(x, base, target=1)
+    taylor_core.propagate(m, x, d, 2)
+    with torch.no_grad():
+        m[0].weight = nn.Parameter(2 * m[0].weight)
+        m[3].bias.add_(0.5)
+    fresh = copy.deepcopy(m)
+    assert torch.equal(DeepLift(m).attribute(x, base, target=1),
+                       DeepLift(fresh).attribute(x, base, target=1))
+    ours, theirs = taylor_core.propagate(m, x, d, 2), taylor_core.propagate(fresh, x, d, 2)
+    assert torch.equal(ours.series, theirs.series)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.primal, m(x), rtol=1e-12, atol=1e-12)

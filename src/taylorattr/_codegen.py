@@ -30,13 +30,15 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from torch import fx
 from torch.fx.immutable_collections import immutable_dict, immutable_list
 
-__all__ = ["STATE", "Call", "Constant", "Generated", "generate", "interpret", "interpreting"]
+__all__ = ["STATE", "Call", "Constant", "Generated", "LiveAttributes", "generate", "interpret",
+           "interpreting", "lifted_reader"]
 
 
 _LISTS = (list, immutable_list)  # fx keeps a node's list arguments as immutable_list
@@ -232,3 +234,73 @@ class Generated:
         if self.fn is None:
             self.fn = generate(self.graph, self.emit, self.name)
         return self.fn(state, inputs)
+
+
+class LiveAttributes:
+    """A generated pass's parameter and buffer inputs read from the live module.
+
+    ``paths``: placeholder name -> ``(kind, path)``, kind ``"parameter"`` or ``"buffer"``
+    and path a dotted attribute path (``"layer1.0.conv1.weight"``). Each path is resolved
+    to its submodule's parameter or buffer table once per module (held weakly), so a call
+    reads one dictionary entry per input, as the module's own ``forward`` does, instead
+    of walking the path (``nn.Module.get_parameter``). A tensor assigned anew to a
+    registered name is read; a path the module does not have, or a name it does not
+    register as that kind, gives None (the caller then takes its own slower route)."""
+
+    def __init__(self, paths: dict):
+        self.paths = dict(paths)
+        self._slots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def _resolve(self, module) -> list | None:
+        slots = []
+        for name, (kind, path) in self.paths.items():
+            owner, _, attr = path.rpartition(".")
+            try:
+                sub = module.get_submodule(owner) if owner else module
+            except AttributeError:
+                return None
+            table = sub._parameters if kind == "parameter" else sub._buffers
+            if table.get(attr) is None:
+                return None
+            slots.append((name, table, attr))
+        return slots
+
+    def read(self, module) -> dict | None:
+        """Placeholder name -> tensor, or None where a path does not resolve."""
+        try:
+            slots = self._slots[module]
+        except KeyError:
+            slots = self._slots[module] = self._resolve(module)
+        except TypeError:  # a module that cannot be weakly referenced: resolved every time
+            slots = self._resolve(module)
+        if slots is None:
+            return None
+        out = {}
+        for name, table, attr in slots:
+            v = table.get(attr)
+            if v is None:
+                return None
+            out[name] = v
+        return out
+
+
+def lifted_reader(core) -> Callable:
+    """``read(source)``: placeholder name -> value for the lifted inputs of a captured graph
+    ``core`` (a :class:`taylorattr.capture.CoreGraph`): its parameters and buffers read
+    from ``source`` through :class:`LiveAttributes`, its constants looked up once;
+    ``core.lifted_values(source)`` itself where a path does not resolve (or without a
+    source)."""
+    live = LiveAttributes({name: (lifted.kind, lifted.fqn) for name, lifted in core.lifted.items()
+                           if lifted.kind in ("parameter", "buffer")})
+    constants: dict = {}
+
+    def read(source):
+        values = None if source is None else live.read(source)
+        if values is None:
+            return core.lifted_values(source)
+        if len(values) + len(constants) < len(core.lifted):
+            every = core.lifted_values(source)
+            constants.update({n: every[n] for n in core.lifted if n not in values})
+        values.update(constants)
+        return values
+    return read

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from ..._codegen import STATE, Call, Constant, Generated
+from ..._codegen import STATE, Call, Constant, Generated, lifted_reader
 from ..._validation import accumulation_dtype, model_output, resolve_target, select_output
 from ...capture import where
 from ...runtime.cost import Cost
@@ -101,6 +101,12 @@ def _contiguous(v):
     return v.contiguous() if isinstance(v, torch.Tensor) and not v.is_contiguous() else v
 
 
+def _contiguous_of(target):
+    def run(*args, **kwargs):
+        return _contiguous(target(*args, **kwargs))
+    return run
+
+
 def _generated(plan: Plan, rules: RuleSet, compute: torch.dtype | None):
     """The pass over ``plan``'s graph as straight-line code (:mod:`taylorattr._codegen`),
     generated once per plan and ``compute`` dtype and kept on the plan: every node calls
@@ -133,16 +139,23 @@ def _emit(n: fx.Node, plan: Plan, rules: RuleSet, compute, nodes: dict):
     rule = rules.rules[kind]
     plain = rule.inner if getattr(rule, "converts", False) and rule.routes(target) else rule
     if isinstance(plain, Gradient) and kind != "activation":
-        # the exact gradient in both passes: the op, in its own layout, maybe recorded
-        pos = plan.positions[n.name][0] if kind in _RECORDED else None
-        name = n.name
+        # the exact gradient in both passes: the op made contiguous, maybe recorded
+        if kind in _RECORDED:
+            pos, name = plan.positions[n.name][0], n.name
 
-        def gradient(S, *a, **k):
-            out = _contiguous(target(*a, **k))
-            if pos is not None and S.record:
-                S.layers[name] = (a[pos], out)
-            return out
-        return Call(gradient, (STATE, *args), kwargs)
+            def recorded(S, *a, **k):
+                out = _contiguous(target(*a, **k))
+                if S.record:
+                    S.layers[name] = (a[pos], out)
+                return out
+            return Call(recorded, (STATE, *args), kwargs)
+        if isinstance(n.meta.get("val"), torch.Tensor):  # one tensor out
+
+            def gradient(*a, **k):
+                out = target(*a, **k)
+                return out if out.is_contiguous() else out.contiguous()
+            return Call(gradient, args, kwargs)
+        return Call(_contiguous_of(target), args, kwargs)
     fold = None
     if n.name in plan.fold:  # the batch norm folded into this layer
         bn = nodes[plan.fold[n.name]]
@@ -175,14 +188,16 @@ class _Pass:
         self.act_fns: dict = {}   # activation node -> (callable, label)
 
     def run(self, x):
-        lifted = self.plan.core.lifted_values(self.module)
-        compute = self.compute
-        placeholders = self.plan.__dict__.get("placeholders")
-        if placeholders is None:
-            placeholders = self.plan.__dict__["placeholders"] = [
-                n.name for n in self.plan.graph.nodes if n.op == "placeholder"]
-        out = _generated(self.plan, self.rules, compute)(
-            self, [_widen(lifted[p], compute) if p in lifted else x for p in placeholders])
+        plan, compute = self.plan, self.compute
+        inputs = plan.__dict__.get("inputs")
+        if inputs is None:  # the placeholders' names, and their reader (once per plan)
+            inputs = plan.__dict__["inputs"] = (
+                [n.name for n in plan.graph.nodes if n.op == "placeholder"],
+                lifted_reader(plan.core))
+        names, read = inputs
+        lifted = read(self.module)
+        out = _generated(plan, self.rules, compute)(
+            self, [_widen(lifted[p], compute) if p in lifted else x for p in names])
         if isinstance(out, (tuple, list)) and len(out) == 1:
             out = out[0]  # the capture's output is a tuple
         report_rows(self.module, x)  # a plan never calls the model's forward hooks

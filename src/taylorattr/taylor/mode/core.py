@@ -39,7 +39,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from ... import series as S
-from ..._codegen import Call, Constant, Generated
+from ..._codegen import Call, Constant, Generated, lifted_reader
 from ..._validation import cpu_generator, draw, run_model
 from ...capture import CaptureError, CoreGraph, capture, op_name, refuse, where
 from . import registry as R
@@ -410,7 +410,8 @@ def _emit(graph: CoreGraph):
     return emit
 
 
-#: CoreGraph -> (its node list, the rule table's version, the generated pass): generated
+#: CoreGraph -> (its node list, the rule table's version, the generated pass, its
+#: placeholders, the reader of its lifted inputs): generated
 #: again when the graph is edited (``CoreGraph.refresh`` makes a new node list) or a rule
 #: is registered or removed.
 _GENERATED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -423,11 +424,11 @@ def _run(graph: CoreGraph, x):
     if entry is None or entry[0] is not graph.nodes or entry[1] != R.version():
         names = [n for n in graph.module.graph.nodes if n.op == "placeholder"]
         entry = (graph.nodes, R.version(), Generated(graph.module.graph, _emit(graph),
-                                                     "taylor_pass"), names)
+                                                     "taylor_pass"), names, lifted_reader(graph))
         _GENERATED[graph] = entry
     if len(graph.inputs) != 1:
         raise TypeError(f"the captured model takes {len(graph.inputs)} input(s), got 1")
-    lifted = graph.lifted_values()
+    lifted = entry[4](graph.source)
     first = graph.inputs[0]
     out = entry[2](None, [x if p is first else lifted[p.name] for p in entry[3]])
     return out[0] if isinstance(out, (tuple, list)) and len(out) == 1 else out
