@@ -313,3 +313,23 @@ def test_the_generated_passes_read_the_live_parameters():
     assert torch.equal(ours.series, theirs.series)
     with torch.no_grad():
         torch.testing.assert_close(ours.primal, m(x), rtol=1e-12, atol=1e-12)
+
+
+def test_new_method_objects_of_the_same_settings_reuse_plans_and_code(monkeypatch):
+    """``EpsilonLRP(model)`` or ``LRP(model, rule)`` made anew for each call (as a Captum
+    user writes it) find the plan and generated passes of the first object; another
+    epsilon or another layer rule makes its own."""
+    m, shape = small_cnn()
+    x, _ = _inputs(m, shape)
+    first = {"eps": EpsilonLRP(m, 1e-6).attribute(x, target=1),
+             "plus": LRP(m, "epsilon_plus").attribute(x, target=1)}
+    made = []
+    real = _codegen.generate
+    monkeypatch.setattr(_codegen, "generate", lambda *a, **k: made.append(1) or real(*a, **k))
+    assert torch.equal(EpsilonLRP(m, 1e-6).attribute(x, target=1), first["eps"])
+    assert torch.equal(LRP(m, "epsilon_plus").attribute(x, target=1), first["plus"])
+    assert made == []
+    other = EpsilonLRP(m, 1e-3).attribute(x, target=1)
+    assert len(made) == 1 and not torch.equal(other, first["eps"])
+    flat = LRP(m, "epsilon_plus", layer_rules={"0": "flat"}).attribute(x, target=1)
+    assert len(made) == 2 and not torch.equal(flat, first["plus"])

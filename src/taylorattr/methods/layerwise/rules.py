@@ -48,6 +48,7 @@ them, and the two rule sets at the end read the table row by row.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -631,8 +632,10 @@ DEEPLIFT_RESCALE = RuleSet("deeplift", "DeepLift", {
     "binary": ShapleyBinary(), "softmax": ComposedDeepLift(), "layer_norm": ComposedDeepLift()})
 
 
+@functools.lru_cache(maxsize=64)
 def epsilon_rule(epsilon: float) -> RuleSet:
-    """epsilon-LRP with the same ``epsilon`` everywhere."""
+    """epsilon-LRP with the same ``epsilon`` everywhere (one rule set per value, so that
+    every method object of that ``epsilon`` finds the same plans and generated passes)."""
     eps = Epsilon(epsilon)
     return RuleSet("epsilon_lrp", "EpsilonLRP", {
         "linear": Gradient(), "weighted": eps, "norm": eps, "avg_pool": eps,

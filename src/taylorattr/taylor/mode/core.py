@@ -213,12 +213,36 @@ def binary(a, b, op: str) -> CoreJet:
 
 
 
-def _jets(tree) -> list[CoreJet]:
-    return [v for v in pytree.tree_leaves(tree, is_leaf=is_jet) if is_jet(v)]
+def _jets(tree, out: list | None = None) -> list[CoreJet]:
+    """The CoreJets among a node's arguments, in order (plain tuples, lists and dicts are
+    walked here; other containers by ``torch.utils._pytree``, as before)."""
+    out = [] if out is None else out
+    kind = type(tree)
+    if isinstance(tree, CoreJet):
+        out.append(tree)
+    elif kind is tuple or kind is list:
+        for v in tree:
+            _jets(v, out)
+    elif kind is dict:
+        for v in tree.values():
+            _jets(v, out)
+    elif pytree._get_node_type(tree) in pytree.SUPPORTED_NODES:
+        out += [v for v in pytree.tree_leaves(tree, is_leaf=is_jet) if is_jet(v)]
+    return out
 
 
 def _map(tree, fn):
-    return pytree.tree_map(lambda v: fn(v) if is_jet(v) else v, tree, is_leaf=is_jet)
+    """``tree`` with ``fn`` applied to each CoreJet (containers as :func:`_jets`)."""
+    kind = type(tree)
+    if isinstance(tree, CoreJet):
+        return fn(tree)
+    if kind is tuple or kind is list:
+        return kind(_map(v, fn) for v in tree)
+    if kind is dict:
+        return {k: _map(v, fn) for k, v in tree.items()}
+    if pytree._get_node_type(tree) in pytree.SUPPORTED_NODES:
+        return pytree.tree_map(lambda v: fn(v) if is_jet(v) else v, tree, is_leaf=is_jet)
+    return tree
 
 
 def joint_linear(op, args, kwargs, additive: bool = False, strip: Callable | None = None):
