@@ -30,7 +30,7 @@ patch.
 Models: timm ResNet-18, ResNet-50, ViT-B/16 (128x128) and Swin-T (128x128, window 4),
 random weights, batch 2, float32, and a Hugging Face Llama (hidden 256, 4 layers, 4
 heads, eager attention) on input embeddings at L = 16, 64, 256, explaining the last
-position's top logit. ``--quick``: ResNet-18 and ViT-Tiny at 64x64 and the Llama at
+position's top logit (baselines: token 0's embedding at every position). ``--quick``: ResNet-18 and ViT-Tiny at 64x64 and the Llama at
 L = 16 and 64 (a few minutes on 2 busy cores). ``--device cuda``: the same table on a GPU
 (``bench_gpu.py`` runs it with its own rows). One torch thread on the CPU.
 """
@@ -210,8 +210,11 @@ def llama_cases(lm, embeds, target, steps: int):
     import taylorattr.captum.attr as T
     from taylorattr.methods import EpsilonLRP
 
-    model = LastLogits(lm)
-    zero = torch.zeros_like(embeds)
+    model = LastLogits(lm).eval()
+    # the baseline: token 0's embedding at every position (a zero embedding would put
+    # RMSNorm at rms(0) = sqrt(eps), where DeepLIFT's multipliers cancel to no digits)
+    zero = lm.get_input_embeddings()(torch.zeros(embeds.shape[:2], dtype=torch.long,
+                                                 device=embeds.device)).detach()
     return {
         ("AttnLRP", "ours"): lambda: EpsilonLRP(model, 1e-6).attribute(embeds, target=target),
         ("DeepLIFT", "ours"): lambda: T.DeepLift(model).attribute(embeds, zero, target=target),
@@ -392,7 +395,7 @@ def main(argv=None) -> int:
         if lxt[L][3] is not None and results[("AttnLRP", "ours")][0] is not None:
             from taylorattr.methods import EpsilonLRP
 
-            ours = EpsilonLRP(LastLogits(lm), 1e-6).attribute(embeds, target=target)
+            ours = EpsilonLRP(LastLogits(lm).eval(), 1e-6).attribute(embeds, target=target)
             theirs = torch.tensor(lxt[L][3]).to(ours)
             new[0]["rel_diff_lxt"] = float((ours - theirs).abs().max() / theirs.abs().max())
         rows += new
