@@ -454,9 +454,9 @@ class _View(nn.Module):
 
 
 def test_a_new_view_of_the_same_model_reuses_its_probes(overhead_timer):
-    """Probes are keyed by what the memory depends on: a fresh view of the same model with
-    the same settings probes nothing and gets the plan a new probe would measure; another
-    token, another model or another context shape is probed anew."""
+    """Probes are keyed by what the memory depends on: a fresh view of the same model (of
+    any token: plain numbers are state, not structure) probes nothing and gets the plan a
+    new probe would measure; another model or another context shape is probed anew."""
     model, other = Recorder(), Recorder()
     x = torch.rand(2, D, dtype=torch.float64)
 
@@ -470,7 +470,7 @@ def test_a_new_view_of_the_same_model_reuses_its_probes(overhead_timer):
     assert probed(_View(model, 0)) == (0, rows)  # the plan of the first view
     Bt.clear_cache()
     assert probed(_View(model, 0)) == (2, rows)  # measured anew: the same plan
-    assert probed(_View(model, 1))[0] == 2       # another setting of the view
+    assert probed(_View(model, 1))[0] == 0       # another token: the same memory
     assert probed(_View(other, 0))[0] == 2       # another model
     ctx = torch.zeros(1, 3)
     assert probed(_View(model, 0, ctx))[0] == 2  # a context tensor: its shape is part of it

@@ -449,14 +449,18 @@ def clear_cache() -> None:
 
 def _describe(v):
     """A hashable stand-in for an attribute a model's memory may depend on: a tensor's
-    shape, dtype and device; a value that compares by value (numbers, strings, frozen
-    dataclasses, tuples of them) itself; anything else its identity (never shared)."""
+    shape, dtype and device; a flag, string, dtype or a value that compares by value
+    (frozen dataclasses, tuples of them) itself; a plain number nothing (a token index, a
+    counter of calls: state that changes from call to call, as a plain model's attributes
+    never entered its key either); anything else its identity (never shared)."""
     if isinstance(v, torch.Tensor):
         return ("tensor", tuple(v.shape), v.dtype, str(v.device))
     if isinstance(v, (tuple, list)):
         return (type(v).__name__,) + tuple(_describe(e) for e in v)
-    if v is None or isinstance(v, (bool, int, float, str, torch.dtype, torch.device)):
+    if v is None or isinstance(v, (bool, str, torch.dtype, torch.device)):
         return v
+    if isinstance(v, (int, float)):
+        return "number"
     if type(v).__eq__ is not object.__eq__:
         try:
             hash(v)
