@@ -5,7 +5,9 @@ Every Captum method that applies to an image classifier, called through
 ResNet-50 and ViT-B/16 with random weights (the ViT head re-initialised: torchvision
 zero-initialises it), batch 16 at 3x224x224; then the native DeepLIFT (complete where
 Captum's is not), EpsilonLRP and Taylor mode (order-2 terms over 16 patches). Float32 and
-bfloat16. Per row: median seconds (after one warm-up), peak CUDA memory above the start
+bfloat16. Then the engine table of ``benchmarks/bench_engines.py`` on the same device
+(DeepLIFT, DeepLiftShap, LRP, AttnLRP against lxt, Taylor mode, IG, Saliency on ResNet-18/50,
+ViT-B/16, Swin-T and a Llama config; ``--no-engines`` leaves it out). Per row: median seconds (after one warm-up), peak CUDA memory above the start
 (``torch.cuda.max_memory_allocated``), the ratio to Captum, and the largest difference
 ``max |a - a_captum| / max |a_captum|``.
 
@@ -44,6 +46,8 @@ def _args(argv=None):
     p.add_argument("--dtypes", default="float32,bfloat16")
     p.add_argument("--only", default="", help="comma-separated case names (first word)")
     p.add_argument("--json", default=None)
+    p.add_argument("--no-engines", action="store_true",
+                   help="leave out the engine table (bench_engines.py on this device)")
     a = p.parse_args(argv)
     a.size = a.size or (32 if a.quick else 224)
     a.batch = a.batch or (2 if a.quick else 16)
@@ -280,11 +284,24 @@ def main(argv=None) -> int:
         for name in args.models.split(","):
             run_model(bench, name, dtype)
     table(bench.rows)
-    print(f"\n# {len(bench.rows)} rows in {time.perf_counter() - start:.0f} s")
+    engines = []
+    if not args.no_engines:  # the engine rows of `make bench` (issue 43), on this device
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import tempfile
+
+        import bench_engines
+
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "engines.json")
+            bench_engines.main(["--device", args.device, "--json", out]
+                               + (["--quick"] if args.quick else []))
+            with open(out) as fh:
+                engines = json.load(fh)["rows"]
+    print(f"\n# {len(bench.rows) + len(engines)} rows in {time.perf_counter() - start:.0f} s")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"device": device, "torch": torch.__version__, "rows": bench.rows}, fh,
-                      indent=1)
+            json.dump({"device": device, "torch": torch.__version__, "rows": bench.rows,
+                       "engine_rows": engines}, fh, indent=1)
     return 0
 
 

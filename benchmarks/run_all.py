@@ -6,7 +6,9 @@ Each script runs in its own subprocess, once with glibc's default allocator and 
 routes, the floors) runs under the same setting as ours. The method table runs at 1 and 2
 threads. ``--quick`` (about 10 minutes on 2 busy cores) uses fewer repeats, a 2^(1/4)
 floor sweep, C-sg only in the Taylor table and the memory check under the default
-allocator only. At the end: one table of every ratio with its goal; the full run then adds
+allocator only. The engine table (``bench_engines.py``: DeepLIFT, DeepLiftShap, LRP,
+AttnLRP, Taylor mode, IG and Saliency beside Captum, Zennit, lxt and the floor) runs once,
+under the default allocator. At the end: one table of every ratio with its goal; the full run then adds
 the interaction peers (path_explain, shapiq; the ``bench`` extra), the cost estimates, the
 Shapley peers (SHAP, shapiq, path_explain: bench_shapley.py), the layer-wise zoo
 (DeepLIFT/LRP on 23 architectures, ``layerwise_zoo.py``) and DeepLIFT's completeness on
@@ -75,6 +77,7 @@ def main(argv=None) -> None:
         if allocator == "default" or not args.quick:
             others.append(run("bench_memory.py", allocator, [], False))
     summary(methods)
+    run("bench_engines.py", "default", [], args.quick)  # the engine table (issue 43)
     if not args.quick:  # the peers of issues 14 and 20, once, under the default allocator
         for script in ("bench_interactions.py", "bench_cost.py", "bench_shapley.py",
                        "bench_cli_start.py", "layerwise_zoo.py", "bench_taylor_zoo.py",

@@ -436,3 +436,89 @@ def test_plans_of_a_bound_method_live_with_its_object_and_die_with_it():
     import operator
     getter = operator.itemgetter(0)  # a callable that cannot be weakly referenced
     assert Bt._table(getter) is not Bt._table(getter)
+
+
+class _View(nn.Module):
+    """A method's per-call view of a model (as the LLM front's log-probability of one
+    token): made anew for every call, wrapping the same model."""
+
+    def __init__(self, model, token: int, context: torch.Tensor | None = None):
+        super().__init__()
+        self.model, self.token = model, token
+        if context is not None:
+            self.register_buffer("context", context, persistent=False)
+        self.eval()
+
+    def forward(self, x):
+        return self.model(x)[:, self.token:self.token + 1]
+
+
+def test_a_new_view_of_the_same_model_reuses_its_probes(overhead_timer):
+    """Probes are keyed by what the memory depends on: a fresh view of the same model (of
+    any token: plain numbers are state, not structure) probes nothing and gets the plan a
+    new probe would measure; another model or another context shape is probed anew."""
+    model, other = Recorder(), Recorder()
+    x = torch.rand(2, D, dtype=torch.float64)
+
+    def probed(view):
+        before = len(model.rows) + len(other.rows)
+        rows = _budget_rows(view, x, False, max_memory=10**7)
+        return len(model.rows) + len(other.rows) - before, rows
+
+    n, rows = probed(_View(model, 0))
+    assert n == 2
+    assert probed(_View(model, 0)) == (0, rows)  # the plan of the first view
+    Bt.clear_cache()
+    assert probed(_View(model, 0)) == (2, rows)  # measured anew: the same plan
+    assert probed(_View(model, 1))[0] == 0       # another token: the same memory
+    assert probed(_View(other, 0))[0] == 2       # another model
+    ctx = torch.zeros(1, 3)
+    assert probed(_View(model, 0, ctx))[0] == 2  # a context tensor: its shape is part of it
+    assert probed(_View(model, 0, torch.ones(1, 3)))[0] == 0
+    assert probed(_View(model, 0, torch.zeros(1, 4)))[0] == 2
+
+
+def test_layer_integrated_gradients_through_the_llm_front_probes_once():
+    """LayerIntegratedGradients through the LLM front (one view of the model per target
+    token): the first call probes, a repeated call with the same prompt probes nothing and
+    gives bitwise the same attributions."""
+    import warnings
+
+    from test_captum_llm import PROMPT, TARGET, WORDS, _build
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    import taylorattr.captum.attr as T
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A",
+                                                       special_tokens=[("<s>", 1)])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>",
+                                        unk_token="<unk>", pad_token="<pad>")
+    llama = _build("llama")
+    probes = []
+    real = Bt._probe_bytes
+
+    def counted(*args, **kwargs):
+        probes.append(args[1].shape)
+        return real(*args, **kwargs)
+
+    def run():
+        inp = T.TextTokenInput(PROMPT, tokenizer, skip_tokens=["<s>"], baselines="a")
+        method = T.LayerIntegratedGradients(llama, llama.get_input_embeddings())
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # transformers' own deprecation notes
+            return T.LLMGradientAttribution(method, tokenizer).attribute(
+                inp, target=TARGET, n_steps=5)
+
+    Bt._probe_bytes = counted
+    try:
+        first = run()
+        n_first = len(probes)
+        second = run()
+    finally:
+        Bt._probe_bytes = real
+    assert n_first == 2 * len(first.output_tokens)  # two probe sizes per target token
+    assert len(probes) == n_first                   # the repeated call: none
+    assert torch.equal(first.token_attr, second.token_attr)

@@ -180,12 +180,33 @@ def timed_chunks():
 
 # ---------------------------------------------------------------------- measurement
 
+def _tensors(values) -> list:
+    """The tensors among ``values`` (an operator's arguments or results), also inside
+    tuples, lists and dicts."""
+    out, todo = [], [values]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, torch.Tensor):
+            out.append(v)
+        elif isinstance(v, (tuple, list)):
+            todo.extend(v)
+        elif isinstance(v, dict):
+            todo.extend(v.values())
+    return out
+
+
 class _TensorBytes(torch.utils._python_dispatch.TorchDispatchMode):
-    """Accounts the bytes of every storage created under it: live sum, peak, largest."""
+    """Accounts the bytes of every storage created under it: live sum, peak, largest.
+
+    ``total`` is the sum over the storages recorded and not yet seen freed, an upper bound
+    of the live bytes; the freed ones are dropped only when ``total`` would raise the
+    peak, so the peak is exact (the live bytes after every operator, wherever they could
+    exceed it) without a scan of every live storage after every operator."""
 
     def __init__(self):
         super().__init__()
         self.live: list = []  # (weak reference, nbytes)
+        self.total = 0
         self.peak = 0
         self.largest = 0
 
@@ -195,22 +216,22 @@ class _TensorBytes(torch.utils._python_dispatch.TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         from torch.multiprocessing.reductions import StorageWeakRef
-        from torch.utils._pytree import tree_leaves
 
         kwargs = kwargs or {}
-        seen = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
-                if isinstance(t, torch.Tensor)}
+        seen = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
         out = func(*args, **kwargs)
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                st = t.untyped_storage()
-                n = st.nbytes()
-                if n and st.data_ptr() not in seen:  # new storage (not a view, not in-place)
-                    seen.add(st.data_ptr())
-                    self.live.append((StorageWeakRef(st), n))
-                    self.largest = max(self.largest, n)
-        self.live = [(r, n) for r, n in self.live if not r.expired()]
-        self.peak = max(self.peak, sum(n for _, n in self.live))
+        for t in _tensors(out):
+            st = t.untyped_storage()
+            n = st.nbytes()
+            if n and st.data_ptr() not in seen:  # new storage (not a view, not in-place)
+                seen.add(st.data_ptr())
+                self.live.append((StorageWeakRef(st), n))
+                self.total += n
+                self.largest = max(self.largest, n)
+        if self.total > self.peak:  # the live bytes may exceed the peak: count them
+            self.live = [(r, n) for r, n in self.live if not r.expired()]
+            self.total = sum(n for _, n in self.live)
+            self.peak = max(self.peak, self.total)
         return out
 
 
@@ -426,9 +447,51 @@ def clear_cache() -> None:
     _plans.clear()
 
 
+def _describe(v):
+    """A hashable stand-in for an attribute a model's memory may depend on: a tensor's
+    shape, dtype and device; a flag, string, dtype or a value that compares by value
+    (frozen dataclasses, tuples of them) itself; a plain number nothing (a token index, a
+    counter of calls: state that changes from call to call, as a plain model's attributes
+    never entered its key either); anything else its identity (never shared)."""
+    if isinstance(v, torch.Tensor):
+        return ("tensor", tuple(v.shape), v.dtype, str(v.device))
+    if isinstance(v, (tuple, list)):
+        return (type(v).__name__,) + tuple(_describe(e) for e in v)
+    if v is None or isinstance(v, (bool, str, torch.dtype, torch.device)):
+        return v
+    if isinstance(v, (int, float)):
+        return "number"
+    if type(v).__eq__ is not object.__eq__:
+        try:
+            hash(v)
+            return v
+        except TypeError:
+            pass
+    return ("object", type(v), id(v))
+
+
+def _view_key(model):
+    """``(owner, key)``: the cache a model's plans live in. A module that wraps others (a
+    method's view of the user's model, made anew for each call: the model on one tensor,
+    the log-probability of one token) is described by its type, its submodules (by
+    identity), its own tensors' shapes and its other attributes (:func:`_describe`), and
+    its plans are held by its first submodule, so that the next call's view of the same
+    model finds them. Any other model holds its own plans (key None)."""
+    if not isinstance(model, nn.Module) or not model._modules:
+        return model, None
+    children = tuple((name, id(m)) for name, m in model._modules.items())
+    own = tuple((name, _describe(v)) for name, v in sorted(vars(model).items())
+                if not name.startswith("_"))
+    tensors = tuple((name, _describe(t)) for table in (model._parameters, model._buffers)
+                    for name, t in table.items())
+    owner = next(m for m in model._modules.values() if m is not None)
+    return owner, ("view", type(model), children, own, tensors)
+
+
 def _table(model) -> dict:
     """The plans of ``model``, held weakly: a bound method's plans live with its object
-    (keyed by the function), and a model that cannot be weakly referenced gets no cache
+    (keyed by the function), a wrapping module's with the module it wraps
+    (:func:`_view_key`), and a model that cannot be weakly referenced gets no cache
     at all, never one keyed by ``id()`` (a new object can reuse a dead one's id)."""
     owner, key = getattr(model, "__self__", None), getattr(model, "__func__", None)
     if owner is not None and key is not None:
@@ -436,10 +499,12 @@ def _table(model) -> dict:
             return _plans.setdefault(owner, {}).setdefault(("bound", key), {})
         except TypeError:
             return {}
+    owner, key = _view_key(model)
     try:
-        return _plans.setdefault(model, {})
+        table = _plans.setdefault(owner, {})
     except TypeError:
         return {}
+    return table if key is None else table.setdefault(key, {})
 
 
 def _plan(model, row: torch.Tensor, backward: bool, budget: int) -> ChunkPlan:

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
+from ..._codegen import STATE, Call, Constant, Generated, lifted_reader
 from ..._validation import accumulation_dtype, model_output, resolve_target, select_output
 from ...capture import where
 from ...runtime.cost import Cost
@@ -62,9 +63,113 @@ class _Call:
         return self.op(*args, **self.kwargs)
 
 
-class _Pass(fx.Interpreter):
-    """Runs the captured graph, applying the rules at planned nodes; parameters and
-    buffers are read from the live model.
+def _widen(v, compute: torch.dtype | None):
+    """``v`` in ``compute`` if it is a half-precision tensor or dtype (else ``v``)."""
+    if compute is None:
+        return v
+    if isinstance(v, torch.dtype):
+        return compute if accumulation_dtype(v) != v else v
+    if isinstance(v, torch.Tensor) and accumulation_dtype(v.dtype) != v.dtype:
+        return v.detach().to(compute)
+    return v
+
+
+def _widen_args(args, kwargs, compute):
+    """The dtype arguments of a node (``_to_copy(dtype=)``, ``full(dtype=)``) widened."""
+    if compute is None:
+        return tuple(args), dict(kwargs)
+    return (tuple(a if isinstance(a, (torch.Tensor, fx.Node)) else _widen(a, compute)
+                  for a in args),
+            {k: v if isinstance(v, (torch.Tensor, fx.Node)) else _widen(v, compute)
+             for k, v in kwargs.items()})
+
+
+def _zip_map(struct, values, live: set, wrap):
+    """``values`` (a node's evaluated arguments, shaped as ``struct``, its fx arguments)
+    with ``wrap`` applied to the tensors of input-dependent nodes."""
+    if isinstance(struct, fx.Node):
+        return wrap(values) if struct.name in live and isinstance(values, torch.Tensor) \
+            else values
+    if isinstance(struct, (tuple, list)):
+        return type(values)(_zip_map(s, v, live, wrap) for s, v in zip(struct, values))
+    if isinstance(struct, dict):
+        return {k: _zip_map(struct[k], v, live, wrap) for k, v in values.items()}
+    return values
+
+
+def _contiguous(v):
+    return v.contiguous() if isinstance(v, torch.Tensor) and not v.is_contiguous() else v
+
+
+def _contiguous_of(target):
+    def run(*args, **kwargs):
+        return _contiguous(target(*args, **kwargs))
+    return run
+
+
+def _generated(plan: Plan, rules: RuleSet, compute: torch.dtype | None):
+    """The pass over ``plan``'s graph as straight-line code (:mod:`taylorattr._codegen`),
+    generated once per plan and ``compute`` dtype and kept on the plan: every node calls
+    its operation or its rule kernel directly (:func:`_emit`)."""
+    cache = plan.__dict__.setdefault("generated", {})
+    code = cache.get(compute)
+    if code is None:
+        nodes = {n.name: n for n in plan.graph.nodes}
+        code = cache[compute] = Generated(
+            plan.graph, lambda n: _emit(n, plan, rules, compute, nodes), "layerwise_pass")
+    return code
+
+
+def _emit(n: fx.Node, plan: Plan, rules: RuleSet, compute, nodes: dict):
+    """What computes node ``n`` in a pass (:class:`_Pass`): a capture constant, the
+    operation itself, the operation then the discrete check, or the rule's kernel."""
+    if n.op == "get_attr":
+        return Constant(_widen(getattr(plan.core.module, n.target), compute))
+    args, kwargs = _widen_args(n.args, n.kwargs, compute)
+    kind = plan.kinds.get(n.name)
+    target = n.target
+    if kind is None:
+        if n.name in plan.discrete and rules.needs_reference:
+            def discrete(S, *a, **k):
+                out = target(*a, **k)
+                S.discrete(n, out)
+                return out
+            return Call(discrete, (STATE, *args), kwargs)
+        return Call(target, args, kwargs)
+    rule = rules.rules[kind]
+    plain = rule.inner if getattr(rule, "converts", False) and rule.routes(target) else rule
+    if isinstance(plain, Gradient) and kind != "activation":
+        # the exact gradient in both passes: the op made contiguous, maybe recorded
+        if kind in _RECORDED:
+            pos, name = plan.positions[n.name][0], n.name
+
+            def recorded(S, *a, **k):
+                out = _contiguous(target(*a, **k))
+                if S.record:
+                    S.layers[name] = (a[pos], out)
+                return out
+            return Call(recorded, (STATE, *args), kwargs)
+        if isinstance(n.meta.get("val"), torch.Tensor):  # one tensor out
+
+            def gradient(*a, **k):
+                out = target(*a, **k)
+                return out if out.is_contiguous() else out.contiguous()
+            return Call(gradient, args, kwargs)
+        return Call(_contiguous_of(target), args, kwargs)
+    fold = None
+    if n.name in plan.fold:  # the batch norm folded into this layer
+        bn = nodes[plan.fold[n.name]]
+        fold = [*bn.args[1:5], bn.args[6]]
+
+    def kernel(S, fold, *a, **k):
+        return S.planned(n, kind, rule, fold, a, k)
+    return Call(kernel, (STATE, fold, *args), kwargs)
+
+
+class _Pass:
+    """Runs the captured graph, applying the rules at planned nodes, through the code
+    generated for the plan (:func:`_generated`); parameters and buffers are read from the
+    live model. The pass object is the generated code's per-call state.
 
     ``reference=None``: the baseline pass (plain forward; remembers the inputs and output
     of the nodes whose rule needs them). Otherwise the main pass, with the rules' backward.
@@ -74,49 +179,31 @@ class _Pass(fx.Interpreter):
 
     def __init__(self, model, plan: Plan, rules: RuleSet, reference: dict | None,
                  record: bool, compute: torch.dtype | None = None):
-        super().__init__(model, garbage_collect_values=True, graph=plan.core.module.graph)
+        self.module = model
         self.plan, self.rules, self.reference, self.record = plan, rules, reference, record
         self.compute = compute
         self.saved: dict = {}     # node -> (inputs, output) [baseline pass]
         self.acts: dict = {}      # activation node -> (output, multiplier) [main pass]
         self.layers: dict = {}    # weighted/norm node -> (input, output)
         self.act_fns: dict = {}   # activation node -> (callable, label)
-        self._nodes = {node.name: node for node in self.graph.nodes}
-
-    def fetch_attr(self, target: str):
-        return self._widen(getattr(self.plan.core.module, target))  # constants of the capture
-
-    def _widen(self, v):
-        """``v`` in ``compute`` if it is a half-precision tensor or dtype (else ``v``)."""
-        if self.compute is None:
-            return v
-        if isinstance(v, torch.dtype):
-            return self.compute if accumulation_dtype(v) != v else v
-        if isinstance(v, torch.Tensor) and accumulation_dtype(v.dtype) != v.dtype:
-            return v.detach().to(self.compute)
-        return v
-
-    def _widen_args(self, args, kwargs):
-        """The dtype arguments of a node (``_to_copy(dtype=)``, ``full(dtype=)``) widened."""
-        if self.compute is None:
-            return args, kwargs
-        return (tuple(a if isinstance(a, torch.Tensor) else self._widen(a) for a in args),
-                {k: v if isinstance(v, torch.Tensor) else self._widen(v)
-                 for k, v in kwargs.items()})
-
-    def call_function(self, target, args, kwargs):
-        return super().call_function(target, *self._widen_args(args, kwargs))
 
     def run(self, x):
-        lifted = {k: self._widen(v) for k, v in self.plan.core.lifted_values(self.module).items()}
-        placeholders = [n for n in self.graph.nodes if n.op == "placeholder"]
-        out = super().run(*[lifted.get(p.name, x) for p in placeholders])
+        plan, compute = self.plan, self.compute
+        inputs = plan.__dict__.get("inputs")
+        if inputs is None:  # the placeholders' names, and their reader (once per plan)
+            inputs = plan.__dict__["inputs"] = (
+                [n.name for n in plan.graph.nodes if n.op == "placeholder"],
+                lifted_reader(plan.core))
+        names, read = inputs
+        lifted = read(self.module)
+        out = _generated(plan, self.rules, compute)(
+            self, [_widen(lifted[p], compute) if p in lifted else x for p in names])
         if isinstance(out, (tuple, list)) and len(out) == 1:
             out = out[0]  # the capture's output is a tuple
         report_rows(self.module, x)  # a plan never calls the model's forward hooks
         return out
 
-    def _discrete(self, n: fx.Node, out):
+    def discrete(self, n: fx.Node, out):
         """DeepLIFT's rules hold one selection fixed: an input-dependent mask, index or
         detached value must be the same at the input and at the baseline."""
         if self.reference is None:
@@ -132,32 +219,20 @@ class _Pass(fx.Interpreter):
                 "rules (one fixed selection) would not be complete; choose baselines that "
                 "select the same entries")
 
-    def run_node(self, n: fx.Node):
-        kind = self.plan.kinds.get(n.name)
-        if kind is None:
-            out = super().run_node(n)
-            if n.name in self.plan.discrete and self.rules.needs_reference:
-                self._discrete(n, out)
-            return out
-        rule = self.rules.rules[kind]
-        with self._set_current_node(n):
-            args, kwargs = self._widen_args(*self.fetch_args_kwargs_from_env(n))
+    def planned(self, n: fx.Node, kind: str, rule, fold, args, kwargs):
+        """Node ``n`` of a planned ``kind`` on its evaluated ``args``: ``rule`` applied."""
         if getattr(rule, "converts", False) and self.reference is not None:
             if rule.routes(n.target):
                 rule = rule.inner
             else:  # relevance form: R_y = y * G^T [R_z / s(z)], G the inner rule's
-                args, kwargs = self._live_args(n, lambda v: scaled(v, v.detach(), v.detach()))
-                out = self._apply(n, kind, rule.inner, args, kwargs)
+                args = _zip_map(tuple(n.args), args, self.plan.live,
+                                lambda v: scaled(v, v.detach(), v.detach()))
+                kwargs = _zip_map(dict(n.kwargs), kwargs, self.plan.live,
+                                  lambda v: scaled(v, v.detach(), v.detach()))
+                out = self._apply(n, kind, rule.inner, args, kwargs, fold)
                 z = out.detach()
                 return scaled(out, z, 1 / rule.stabilize(z))
-        return self._apply(n, kind, rule, args, kwargs)
-
-    def _live_args(self, n: fx.Node, wrap):
-        """``n``'s arguments with ``wrap`` applied to each input-dependent value."""
-        def load(a):
-            v = self.env[a]
-            return wrap(v) if a.name in self.plan.live and isinstance(v, torch.Tensor) else v
-        return self._widen_args(fx.node.map_arg(n.args, load), fx.node.map_arg(n.kwargs, load))
+        return self._apply(n, kind, rule, args, kwargs, fold)
 
     def _activation(self, n: fx.Node, args, kwargs, pos):
         """The activation of a record as a torch-level callable (its module, or the
@@ -173,7 +248,7 @@ class _Pass(fx.Interpreter):
             return (lambda y: f(y, *rest, **kwargs)) if rest or kwargs else f
         return _Call(n.target, args, kwargs, pos[:1])
 
-    def _apply(self, n: fx.Node, kind: str, rule, args, kwargs):
+    def _apply(self, n: fx.Node, kind: str, rule, args, kwargs, fold):
         pos = self.plan.positions[n.name]
         ys = [args[p] for p in pos[:rule.inputs]]
         if self.reference is None or isinstance(rule, Gradient):
@@ -186,10 +261,7 @@ class _Pass(fx.Interpreter):
         else:
             fn = _Call(n.target, args, kwargs, pos[:rule.inputs])
             fn.module = self.plan.modules.get(n.name)
-            if n.name in self.plan.fold:  # the batch norm folded into this layer
-                bn = self._nodes[self.plan.fold[n.name]]
-                fn.fold = [self.env[a] if isinstance(a, fx.Node) else a
-                           for a in (*bn.args[1:5], bn.args[6])]
+            fn.fold = fold
             wrapped, m = rule.apply(fn, ys[0] if rule.inputs == 1 else ys,
                                     self.reference.get(n.name), n.name in self.plan.unfused)
         if isinstance(wrapped, torch.Tensor) and not wrapped.is_contiguous():

@@ -39,6 +39,7 @@ the rules, and the rules share the weighted-operation view (:class:`OpLayer`).
 from __future__ import annotations
 
 import operator
+import weakref
 from collections.abc import Callable, Mapping
 
 import torch
@@ -374,13 +375,37 @@ _CONV = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 _WEIGHTED = _CONV + (nn.Linear,)
 
 
+_MADE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def composite_rules(model: nn.Module, rule: str, *, epsilon: float = 1e-6,
                     stabilizer: float = 1e-6, gamma: float = 0.25,
                     layer_rules: Mapping | None = None) -> RuleSet:
     """The rule set of ``rule`` (a name in :data:`RULES`, every Linear/Conv, or in
     :data:`COMPOSITES`) for the Linear/Conv modules of ``model``; ``layer_rules`` sets the
     rule of named Linear/Conv modules (names as ``model.named_modules()`` gives them; each a
-    name in :data:`RULES` or a :class:`LayerRule`), over the composite's choice."""
+    name in :data:`RULES` or a :class:`LayerRule`), over the composite's choice.
+
+    Made once per model, arguments and Linear/Conv modules (held with the model), so that
+    every method object of the same settings finds the same plans and generated passes."""
+    given = layer_rules or {}
+    if not isinstance(given, Mapping) or not all(isinstance(k, str) for k in given):
+        return _composite_rules(model, rule, epsilon, stabilizer, gamma, given)
+    key = (rule, float(epsilon), float(stabilizer), float(gamma),
+           tuple(sorted((k, v if isinstance(v, str) else ("rule", id(v)))
+                        for k, v in given.items())),
+           tuple((name, id(m)) for name, m in model.named_modules() if isinstance(m, _WEIGHTED)))
+    try:
+        made = _MADE.setdefault(model, {})
+    except TypeError:  # not weakly referenceable: made every time
+        return _composite_rules(model, rule, epsilon, stabilizer, gamma, given)
+    if key not in made:  # the LayerRule objects are kept with it: their ids stay theirs
+        made[key] = (_composite_rules(model, rule, epsilon, stabilizer, gamma, given),
+                     tuple(given.values()))
+    return made[key][0]
+
+
+def _composite_rules(model, rule, epsilon, stabilizer, gamma, layer_rules) -> RuleSet:
     kw = {"epsilon": epsilon, "stabilizer": stabilizer, "gamma": gamma}
     if rule in RULES:
         first, conv, dense = None, rule, rule
@@ -395,7 +420,7 @@ def composite_rules(model: nn.Module, rule: str, *, epsilon: float = 1e-6,
         name = first if not first_done else (conv if isinstance(m, _CONV) else dense)
         first_done = True
         per_module[id(m)] = RULES[name](**kw)
-    per_module.update(_named_rules(model, layer_rules or {}, kw))
+    per_module.update(_named_rules(model, layer_rules, kw))
     rules = {"weighted": LayerMap(per_module, rule, RULES[conv](**kw), RULES[dense](**kw)), "norm": Pass(), "activation": Pass(),
              "avg_pool": Norm(stabilizer), "max_pool": Gradient(),
              "linear": Converted(Gradient(), stabilizer),

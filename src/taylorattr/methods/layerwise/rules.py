@@ -48,6 +48,8 @@ them, and the two rule sets at the end read the table row by row.
 """
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -533,21 +535,27 @@ class UniformProduct(Rule):
 
     def apply(self, fn, ys, ref, scale):
         a, b = ys
-        ad, bd = a.detach(), b.detach()
-        with torch.no_grad():
-            out = fn(ad, bd)
-        n = out.numel()
-        elementwise = "mul" in op_name(fn.op)
-        wa = 0.0 if elementwise and a.numel() < n <= b.numel() else (
-            1.0 if elementwise and b.numel() < n <= a.numel() else 0.5)
+        n = _entries(a, b) if "mul" in op_name(fn.op) else 0  # the elementwise product's
+        wa = 0.0 if a.numel() < n <= b.numel() else (1.0 if b.numel() < n <= a.numel() else 0.5)
         wb = 1.0 - wa if wa != 0.5 else 0.5
+        # the op's own backward, each factor's gradient scaled by its weight (a factor of
+        # weight 0 held constant): J_a^T g * wa and J_b^T g * wb at (a, b)
+        return fn(_weighted(a, wa), _weighted(b, wb)), None
 
-        def backward(g):
-            ga = _vjp(fn, [ad, bd], 0, g) * wa if wa else torch.zeros_like(ad)
-            gb = _vjp(fn, [ad, bd], 1, g) * wb if wb else torch.zeros_like(bd)
-            return ga, gb
 
-        return _Modified2.apply(a, b, out, backward), None
+def _entries(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Entries of the broadcast of ``a`` and ``b`` (0 where they do not broadcast)."""
+    try:
+        return math.prod(torch.broadcast_shapes(a.shape, b.shape))
+    except RuntimeError:
+        return 0
+
+
+def _weighted(t: torch.Tensor, w: float) -> torch.Tensor:
+    """``t`` forward; backward ``w`` times its gradient (none for ``w = 0``)."""
+    if w == 0.0:
+        return t.detach()
+    return t if w == 1.0 else scaled(t, t.detach(), w)
 
 
 class ConstantDivisor(Rule):
@@ -631,8 +639,10 @@ DEEPLIFT_RESCALE = RuleSet("deeplift", "DeepLift", {
     "binary": ShapleyBinary(), "softmax": ComposedDeepLift(), "layer_norm": ComposedDeepLift()})
 
 
+@functools.lru_cache(maxsize=64)
 def epsilon_rule(epsilon: float) -> RuleSet:
-    """epsilon-LRP with the same ``epsilon`` everywhere."""
+    """epsilon-LRP with the same ``epsilon`` everywhere (one rule set per value, so that
+    every method object of that ``epsilon`` finds the same plans and generated passes)."""
     eps = Epsilon(epsilon)
     return RuleSet("epsilon_lrp", "EpsilonLRP", {
         "linear": Gradient(), "weighted": eps, "norm": eps, "avg_pool": eps,

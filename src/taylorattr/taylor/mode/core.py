@@ -39,6 +39,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 from ... import series as S
+from ..._codegen import Call, Constant, Generated, lifted_reader
 from ..._validation import cpu_generator, draw, run_model
 from ...capture import CaptureError, CoreGraph, capture, op_name, refuse, where
 from . import registry as R
@@ -212,12 +213,36 @@ def binary(a, b, op: str) -> CoreJet:
 
 
 
-def _jets(tree) -> list[CoreJet]:
-    return [v for v in pytree.tree_leaves(tree, is_leaf=is_jet) if is_jet(v)]
+def _jets(tree, out: list | None = None) -> list[CoreJet]:
+    """The CoreJets among a node's arguments, in order (plain tuples, lists and dicts are
+    walked here; other containers by ``torch.utils._pytree``, as before)."""
+    out = [] if out is None else out
+    kind = type(tree)
+    if isinstance(tree, CoreJet):
+        out.append(tree)
+    elif kind is tuple or kind is list:
+        for v in tree:
+            _jets(v, out)
+    elif kind is dict:
+        for v in tree.values():
+            _jets(v, out)
+    elif pytree._get_node_type(tree) in pytree.SUPPORTED_NODES:
+        out += [v for v in pytree.tree_leaves(tree, is_leaf=is_jet) if is_jet(v)]
+    return out
 
 
 def _map(tree, fn):
-    return pytree.tree_map(lambda v: fn(v) if is_jet(v) else v, tree, is_leaf=is_jet)
+    """``tree`` with ``fn`` applied to each CoreJet (containers as :func:`_jets`)."""
+    kind = type(tree)
+    if isinstance(tree, CoreJet):
+        return fn(tree)
+    if kind is tuple or kind is list:
+        return kind(_map(v, fn) for v in tree)
+    if kind is dict:
+        return {k: _map(v, fn) for k, v in tree.items()}
+    if pytree._get_node_type(tree) in pytree.SUPPORTED_NODES:
+        return pytree.tree_map(lambda v: fn(v) if is_jet(v) else v, tree, is_leaf=is_jet)
+    return tree
 
 
 def joint_linear(op, args, kwargs, additive: bool = False, strip: Callable | None = None):
@@ -361,6 +386,78 @@ def _handle(node, args, kwargs):
     return rule(*args, **kwargs)
 
 
+def _has_jet(v) -> bool:
+    if isinstance(v, CoreJet):
+        return True
+    if isinstance(v, (tuple, list)):
+        return any(_has_jet(e) for e in v)
+    if isinstance(v, dict):
+        return any(_has_jet(e) for e in v.values())
+    return False
+
+
+def _on_values(target):
+    """``target`` called on the values of its arguments (a locally constant result)."""
+    def call(*args, **kwargs):
+        return target(*_map(args, _primal), **_map(kwargs, _primal))
+    return call
+
+
+def _kernel(node):
+    """What computes ``node`` in the generated pass: :func:`_handle`'s choice made once,
+    so that only the check for series among the arguments is left to each call."""
+    target = node.target
+    if target is operator.getitem:
+        return operator.getitem
+    on_values = _on_values(target)
+    if _constant_result(node):
+        return on_values
+    rule = _entry(target)
+
+    def kernel(*args, **kwargs):
+        if not (_has_jet(args) or _has_jet(kwargs)):  # e.g. fed only by masks
+            return on_values(*args, **kwargs)
+        if rule is None:
+            raise UnsupportedOperation(f"{op_name(target)} has no Taylor-mode rule")
+        return rule(*args, **kwargs)
+    return kernel
+
+
+def _emit(graph: CoreGraph):
+    def emit(node):
+        if node.op == "get_attr":
+            return Constant(getattr(graph.module, node.target))
+        if graph.depends_on_input(node) or any(graph.depends_on_input(a)
+                                               for a in node.all_input_nodes):
+            return Call(_kernel(node), tuple(node.args), dict(node.kwargs))
+        return Call(node.target, tuple(node.args), dict(node.kwargs))
+    return emit
+
+
+#: CoreGraph -> (its node list, the rule table's version, the generated pass, its
+#: placeholders, the reader of its lifted inputs): generated
+#: again when the graph is edited (``CoreGraph.refresh`` makes a new node list) or a rule
+#: is registered or removed.
+_GENERATED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _run(graph: CoreGraph, x):
+    """``graph`` on the series ``x`` through its generated pass (:mod:`taylorattr._codegen`;
+    the same calls as ``graph.run(x, handler=_handle)`` in straight-line code)."""
+    entry = _GENERATED.get(graph)
+    if entry is None or entry[0] is not graph.nodes or entry[1] != R.version():
+        names = [n for n in graph.module.graph.nodes if n.op == "placeholder"]
+        entry = (graph.nodes, R.version(), Generated(graph.module.graph, _emit(graph),
+                                                     "taylor_pass"), names, lifted_reader(graph))
+        _GENERATED[graph] = entry
+    if len(graph.inputs) != 1:
+        raise TypeError(f"the captured model takes {len(graph.inputs)} input(s), got 1")
+    lifted = entry[4](graph.source)
+    first = graph.inputs[0]
+    out = entry[2](None, [x if p is first else lifted[p.name] for p in entry[3]])
+    return out[0] if isinstance(out, (tuple, list)) and len(out) == 1 else out
+
+
 MIXING_ADVICE = (
     "Taylor terms are per sample, so each sample must be computed on its own; this op mixes "
     "the samples of the batch (as softmax/var/einsum over the batch dimension, or a batch-first "
@@ -431,7 +528,7 @@ def propagate_core(graph: CoreGraph, inputs: torch.Tensor, directions: torch.Ten
     check(graph)
     check_samples_separate(graph, inputs)
     x = CoreJet(inputs, directions.transpose(0, 1).unsqueeze(0), order, affine=True)
-    out = graph.run(x, handler=_handle)
+    out = _run(graph, x)
     if not is_jet(out):
         raise UnsupportedOperation(
             f"model output is {type(out).__name__}, not a single tensor that depends on the input")

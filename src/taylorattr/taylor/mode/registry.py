@@ -42,6 +42,12 @@ class Entry:
 #: surrogate module type) -> its entry. User entries shadow built-in ones (``_USER``).
 _BUILTIN: dict = {}
 _USER: dict = {}
+_CHANGES = [0]  # registrations and removals so far (the generated passes bind rules)
+
+
+def version() -> int:
+    """Changes whenever a rule is registered or removed."""
+    return _CHANGES[0]
 
 
 def rule(*keys, family: str):
@@ -53,6 +59,7 @@ def rule(*keys, family: str):
     def deco(fn):
         for key in keys:
             _BUILTIN[key] = Entry(fn, family)
+        _CHANGES[0] += 1
         return fn
     return deco
 
@@ -98,12 +105,14 @@ def register_taylor_rule(target, rule: Callable, *, replace: bool = False) -> Ca
                          "to override it")
     previous = _USER.get(key)
     _USER[key] = Entry(rule, "user")
+    _CHANGES[0] += 1
 
     def remove() -> None:
         if previous is None:
             _USER.pop(key, None)
         else:
             _USER[key] = previous
+        _CHANGES[0] += 1
     return remove
 
 
