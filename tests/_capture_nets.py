@@ -2,6 +2,8 @@
 second process (the disk-cache test) builds the very same classes."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -13,7 +15,7 @@ class SmallCNN(nn.Module):
     CNN of issue 46, average pooling so that Captum's DeepLift is complete on it: its
     ``flatten`` is a ``view`` whose size holds the batch size)."""
 
-    def __init__(self, act: type[nn.Module] = nn.ReLU):
+    def __init__(self, act: Callable[[], nn.Module] = nn.ReLU):
         super().__init__()
         self.conv1, self.act1, self.pool1 = nn.Conv2d(3, 4, 3, padding=1), act(), nn.AvgPool2d(2)
         self.conv2, self.act2, self.pool2 = nn.Conv2d(4, 6, 3, padding=1), act(), nn.AvgPool2d(2)
@@ -26,7 +28,7 @@ class SmallCNN(nn.Module):
         return self.head(self.gap(h).flatten(1))
 
 
-def small_cnn(act: type[nn.Module] = nn.ReLU, seed: int = 0, dtype=DT) -> SmallCNN:
+def small_cnn(act: Callable[[], nn.Module] = nn.ReLU, seed: int = 0, dtype=DT) -> SmallCNN:
     torch.manual_seed(seed)
     return SmallCNN(act).to(dtype).eval()
 

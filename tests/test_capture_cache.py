@@ -153,9 +153,15 @@ def test_what_changes_the_graph_makes_a_new_capture_and_weights_do_not(monkeypat
     capture(small_cnn(dtype=torch.float32), (x.float(),))  # another dtype
     capture(small_cnn(), (x[:, :, :8, :8],))  # another (static) image size
     assert (STATS.exports, STATS.loaded) == (4, 1)
+    # the same classes, another setting read in forward: LeakyReLU's negative slope
+    slopes = [small_cnn(lambda s=s: nn.LeakyReLU(s)) for s in (0.1, 0.2)]
+    graphs = [capture(m, (x,)) for m in slopes]
+    assert (STATS.exports, STATS.loaded) == (6, 1)
+    for m, graph in zip(slopes, graphs):
+        torch.testing.assert_close(graph.run(x), m(x), rtol=1e-14, atol=1e-14)
     monkeypatch.setattr(torch, "__version__", torch.__version__ + ".other")
     capture(small_cnn(), (x,))
-    assert (STATS.exports, STATS.loaded) == (5, 1)
+    assert (STATS.exports, STATS.loaded) == (7, 1)
 
 
 def test_a_truncated_entry_is_rebuilt_with_a_warning(cache):
