@@ -434,11 +434,14 @@ class CoreGraph:
         graph.eliminate_dead_code()
         self.module.recompile()
         self.refresh()
-        first = self.inputs[0].meta.get("val") if self.inputs else None
-        self.batch_dynamic = (isinstance(first, torch.Tensor) and first.dim() > 0
-                              and not is_concrete_int(first.shape[0]))
         #: per user input: its axes' sizes, None for a dynamic axis (a tensor), or its value
-        self.dims = [_input_dims(n.meta.get("val")) for n in self.inputs]
+        #: (given by a program read back from disk, whose node values hold no symbols)
+        specs = getattr(program, "input_specs", None) or \
+            [_input_spec(n.meta.get("val")) for n in self.inputs]
+        self._specs = dict(zip(self.inputs, specs))
+        self.dims = [spec[0] for spec in specs]
+        first = self.dims[0] if self.dims else None
+        self.batch_dynamic = isinstance(first, tuple) and bool(first) and first[0] is None
 
     def fits(self, *args, **kwargs) -> bool:
         """Whether the graph holds for these inputs (the model's positional and keyword
@@ -459,14 +462,13 @@ class CoreGraph:
                 if isinstance(value, torch.Tensor) or value != node.value:
                     return False
                 continue
-            val = node.meta.get("val")
-            dims = _input_dims(val)
-            if not isinstance(val, torch.Tensor):
-                if isinstance(value, torch.Tensor) or (val is not None and val != value):
+            dims, dtype, device = self._specs[node]
+            if dtype is None:
+                if isinstance(value, torch.Tensor) or (dims is not None and dims != value):
                     return False
                 continue
-            if not isinstance(value, torch.Tensor) or value.dtype != val.dtype or \
-                    value.device.type != val.device.type or value.dim() != len(dims):
+            if not isinstance(value, torch.Tensor) or value.dtype != dtype or \
+                    value.device.type != device or value.dim() != len(dims):
                 return False
             if any(n != d if d is not None else n < 2 for d, n in zip(dims, value.shape)):
                 return False
@@ -577,10 +579,13 @@ class _Constant:
     value: object  # a user input torch.export made a constant of the graph
 
 
-def _input_dims(val):
+def _input_spec(val) -> tuple:
+    """``(dims, dtype, device kind)`` of a user input's recorded value (``dims``: each
+    axis' size, None for a dynamic one), or ``(value, None, None)`` for a non-tensor."""
     if isinstance(val, torch.Tensor):
-        return tuple(int(n) if is_concrete_int(n) else None for n in val.shape)
-    return val
+        return (tuple(int(n) if is_concrete_int(n) else None for n in val.shape), val.dtype,
+                val.device.type)
+    return (val, None, None)
 
 
 def _last_uses(graph: fx.Graph) -> dict[fx.Node, list[fx.Node]]:

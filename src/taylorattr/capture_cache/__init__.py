@@ -26,9 +26,12 @@ every run, so a fine-tuned copy of the same architecture reuses the entry):
 An entry also lists the source files its graph's nodes were traced through (their
 ``stack_trace``) with their SHA-256; a file changed since (a helper edited in place) makes
 the entry stale. A file is ``MAGIC``, one JSON header line (payload length and SHA-256,
-source files), then the ``torch.export.save`` bytes of the program with its parameters
-and buffers replaced by zero-strided placeholders (the weights are never written). A
-truncated, corrupt or stale entry is refused with a :class:`CaptureCacheWarning`, deleted
+source files), then the graph in plain values (:func:`_portable`, ``torch.save`` read back
+with ``weights_only=True``): its nodes (ATen targets, arguments, recorded dtypes and sizes, a
+dynamic axis at a distinct prime size :data:`_PRIMES`; source lines and module paths), its
+signature and input specifications, no weights and no symbolic expressions
+(``torch.export.load``, which parses every symbolic size, was 80-90 % of a warm first call).
+A truncated, corrupt or stale entry is refused with a :class:`CaptureCacheWarning`, deleted
 and rebuilt. Entries are written to a temporary file and renamed (:mod:`taylorattr._io`):
 concurrent processes see the old entry or the whole new one.
 
@@ -40,17 +43,19 @@ What the key does not see (so may be reused wrongly): code outside the files of 
 model's classes and outside the files its graph was traced through that changes the
 graph without being on a traced line's call stack (a global flag read in ``forward``), a
 module attribute whose ``repr`` hides its state, and process-wide settings other than the
-default dtype (a ``torch.backends`` flag read while tracing).
+default dtype (a ``torch.backends`` flag read while tracing). A graph read back records
+numbers where the capture had symbols: a static axis of one of :data:`_PRIMES`' sizes would
+pass for the batch axis in Taylor mode's check that samples stay separate.
 
 Why one module: the key, the entry format and the cached capture are one mechanism (a key
 means what its entry holds, and the capture decides which key an entry goes under).
 """
 from __future__ import annotations
 
-import copy
 import enum
 import functools
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -74,7 +79,7 @@ __all__ = ["ENV_DIR", "ENV_SWITCH", "CaptureCacheWarning", "capture", "clear", "
 
 ENV_DIR = "TAYLORATTR_CACHE_DIR"
 ENV_SWITCH = "TAYLORATTR_CACHE"
-MAGIC = b"taylorattr-capture 1\n"
+MAGIC = b"taylorattr-capture 2\n"
 _SUFFIX = ".capture"
 _TORCH_DIR = os.path.dirname(torch.__file__)
 #: the code that makes a capture: its changes (a development checkout) change every key
@@ -265,35 +270,184 @@ def _sources(program) -> list[list[str]]:
     return sorted([p, _file_digest(p)] for p in found if _file_digest(p) is not None)
 
 
-def _weightless(program):
-    """A shallow copy of ``program`` whose parameters and buffers are zero-strided zeros of
-    their shapes (a few bytes each on disk: the capture reads the live ones)."""
+class _Unportable(Exception):
+    """A graph the entry format cannot hold (the capture then lives in this process only)."""
+
+
+#: sizes given to the symbols of a dynamic capture in the stored node values (distinct
+#: primes, unlikely as a static size: an axis of the batch's size holds exactly the batch's
+#: value, as it held the batch's symbol; small enough that a tensor of four such axes has a
+#: size torch can compute)
+_PRIMES = (10007, 10009, 10037, 10039, 10061, 10067, 10069, 10079)
+
+
+def _target(target):
+    if isinstance(target, torch._ops.OpOverload):
+        return ("op", target.name(), target._overloadname)
+    if isinstance(target, (types.BuiltinFunctionType, types.FunctionType)) and \
+            getattr(target, "__module__", None) in ("_operator", "operator", "math", "torch") \
+            and "." not in target.__qualname__:
+        return ("py", "operator" if target.__module__ == "_operator" else target.__module__,
+                target.__qualname__)
+    raise _Unportable(f"target {target!r}")
+
+
+def _untarget(spec):
+    if spec[0] == "op":
+        ns, _, name = spec[1].partition("::")
+        packet = getattr(getattr(torch.ops, ns), name.partition(".")[0])
+        return getattr(packet, spec[2])
+    return getattr(importlib.import_module(spec[1]), spec[2])
+
+
+def _size(n, symbols: dict) -> int:
+    if isinstance(n, int):
+        return n
+    expr = n.node.expr
+    free = sorted(expr.free_symbols, key=str)
+    for sym in free:
+        if sym not in symbols:
+            if len(symbols) == len(_PRIMES):
+                raise _Unportable("too many symbols")
+            symbols[sym] = _PRIMES[len(symbols)]
+    return int(expr.xreplace({sym: symbols[sym] for sym in free}))
+
+
+def _value(v, symbols: dict):
+    """A node's recorded value for the file: tensors as ``("T", sizes, dtype)``, symbolic
+    sizes as their value at :data:`_PRIMES`."""
+    if isinstance(v, torch.Tensor):
+        return ("T", tuple(_size(n, symbols) for n in v.shape), v.dtype)
+    if isinstance(v, torch.SymInt):
+        return ("I", _size(v, symbols))
+    if isinstance(v, (tuple, list)):
+        return ("L", [_value(e, symbols) for e in v])
+    if v is None or isinstance(v, (bool, int, float)):
+        return ("V", v)
+    raise _Unportable(f"value {type(v).__name__}")
+
+
+def _unvalue(v):
+    if v[0] == "T":
+        return torch.empty(v[1], dtype=v[2], device="meta")
+    if v[0] == "L":
+        return [_unvalue(e) for e in v[1]]
+    return v[1]
+
+
+def _arg(a):
+    if isinstance(a, torch.fx.Node):
+        return ("__node__", a.name)
+    if isinstance(a, tuple):  # (fx's immutable containers as plain ones)
+        return tuple(_arg(e) for e in a)
+    if isinstance(a, list):
+        return [_arg(e) for e in a]
+    if isinstance(a, dict):
+        return {k: _arg(e) for k, e in a.items()}
+    if isinstance(a, torch.memory_format):
+        return ("__memory_format__", str(a).rpartition(".")[2])
+    if a is None or isinstance(a, (bool, int, float, str, torch.dtype, torch.device,
+                                   torch.layout)):
+        return a
+    raise _Unportable(f"argument {type(a).__name__}")
+
+
+def _unarg(a, env: dict):
+    if isinstance(a, tuple) and len(a) == 2 and a[0] == "__node__":
+        return env[a[1]]
+    if isinstance(a, tuple) and len(a) == 2 and a[0] == "__memory_format__":
+        return getattr(torch, a[1])
+    if isinstance(a, (tuple, list)):
+        return type(a)(_unarg(e, env) for e in a)
+    if isinstance(a, dict):
+        return {k: _unarg(e, env) for k, e in a.items()}
+    return a
+
+
+def _module_stack(stack) -> dict | None:
+    if not stack:
+        return None
+    return {k: (path, kind if isinstance(kind, str) else f"{kind.__module__}.{kind.__qualname__}")
+            for k, (path, kind) in stack.items()}
+
+
+def _portable(graph: CoreGraph) -> dict:
+    """What :class:`CoreGraph` reads of a decomposed program, in plain values (no weights,
+    no symbolic expressions): the nodes (ATen targets, arguments, recorded values with
+    sizes, source lines and module paths), the signature, the input specifications, the
+    pytree specs and the lifted constants that are not the model's own tensors."""
+    program = graph.program
     sig = program.graph_signature
-    lifted = set(sig.inputs_to_parameters.values()) | set(sig.inputs_to_buffers.values())
+    symbols: dict = {}
+    nodes = []
+    for n in program.graph.nodes:
+        if n.op not in ("placeholder", "call_function", "output"):
+            raise _Unportable(f"a {n.op} node")
+        nodes.append({"name": n.name, "op": n.op,
+                      "target": n.target if n.op == "placeholder" else
+                      None if n.op == "output" else _target(n.target),
+                      "args": _arg(n.args), "kwargs": _arg(n.kwargs),
+                      "val": _value(n.meta.get("val"), symbols),
+                      "stack_trace": n.meta.get("stack_trace"),
+                      "nn_module_stack": _module_stack(n.meta.get("nn_module_stack"))})
+    own = set(sig.inputs_to_parameters.values()) | set(sig.inputs_to_buffers.values())
+    table = {k: dict(getattr(sig, k, {})) for k in (
+        "inputs_to_parameters", "inputs_to_buffers", "inputs_to_lifted_tensor_constants",
+        "inputs_to_lifted_custom_objs")}
+    if table["inputs_to_lifted_custom_objs"]:
+        raise _Unportable("custom objects")
+    spec = program.call_spec
+    return {"nodes": nodes, "signature": table, "user_inputs": list(sig.user_inputs),
+            "input_specs": [graph._specs[n] for n in graph.inputs],
+            "in_spec": torch.utils._pytree.treespec_dumps(spec.in_spec),
+            "out_spec": torch.utils._pytree.treespec_dumps(spec.out_spec),
+            "constants": {k: t for k, t in program.constants.items()
+                          if k not in own and isinstance(t, torch.Tensor)}}
 
-    def blank(t):
-        z = torch.zeros((), dtype=t.dtype, device=t.device).expand(t.shape)
-        return nn.Parameter(z, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) \
-            else z
 
-    out = copy.copy(program)
-    out._state_dict = {k: blank(t) if k in lifted else t for k, t in program.state_dict.items()}
-    out._constants = {k: blank(t) if k in lifted and isinstance(t, torch.Tensor) else t
-                      for k, t in program.constants.items()}
-    return out
+class _Program:
+    """A program read back from an entry: what :class:`CoreGraph` reads of an
+    ``ExportedProgram`` (graph, signature, constants, pytree specs, input specifications);
+    no weights (:meth:`CoreGraph.reads_all_weights` holds for every entry)."""
+
+    def __init__(self, data: dict):
+        graph = torch.fx.Graph()
+        env: dict = {}
+        for n in data["nodes"]:
+            args, kwargs = _unarg(n["args"], env), _unarg(n["kwargs"], env)
+            if n["op"] == "placeholder":
+                node = graph.placeholder(n["target"])
+            elif n["op"] == "output":
+                node = graph.output(args[0])
+            else:
+                node = graph.call_function(_untarget(n["target"]), args, kwargs)
+            node.name = n["name"]
+            node.meta["val"] = _unvalue(n["val"])
+            for key in ("stack_trace", "nn_module_stack"):
+                if n[key] is not None:
+                    node.meta[key] = n[key]
+            env[n["name"]] = node
+        self.graph = graph
+        self.graph_module = nn.Module()
+        self.graph_signature = types.SimpleNamespace(**data["signature"],
+                                                     user_inputs=data["user_inputs"])
+        self.input_specs = [tuple(s) for s in data["input_specs"]]
+        self.call_spec = types.SimpleNamespace(
+            in_spec=torch.utils._pytree.treespec_loads(data["in_spec"]),
+            out_spec=torch.utils._pytree.treespec_loads(data["out_spec"]))
+        self.state_dict = {}
+        self.constants = data["constants"]
 
 
-def store(key: str, program) -> bool:
-    """Write ``program`` (a decomposed ExportedProgram) as the entry ``key``; False where
-    it cannot be serialised or written (the capture then lives in this process only)."""
+def store(key: str, graph: CoreGraph) -> bool:
+    """Write ``graph`` (a fresh capture: :func:`_portable`) as the entry ``key``; False
+    where it cannot be held or written (the capture then lives in this process only)."""
     try:
         buf = io.BytesIO()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            torch.export.save(_weightless(program), buf)
+        torch.save(_portable(graph), buf)
         payload = buf.getvalue()
         header = {"length": len(payload), "sha256": hashlib.sha256(payload).hexdigest(),
-                  "sources": _sources(program), "torch": torch.__version__}
+                  "sources": _sources(graph.program), "torch": torch.__version__}
         atomic_write_bytes(_path(key), MAGIC + json.dumps(header).encode() + b"\n" + payload)
         return True
     except Exception:  # noqa: BLE001 - an unserialisable op, a full or read-only disk
@@ -310,8 +464,8 @@ def _refuse(path: Path, why: str) -> None:
 
 
 def load(key: str):
-    """The program of entry ``key``, or None (missing; truncated, corrupt or stale: then
-    warned about and deleted)."""
+    """The program of entry ``key`` (:class:`_Program`), or None (missing; truncated,
+    corrupt or stale: then warned about and deleted)."""
     path = _path(key)
     try:
         data = path.read_bytes()
@@ -336,10 +490,8 @@ def load(key: str):
             _refuse(path, f"stale ({source} changed since it was captured)")
             return None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return torch.export.load(io.BytesIO(payload))
-    except Exception as exc:  # noqa: BLE001 - torch raises many kinds on a foreign program
+        return _Program(torch.load(io.BytesIO(payload), weights_only=True))
+    except Exception as exc:  # noqa: BLE001 - an entry of another format or torch
         _refuse(path, f"unreadable by this torch ({type(exc).__name__})")
         return None
 
@@ -403,7 +555,7 @@ def capture(model, example_inputs: tuple | torch.Tensor | None = None,
                     return graph
         graph = _capture(model, args, kwargs, keep=keep, dynamic=dynamic)
         if keys and graph.reads_all_weights(model) and \
-                store(keys[0] if _all_dynamic(graph, args, kwargs) else keys[-1], graph.program):
+                store(keys[0] if _all_dynamic(graph, args, kwargs) else keys[-1], graph):
             STATS.stored += 1
         return graph
 
