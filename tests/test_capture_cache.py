@@ -164,6 +164,23 @@ def test_what_changes_the_graph_makes_a_new_capture_and_weights_do_not(monkeypat
     assert (STATS.exports, STATS.loaded) == (7, 1)
 
 
+def test_a_capture_at_one_row_does_not_replace_the_dynamic_entry(cache):
+    """An example of one row fixes that axis (export specialises size 1): its capture goes
+    under the key of its own shape, and the dynamic capture's entry stays."""
+    capture(small_cnn(), (images(1),))
+    capture(small_cnn(), (images(3),))
+    assert (STATS.exports, STATS.loaded, len(list(cache.glob("*.capture")))) == (2, 0, 2)
+    for batch in (4, 1, 7):
+        model = small_cnn()  # (held: a capture read from disk reads its weights)
+        graph = capture(model, (images(batch),))
+        torch.testing.assert_close(graph.run(images(batch)), model(images(batch)),
+                                   rtol=1e-14, atol=1e-14)
+    assert (STATS.exports, STATS.loaded) == (2, 3)
+    del model
+    with pytest.raises(ValueError, match="is gone"):
+        graph.run(images(7))
+
+
 def test_a_truncated_entry_is_rebuilt_with_a_warning(cache):
     x = images(2)
     capture(small_cnn(), (x,))

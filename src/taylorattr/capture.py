@@ -522,8 +522,11 @@ class CoreGraph:
             live = _live_attribute(source, lifted) if source is not None else None
             if live is not None:
                 values[name] = live
-            else:
+            elif lifted.fqn in state or lifted.fqn in constants:
                 values[name] = state[lifted.fqn] if lifted.fqn in state else constants[lifted.fqn]
+            else:  # a capture read from disk holds no weights of its own
+                raise ValueError(f"the model whose {lifted.kind} {lifted.fqn!r} this capture "
+                                 "reads is gone: keep it alive, or pass source=")
         return values
 
     def reads_all_weights(self, source: nn.Module) -> bool:

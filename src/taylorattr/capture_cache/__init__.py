@@ -544,7 +544,7 @@ def capture(model, example_inputs: tuple | torch.Tensor | None = None,
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     kwargs = dict(example_kwargs or {})
     keep = tuple(keep)
-    with _EXPORT_LOCK:  # (torch.export.load rebuilds shapes as export does)
+    with _EXPORT_LOCK:  # the capture's own lock: a load and an export of a model never race
         keys = _keys(model, args, kwargs, keep, dynamic)
         for key in keys:  # the dynamic entry first, then the one for these very shapes
             program = load(key)
@@ -593,11 +593,12 @@ def _keys(model, args, kwargs, keep, dynamic) -> list[str]:
 
 
 def _all_dynamic(graph: CoreGraph, args: tuple, kwargs: dict) -> bool:
-    """Whether the capture kept every dynamic axis (of size 2 or more) of its inputs
-    dynamic: then it holds for every size there and goes under the dynamic key."""
+    """Whether the capture kept every axis of :func:`~taylorattr.capture.dynamic_axes` of
+    its inputs dynamic (an example's axis of size 1 never is): then it holds for every size
+    there and goes under the dynamic key."""
     flat = torch.utils._pytree.tree_leaves((tuple(args), dict(kwargs)))
     tensors = [v for v in flat if isinstance(v, torch.Tensor)]
     if len(tensors) != len(graph.dims):
         return False
     return all(dims[a] is None for v, dims in zip(tensors, graph.dims)
-               for a in dynamic_axes(v) if v.shape[a] >= 2)
+               for a in dynamic_axes(v))
