@@ -5,8 +5,11 @@ module the tests create (``torch.set_default_device``), so the suite exercises t
 device handling; without it (and on CI) everything runs on the CPU. A requested device that
 is not available is an error, never a silent fall back to the CPU.
 """
+import atexit
 import os
+import shutil
 import socket
+import tempfile
 
 import pytest
 import torch
@@ -14,6 +17,11 @@ import torch.utils._device as _torch_device
 from torch.overrides import TorchFunctionMode
 
 _DEVICE = os.environ.get("TAYLORATTR_DEVICE", "").strip()
+
+# the suite's captures are kept in a folder of its own (inherited by its subprocesses),
+# never in the user's cache (taylorattr.capture_cache)
+os.environ["TAYLORATTR_CACHE_DIR"] = tempfile.mkdtemp(prefix="taylorattr-tests-cache-")
+atexit.register(shutil.rmtree, os.environ["TAYLORATTR_CACHE_DIR"], True)
 
 
 class _HostDraws(TorchFunctionMode):

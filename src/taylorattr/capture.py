@@ -18,9 +18,13 @@ kernel the device would pick), drops guard and assertion nodes, and returns a
 Parameters and buffers are lifted to placeholders and fed at run time: from the live
 module (so later in-place changes to its weights are seen), or from the program's state
 for an ``ExportedProgram`` / a ``.pt2`` file saved with ``torch.export.save`` (pass the
-program or the path as ``model``). The batch axis of a single input is exported as a
-dynamic dimension where the model allows it (one capture serves every batch size);
-otherwise the capture holds for the example's shapes.
+program or the path as ``model``). The batch axis and sequence axis of every tensor input
+(:func:`dynamic_axes`: positional and keyword, so a causal LM called with ``input_ids`` and
+``attention_mask``) are exported as dynamic dimensions where the model allows it: one
+capture serves every batch size and sequence length; an axis the model fixes stays static,
+and :meth:`CoreGraph.fits` says for which inputs a capture holds, so that one fixed to a
+shape is never run at another. :data:`STATS` counts the exports (and the loads of
+:mod:`taylorattr.capture_cache`, which keeps captures on disk for later processes).
 
 Engines use :meth:`CoreGraph.run` with a ``handler`` called on every input-dependent node
 (``handler(node, args, kwargs)``, the arguments already evaluated), and
@@ -64,9 +68,11 @@ from torch._prims_common import compute_elementwise_output_logical_to_physical_p
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
 from torch.fx.experimental.symbolic_shapes import is_concrete_int
+from torch.utils import _pytree as pytree
 
-__all__ = ["CUTS", "DEFAULT_KEEP", "DEVICE_KERNELS", "VERSION_GAPS", "CaptureError",
-           "CoreGraph", "UnsupportedOps", "capture", "op_name", "refuse", "where"]
+__all__ = ["CUTS", "DEFAULT_KEEP", "DEVICE_KERNELS", "STATS", "VERSION_GAPS", "CaptureError",
+           "CaptureShapeWarning", "CaptureStats", "CoreGraph", "UnsupportedOps", "capture",
+           "dynamic_axes", "op_name", "refuse", "where"]
 
 aten = torch.ops.aten
 _TORCH_DIR = os.path.dirname(torch.__file__)
@@ -335,6 +341,29 @@ class CaptureError(TypeError):
     """The model could not be captured (``torch.export`` failed)."""
 
 
+class CaptureShapeWarning(UserWarning):
+    """A model torch.export could not export with a dynamic batch size and sequence length
+    (it raised): it is captured once per input shape (said once per model class)."""
+
+
+@dataclass
+class CaptureStats:
+    """What the captures of this process cost: ``exports`` (models traced with
+    ``torch.export`` and lowered), ``loaded`` (captures read from the disk cache,
+    :mod:`taylorattr.capture_cache`), ``stored`` (captures written to it)."""
+
+    exports: int = 0
+    loaded: int = 0
+    stored: int = 0
+
+    def reset(self) -> None:
+        self.exports = self.loaded = self.stored = 0
+
+
+#: The counters of this process (:class:`CaptureStats`).
+STATS = CaptureStats()
+
+
 class UnsupportedOps(TypeError):
     """Operations an engine has no rule for; ``ops`` maps each op's name to its nodes."""
 
@@ -395,16 +424,55 @@ class CoreGraph:
         for kind, table in kinds:
             for name, fqn in table.items():
                 self.lifted[by_name[name].name] = _Lifted(kind, fqn)
-        self.inputs = [by_name[name] for name in sig.user_inputs]
+        # user inputs: placeholders, and the values of constant ones (``use_cache=False``)
+        self._user = [by_name.get(name, _Constant(name)) if isinstance(name, str)
+                      else _Constant(name) for name in sig.user_inputs]
+        self.inputs = [n for n in self._user if isinstance(n, fx.Node)]
         for node in list(graph.nodes):
             if node.op == "call_function" and node.target in _GUARDS and not node.users:
                 graph.erase_node(node)
         graph.eliminate_dead_code()
         self.module.recompile()
         self.refresh()
-        first = self.inputs[0].meta.get("val") if self.inputs else None
-        self.batch_dynamic = (first is not None and first.dim() > 0
-                              and not is_concrete_int(first.shape[0]))
+        #: per user input: its axes' sizes, None for a dynamic axis (a tensor), or its value
+        #: (given by a program read back from disk, whose node values hold no symbols)
+        specs = getattr(program, "input_specs", None) or \
+            [_input_spec(n.meta.get("val")) for n in self.inputs]
+        self._specs = dict(zip(self.inputs, specs))
+        self.dims = [spec[0] for spec in specs]
+        first = self.dims[0] if self.dims else None
+        self.batch_dynamic = isinstance(first, tuple) and bool(first) and first[0] is None
+
+    def fits(self, *args, **kwargs) -> bool:
+        """Whether the graph holds for these inputs (the model's positional and keyword
+        arguments): as many, each tensor of the captured dtype, device kind and rank, its
+        static axes of the captured sizes and its dynamic ones at least 2 long (export
+        specialises sizes 0 and 1); other values equal to the captured ones."""
+        spec = getattr(getattr(self.program, "call_spec", None), "in_spec", None)
+        if kwargs and spec is not None and spec.num_children == 2:
+            order = spec.child(1).context or []
+            if set(order) != set(kwargs):
+                return False
+            kwargs = {k: kwargs[k] for k in order}
+        flat = pytree.tree_leaves((tuple(args), dict(kwargs)))
+        if len(flat) != len(self._user):
+            return False
+        for node, value in zip(self._user, flat):
+            if isinstance(node, _Constant):
+                if isinstance(value, torch.Tensor) or value != node.value:
+                    return False
+                continue
+            dims, dtype, device = self._specs[node]
+            if dtype is None:
+                if isinstance(value, torch.Tensor) or (dims is not None and dims != value):
+                    return False
+                continue
+            if not isinstance(value, torch.Tensor) or value.dtype != dtype or \
+                    value.device.type != device or value.dim() != len(dims):
+                return False
+            if any(n != d if d is not None else n < 2 for d, n in zip(dims, value.shape)):
+                return False
+        return True
 
     @property
     def source(self) -> nn.Module | None:
@@ -454,9 +522,18 @@ class CoreGraph:
             live = _live_attribute(source, lifted) if source is not None else None
             if live is not None:
                 values[name] = live
-            else:
+            elif lifted.fqn in state or lifted.fqn in constants:
                 values[name] = state[lifted.fqn] if lifted.fqn in state else constants[lifted.fqn]
+            else:  # a capture read from disk holds no weights of its own
+                raise ValueError(f"the model whose {lifted.kind} {lifted.fqn!r} this capture "
+                                 "reads is gone: keep it alive, or pass source=")
         return values
+
+    def reads_all_weights(self, source: nn.Module) -> bool:
+        """Whether every lifted parameter and buffer is read from ``source`` (none comes
+        from the program's own state)."""
+        return all(_live_attribute(source, lifted) is not None
+                   for lifted in self.lifted.values() if lifted.kind in ("parameter", "buffer"))
 
     def run(self, *inputs, handler: Callable | None = None):
         """Evaluate the graph on ``inputs``; ``handler(node, args, kwargs)`` computes every
@@ -469,8 +546,8 @@ class CoreGraph:
         lifted = self.lifted_values()
         for node in self.module.graph.nodes:
             if node.op == "placeholder":
-                if node not in env:
-                    env[node] = lifted[node.name]
+                if node not in env:  # a lifted tensor, or a constant input's unused slot
+                    env[node] = lifted.get(node.name)
                 continue
             if node.op == "get_attr":
                 env[node] = getattr(self.module, node.target)
@@ -498,6 +575,20 @@ class CoreGraph:
             if self.depends_on_input(node) and not is_supported(node):
                 found.setdefault(op_name(node.target), []).append(node)
         return found
+
+
+@dataclass
+class _Constant:
+    value: object  # a user input torch.export made a constant of the graph
+
+
+def _input_spec(val) -> tuple:
+    """``(dims, dtype, device kind)`` of a user input's recorded value (``dims``: each
+    axis' size, None for a dynamic one), or ``(value, None, None)`` for a non-tensor."""
+    if isinstance(val, torch.Tensor):
+        return (tuple(int(n) if is_concrete_int(n) else None for n in val.shape), val.dtype,
+                val.device.type)
+    return (val, None, None)
 
 
 def _last_uses(graph: fx.Graph) -> dict[fx.Node, list[fx.Node]]:
@@ -650,7 +741,7 @@ _EXPORT_LOCK = threading.RLock()
 
 def capture(model, example_inputs: tuple | torch.Tensor | None = None,
             example_kwargs: dict | None = None, *, keep: Iterable = DEFAULT_KEEP,
-            dynamic_batch: bool = True) -> CoreGraph:
+            dynamic: bool = True) -> CoreGraph:
     """Capture ``model`` as a :class:`CoreGraph` of core ATen operations (one capture at a
     time in a process: torch.export is not thread-safe).
 
@@ -661,15 +752,72 @@ def capture(model, example_inputs: tuple | torch.Tensor | None = None,
             for a program).
         example_kwargs: keyword inputs, if any.
         keep: ATen overloads not decomposed (default :data:`DEFAULT_KEEP`).
-        dynamic_batch: export axis 0 of a single tensor input as dynamic (falls back to
-            static shapes where the model fixes its batch size).
+        dynamic: export the axes of :func:`dynamic_axes` of every tensor input as dynamic
+            (batch size, sequence length: one capture serves every size; an axis the model
+            fixes stays static; where export fails with them, a :class:`CaptureShapeWarning`
+            and static shapes).
+
+    Each export of an ``nn.Module`` is counted in :data:`STATS`;
+    :func:`taylorattr.capture_cache.capture` is this function with its captures kept on disk.
     """
     with _EXPORT_LOCK:
-        return _capture(model, example_inputs, example_kwargs, keep, dynamic_batch)
+        return _capture(model, example_inputs, example_kwargs, keep, dynamic)
 
 
-def _capture(model, example_inputs, example_kwargs, keep, dynamic_batch) -> CoreGraph:
+def dynamic_axes(value: torch.Tensor) -> tuple[int, ...]:
+    """The axes of an input exported as dynamic: the batch axis 0, and axis 1 of an input
+    of rank 2 or 3 (``[B, L]`` token ids and masks, ``[B, L, d]`` embeddings; where it is a
+    feature or channel axis the model's weights fix it and export keeps it static)."""
+    if value.dim() == 0:
+        return ()
+    return (0, 1) if value.dim() in (2, 3) else (0,)
+
+
+def _dynamic_shapes(model: nn.Module, args: tuple, kwargs: dict):
+    """``dynamic_shapes`` for torch.export: :func:`dynamic_axes` as ``Dim.AUTO`` (dynamic
+    where the model allows, static where it fixes the size) for every tensor, positional
+    or keyword, nested in tuples, lists and dicts."""
+    def spec(value):
+        if isinstance(value, torch.Tensor):  # (an axis of size 1 is specialised anyway)
+            return {a: torch.export.Dim.AUTO for a in dynamic_axes(value)
+                    if value.shape[a] >= 2} or None
+        if isinstance(value, (tuple, list)):
+            return type(value)(spec(v) for v in value)
+        if isinstance(value, dict):
+            return {k: spec(v) for k, v in value.items()}
+        return None
+
+    try:
+        params = inspect.signature(model.forward).parameters
+        bound = inspect.signature(model.forward).bind(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        return None
+    shapes = {}
+    for name, value in bound.items():
+        kind = params[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            shapes[name] = {k: spec(v) for k, v in value.items()}
+        else:
+            shapes[name] = spec(value)
+    return shapes
+
+
+_WARNED: set = set()  # model classes a CaptureShapeWarning was given for
+
+
+def _shape_warning(name: str, why: str) -> None:
+    if name in _WARNED:
+        return
+    _WARNED.add(name)
+    warnings.warn(f"taylorattr: {name} could not be captured with a dynamic batch size and "
+                  f"sequence length ({why}); it is captured once per input shape instead (a "
+                  "first call at each new shape costs a capture)", CaptureShapeWarning,
+                  stacklevel=4)
+
+
+def _capture(model, example_inputs, example_kwargs, keep, dynamic) -> CoreGraph:
     model = _load(model)
+    keep = tuple(keep)
     if isinstance(model, torch.export.ExportedProgram):
         return CoreGraph(_decompose(model, keep, "the exported program"), None)
     if not isinstance(model, nn.Module):
@@ -679,40 +827,55 @@ def _capture(model, example_inputs, example_kwargs, keep, dynamic_batch) -> Core
         raise TypeError("example_inputs is required to capture an nn.Module")
     args = (example_inputs,) if isinstance(example_inputs, torch.Tensor) else tuple(example_inputs)
     kwargs = dict(example_kwargs or {})
-    attempts = []
-    if dynamic_batch and len(args) == 1 and not kwargs and isinstance(args[0], torch.Tensor) \
-            and args[0].dim() > 0 and args[0].shape[0] > 1:
-        batch_axis = {0: torch.export.Dim.AUTO}
-        attempts.append(((batch_axis,),) if _var_positional(model) else (batch_axis,))
-    attempts.append(None)
-    error = None
-    for dynamic in attempts:
+    # contiguous examples: torch 2.14 fails to lower a program exported with a dynamic axis
+    # from a strided view ("'NoneType' object has no attribute 'size'" in its _guards_fn)
+    args, kwargs = pytree.tree_map_only(torch.Tensor, torch.Tensor.contiguous, (args, kwargs))
+    name = type(model).__name__
+    program = _export(model, args, kwargs, dynamic)
+    graph = CoreGraph(_decompose(program, keep, name), model)
+    STATS.exports += 1
+    return graph
+
+
+def _export(model: nn.Module, args: tuple, kwargs: dict, dynamic: bool):
+    """The torch.export program: with the dynamic axes first where ``dynamic`` (``Dim.AUTO``:
+    an axis the model's code fixes comes out static, silently), then with static shapes (a
+    :class:`CaptureShapeWarning` when only those work); failures raise
+    :class:`CaptureError`."""
+    name = type(model).__name__
+    shapes = _dynamic_shapes(model, args, kwargs) if dynamic else None
+    attempts = ([shapes] if shapes else []) + [None]
+    error = first_error = None
+    for dynamic_shapes in attempts:
         try:
             with _torch_deprecations_silenced():
-                program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic,
+                program = torch.export.export(model, args, kwargs, dynamic_shapes=dynamic_shapes,
                                               strict=False)
-            break
         except Exception as exc:  # noqa: BLE001 - export raises many kinds of errors
             error = exc
-    else:
-        name = type(model).__name__
-        if _data_dependent(error):
-            raise _capture_error(
-                error, f"torch.export could not capture {name}",
-                "What you can do: compute both branches and pick with torch.where(condition, a, "
-                "b) (or use torch.cond), keep such values as tensors; or, where the branch taken "
-                "is the same at the input and the baseline, fix it in a wrapper whose forward "
-                "has no such `if`, and attribute the wrapper; or use a method that runs the "
-                "model as it is (IntegratedGradients, Occlusion, ShapleyValues).",
-                why="forward depends on the input's values in Python (an `if` on a tensor, or "
-                "a number read from one with .item()/int()/bool()), while a capture holds one "
-                "path for every input") from error
-        raise _capture_error(error, f"torch.export could not capture {name}",
-                             "What you can do: make forward's control flow independent of the "
-                             "input values (see torch.export's documentation), or export the "
-                             "model yourself and pass the ExportedProgram / .pt2 file.") \
-            from error
-    return CoreGraph(_decompose(program, keep, type(model).__name__), model)
+            first_error = first_error or exc
+            continue
+        if dynamic_shapes is None and shapes:
+            text = str(first_error).strip()
+            _shape_warning(name, f"{type(first_error).__name__}: "
+                                 f"{text.splitlines()[0] if text else ''}")
+        return program
+    if _data_dependent(error):
+        raise _capture_error(
+            error, f"torch.export could not capture {name}",
+            "What you can do: compute both branches and pick with torch.where(condition, a, "
+            "b) (or use torch.cond), keep such values as tensors; or, where the branch taken "
+            "is the same at the input and the baseline, fix it in a wrapper whose forward "
+            "has no such `if`, and attribute the wrapper; or use a method that runs the "
+            "model as it is (IntegratedGradients, Occlusion, ShapleyValues).",
+            why="forward depends on the input's values in Python (an `if` on a tensor, or "
+            "a number read from one with .item()/int()/bool()), while a capture holds one "
+            "path for every input") from error
+    raise _capture_error(error, f"torch.export could not capture {name}",
+                         "What you can do: make forward's control flow independent of the "
+                         "input values (see torch.export's documentation), or export the "
+                         "model yourself and pass the ExportedProgram / .pt2 file.") \
+        from error
 
 
 def _data_dependent(error: BaseException) -> bool:
@@ -724,13 +887,3 @@ def _data_dependent(error: BaseException) -> bool:
             return True
         error = error.__cause__ or error.__context__
     return False
-
-
-def _var_positional(model: nn.Module) -> bool:
-    """Whether ``model.forward`` takes its inputs as ``*args`` (torch.export then wants the
-    dynamic shapes of those inputs nested in one tuple)."""
-    try:
-        params = list(inspect.signature(model.forward).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    return bool(params) and params[0].kind is inspect.Parameter.VAR_POSITIONAL

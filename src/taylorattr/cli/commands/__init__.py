@@ -79,3 +79,4 @@ register("explain", f"{__name__}.explain",
          "saliency maps and top-5 classes of one image, on any model")
 register("evaluate", f"{__name__}.evaluate", "attribute and score a whole dataset (torchrun-ready)")
 register("attribute", f"{__name__}.attribute", "attributions of a whole dataset, one map per input")
+register("cache", f"{__name__}.cache", "the captures kept on disk: info (folder, entries, size) or clear")

@@ -1,6 +1,7 @@
 """The graph the layer-wise engine runs: the model as core ATen operations, from the
 project's one capture (:func:`taylorattr.capture.capture`, ``torch.export`` lowered to
-core ATen, guards dropped, batch axis dynamic where the model allows it).
+core ATen, guards dropped, batch and sequence axes dynamic where the model allows it;
+kept on disk across processes by :mod:`taylorattr.capture_cache`).
 
 So every model, whatever its modules and functional calls (``nn.MultiheadAttention``,
 ``F.scaled_dot_product_attention``, ``F.layer_norm``, torchvision's wrapped Swin
@@ -28,8 +29,9 @@ import torch
 from torch import fx, nn
 
 from ..._validation import model_output
-from ...capture import DEFAULT_KEEP, CaptureError, CoreGraph, capture
+from ...capture import DEFAULT_KEEP, CaptureError, CoreGraph
 from ...capture import op_name as _aten_name
+from ...capture_cache import capture
 
 __all__ = ["KEPT_WHOLE", "cached_capture", "capture_model", "declared_elementwise",
            "first_output", "module_path", "op_name", "structure_key"]
@@ -145,16 +147,28 @@ def _normalise(graph: fx.Graph) -> None:
     graph.lint()
 
 
-def capture_model(model: nn.Module, x: torch.Tensor, error: type[Exception]) -> CoreGraph:
-    """The shared capture of ``model`` at ``x`` for the layer-wise engine (module
-    docstring); failures raise ``error``."""
+def _example(x: torch.Tensor) -> torch.Tensor:
+    """The input the engine captures at: ``x``, a batch of one widened to two (a batch of
+    one would be specialised; the graph of a dynamic batch runs a batch of one as well)."""
     example = x.detach()
-    if example.shape[0] == 1:  # a batch of one would be specialised
+    if example.dim() and example.shape[0] == 1:
         example = example.expand(2, *example.shape[1:]).clone()
+    return example
+
+
+def capture_model(model: nn.Module, x: torch.Tensor, error: type[Exception],
+                  widen: bool = True) -> CoreGraph:
+    """The shared capture of ``model`` at ``x`` for the layer-wise engine (module
+    docstring); failures raise ``error``. Where the batch axis of the widened example comes
+    out static (the model fixes it), the capture is made at ``x`` itself, so that it holds
+    for ``x``; ``widen=False`` captures at ``x`` at once."""
+    example = _example(x) if widen else x.detach()
     declared = _declare(model)
     failure = None
     try:
         core = capture(model, (example,), keep=tuple(DEFAULT_KEEP) + KEPT_WHOLE)
+        if not core.fits(example if core.batch_dynamic else x.detach()):
+            core = capture(model, (x.detach(),), keep=tuple(DEFAULT_KEEP) + KEPT_WHOLE)
     except CaptureError as exc:
         failure = exc
     finally:
@@ -182,7 +196,7 @@ def module_path(node: fx.Node) -> tuple[str, str]:
 
 
 _BARE = frozenset(vars(nn.Module()))  # the attributes every module has
-_SHARED: dict = {}  # structure key -> CoreGraph, shared by models of the same structure
+_SHARED: dict = {}  # structure key -> its CoreGraphs, shared by models of that structure
 _SHARED_MAX = 32
 
 
@@ -223,27 +237,41 @@ def structure_key(model: nn.Module):
     return tuple(parts)
 
 
-_CAPTURES: weakref.WeakKeyDictionary[nn.Module, dict] = weakref.WeakKeyDictionary()
+_CAPTURES: weakref.WeakKeyDictionary[nn.Module, list] = weakref.WeakKeyDictionary()
+
+
+def _fitting(graphs: list, example: torch.Tensor, x: torch.Tensor):
+    """The first graph of ``graphs`` that holds for ``x`` (captured at ``example``)."""
+    for graph in graphs:
+        if graph.fits(example if graph.batch_dynamic else x):
+            return graph
+    return None
 
 
 def cached_capture(model: nn.Module, x: torch.Tensor, signature, error) -> CoreGraph:
-    """:func:`capture_model`, cached per model, input row shape, dtype and device (and
-    batch size where the batch is not dynamic), and shared between models of the same
-    :func:`structure_key` (tests and sweeps build many); captured again when
-    ``signature`` changes."""
-    table = _CAPTURES.setdefault(model, {})
-    key = (signature, tuple(x.shape[1:]), x.dtype, x.device.type)
-    found = table.get(key) or table.get(key + (x.shape[0],))
+    """:func:`capture_model`, cached per model and ``signature`` (captured again when it
+    changes) and shared between models of the same :func:`structure_key` (tests and sweeps
+    build many). A cached graph is used only where it holds for ``x``
+    (:meth:`CoreGraph.fits`: the dtype, device kind, rank and static sizes it was captured
+    for; a dynamic batch size or sequence length any size), so one capture serves every
+    batch size and sequence length the model lets export keep dynamic, and a capture fixed
+    to one shape is never run at another."""
+    entry = _CAPTURES.get(model)
+    if entry is None or entry[0] != signature:
+        entry = _CAPTURES[model] = (signature, [])
+    example = _example(x)
+    found = _fitting(entry[1], example, x.detach())
     if found is not None:
         return found
     structure = structure_key(model)
-    shared = None if structure is None else (structure,) + key[1:]
-    found = _SHARED.get(shared) or _SHARED.get((shared, x.shape[0])) if shared else None
-    if found is None:
-        found = capture_model(model, x, error)
-        if shared is not None:
-            if len(_SHARED) >= _SHARED_MAX:
+    shared = _SHARED.get(structure, []) if structure is not None else []
+    found = _fitting(shared, example, x.detach())
+    if found is None:  # a static capture at the widened example: the model fixes its batch
+        fixed = any(g.fits(example) and not g.batch_dynamic for g in entry[1] + shared)
+        found = capture_model(model, x, error, widen=not fixed)
+        if structure is not None:
+            if structure not in _SHARED and len(_SHARED) >= _SHARED_MAX:
                 _SHARED.pop(next(iter(_SHARED)))
-            _SHARED[shared if found.batch_dynamic else (shared, x.shape[0])] = found
-    table[key if found.batch_dynamic else key + (x.shape[0],)] = found
+            _SHARED.setdefault(structure, []).append(found)
+    entry[1].append(found)
     return found

@@ -203,17 +203,19 @@ _PLANS: weakref.WeakKeyDictionary[nn.Module, dict] = weakref.WeakKeyDictionary()
 
 
 def get_plan(model: nn.Module, rules: RuleSet, x: torch.Tensor) -> Plan:
-    """The plan of ``model`` under ``rules`` for inputs shaped like ``x``, cached per
-    model, row shape, dtype and device, and planned again when its submodules, its
-    ``forward`` or a module's training flag change (capturing costs about a second)."""
+    """The plan of ``model`` under ``rules`` for inputs like ``x``: one per capture
+    (:func:`~.graph.cached_capture`: one for every batch size and sequence length the
+    model lets export keep dynamic), planned again when its submodules, its ``forward`` or
+    a module's training flag change (capturing costs about a second)."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module for {rules.method}, "
                         f"got {type(model).__name__}")
-    plans = _PLANS.setdefault(model, {})
-    key = (rules.name, id(rules), tuple(x.shape[1:]), x.dtype, x.device.type)
     _check_eval(model)
+    signature = _signature(model)
+    core = cached_capture(model, x, signature, UnsupportedModelError)
+    plans = _PLANS.setdefault(model, {})
+    key = (rules.name, id(rules), id(core))
     plan = plans.get(key)
-    if plan is None or plan.signature != _signature(model) or \
-            plan.core is not cached_capture(model, x, plan.signature, UnsupportedModelError):
+    if plan is None or plan.signature != signature or plan.core is not core:
         plan = plans[key] = build_plan(model, rules, x)
     return plan

@@ -42,6 +42,7 @@ from ... import series as S
 from ..._codegen import Call, Constant, Generated, lifted_reader
 from ..._validation import cpu_generator, draw, run_model
 from ...capture import CaptureError, CoreGraph, capture, op_name, refuse, where
+from ...capture_cache import capture as cached_capture
 from . import registry as R
 
 __all__ = ["CoreJet", "Jet", "TaylorProgram", "UnsupportedOperation", "bilinear", "binary",
@@ -540,41 +541,37 @@ def propagate_core(graph: CoreGraph, inputs: torch.Tensor, directions: torch.Ten
 
 class TaylorProgram(nn.Module):
     """What :func:`trace` returns: the model (calling it runs the model) and its captures,
-    one :class:`~taylorattr.capture.CoreGraph` per input signature (one for every batch
-    size where the batch axis exports as dynamic). A model with a
+    each a :class:`~taylorattr.capture.CoreGraph` used for every input it holds for (one
+    for every batch size where the batch axis exports as dynamic). A model with a
     ``taylor_core_graph(inputs)`` method (a smoothed model) supplies its own graphs."""
 
     def __init__(self, model, graph: CoreGraph | None = None, graphs: list | None = None):
         super().__init__()
         self.model = model
-        self._graphs: list[tuple[object, CoreGraph]] = [] if graphs is None else graphs
+        self._graphs: list[tuple[bool, CoreGraph]] = [] if graphs is None else graphs
         self.last: CoreGraph | None = graph
-        if graph is not None:
-            self._graphs.append((None, graph))
+        if graph is not None:  # a program's one graph: used for every input
+            self._graphs.append((True, graph))
 
     def forward(self, *args, **kwargs):
         return self.model(*args, **kwargs)
 
-    @staticmethod
-    def _key(x: torch.Tensor, graph: CoreGraph | None):
-        dynamic = graph is not None and graph.batch_dynamic and x.shape[0] >= 2
-        return (("B",) if dynamic else (x.shape[0],)) + tuple(x.shape[1:]), x.dtype, x.device.type
-
     def graph(self, x: torch.Tensor) -> CoreGraph:
-        """The core graph for inputs shaped like ``x`` (captured on first use)."""
-        for key, graph in self._graphs:
-            if key is None or key == self._key(x, graph):
+        """The core graph for inputs shaped like ``x`` (captured on first use; a capture
+        is reused where it holds for ``x``, :meth:`CoreGraph.fits`)."""
+        for given, graph in self._graphs:
+            if given or graph.fits(x):
                 self.last = graph
                 return graph
         own = getattr(self.model, "taylor_core_graph", None)
         try:
-            graph = own(x) if own is not None else capture(self.model, (x.detach(),))
+            graph = own(x) if own is not None else cached_capture(self.model, (x.detach(),))
         except CaptureError as exc:  # Taylor mode's own refusal, with the capture's reasons
             if own is None:  # inputs the model itself refuses: say so, naming the inputs
                 with torch.no_grad():
                     run_model(self.model, x.detach())
             raise UnsupportedOperation(str(exc)) from exc
-        self._graphs.append((self._key(x, graph), graph))
+        self._graphs.append((False, graph))
         self.last = graph
         return graph
 
