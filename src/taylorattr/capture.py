@@ -331,6 +331,12 @@ VERSION_GAPS: dict = get_decompositions([aten.linalg_vector_norm.default])
 #: the model asks for a value without derivatives, e.g. a numerically stabilising shift).
 CUTS = {aten.detach.default}
 
+#: Reads of an input's shape (a dynamic axis's size): the same at the input and at the
+#: baseline, so what is computed from them alone (positions ``arange(L)``, a rotary
+#: table, a causal mask) is a constant of the call, as it is in a capture of fixed shapes.
+SHAPE_READS = {aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default,
+               aten.sym_storage_offset.default}
+
 #: Guard and assertion nodes, dropped from the captured graph.
 _GUARDS = {aten._assert_tensor_metadata.default, aten._assert_scalar.default,
            aten.sym_constrain_range_for_size.default, aten.sym_constrain_range.default,
@@ -489,7 +495,8 @@ class CoreGraph:
         self.nodes = [n for n in self.module.graph.nodes if n.op == "call_function"]
         live = set(self.inputs)
         for node in self.nodes:
-            if node.target not in CUTS and any(a in live for a in node.all_input_nodes):
+            if node.target not in CUTS and node.target not in SHAPE_READS and \
+                    any(a in live for a in node.all_input_nodes):
                 live.add(node)
         self._dependent = live
         # what run() needs per node, worked out once per graph: whether the handler computes
