@@ -121,8 +121,14 @@ def report_rows(model, x) -> None:
 
 
 def _rows(args) -> int:
+    """The batch size of a call's first argument; 0 for a symbolic one (a graph capture
+    runs forward on fake tensors: ``int()`` of their batch size would fix it in the
+    captured program)."""
     first = args[0] if args else None
-    return int(first.shape[0]) if isinstance(first, torch.Tensor) and first.dim() else 0
+    if not isinstance(first, torch.Tensor) or not first.dim():
+        return 0
+    rows = first.shape[0]
+    return rows if isinstance(rows, int) else 0
 
 
 @contextlib.contextmanager
@@ -141,7 +147,7 @@ def model_rows_bar(model, desc: str, total: int | None = None):
 
     def advance(rows: int) -> None:
         # the chunk sizes' memory probe and a graph capture (torch.export runs forward on
-        # fake tensors once per model) are not planned work
+        # fake tensors once per model: ``_rows`` reads 0 there) are not planned work
         if rows and not probing() and not torch.compiler.is_compiling():
             bar.update(rows)
 
