@@ -13,7 +13,17 @@ import sys
 from pathlib import Path
 
 import torch
-from _user_model import SRC, write_package, write_photo, write_weights
+from _user_model import (
+    PIXEL_MEAN,
+    PIXEL_STD,
+    SRC,
+    small_cnn,
+    write_package,
+    write_photo,
+    write_weights,
+)
+
+from taylorattr.data import imagenet_transform, load_image
 
 
 def _on_terminal(argv: list[str], cwd: Path, timeout: float = 300) -> tuple[int, str]:
@@ -70,14 +80,10 @@ def test_explain_draws_the_same_maps_on_a_terminal_and_in_a_log(tmp_path):
         assert torch.equal(tty[name], log[name]), name
     # and the GI map is the hand-written float64 x * df_t/dx of the 20x20 image read the
     # same way (an independent route: the two runs do not merely agree on a wrong answer)
-    from _user_model import small_cnn
-
-    from taylorattr.data import IMAGENET_MEAN, IMAGENET_STD, imagenet_transform, load_image
-
     net = small_cnn().eval()
     net.load_state_dict(torch.load(tmp_path / "w.pt", weights_only=True))
     x = imagenet_transform(load_image(tmp_path / "photos" / "circle.png"), 20, 20,
-                           IMAGENET_MEAN, IMAGENET_STD)[None].double().requires_grad_(True)
+                           PIXEL_MEAN, PIXEL_STD)[None].double().requires_grad_(True)
     out = net.double()(x)
     (grad,) = torch.autograd.grad(out[0, int(out.argmax(1))], x)
     torch.testing.assert_close(log["gi.pt"].double(), (x * grad)[0].sum(0).detach(),

@@ -87,9 +87,15 @@ def taylor_maps(net, x, target: int, columns: dict, taylor_model,
 def smoothed_taylor_model(x, target: int, beta: float | str):
     """``taylor_model`` hook: ``ta.smooth(net, beta, inputs=x)`` (``beta="auto"``: the
     smallest beta whose output gap on the photo is within 5% of its output change) with a
-    note of the beta, its gap and the class."""
+    note of the beta, its gap and the class. A classifier whose network holds its kinks
+    in a captured graph (a ``.pt2`` program) is smoothed through that network
+    (``ImageClassifier.forward`` is ``net(x)``); one with no kink at all is expanded as
+    it is."""
     def hook(net):
         sm = smooth(net, beta, inputs=x)
+        inner = getattr(net, "net", None)
+        if not sm.replaced and isinstance(inner, torch.nn.Module):
+            sm = smooth(inner, beta, inputs=x)
         if not sm.replaced:
             return net, ""
         with torch.no_grad():
