@@ -390,7 +390,8 @@ def test_default_budget_refuses_nothing_on_a_busy_machine(monkeypatch, capsys):
 
     stages = [E.Stage("validation", C.Cost(label="validation", forward_rows=10, seconds=3e4)),
               E.Stage("assessment", C.Cost(label="assessment", forward_rows=5, seconds=1e4))]
-    monkeypatch.setattr(E, "command_stages", lambda args: stages)
+    monkeypatch.setattr(E, "counted_stages", lambda args: [])
+    monkeypatch.setattr(E, "command_stages", lambda args, plans=None: stages)
     args = type("Args", (), {"command": "reproduce", "budget": None, "estimate": False})()
     assert C.Load(1.0, 2).busy and not C.Load(0.9, 2).busy
     monkeypatch.setattr(C, "machine_load", lambda: C.Load(6.0, 2))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from _user_model import write_package, write_photo, write_weights
+from _user_model import small_cnn, write_package, write_photo, write_weights
 from PIL import Image
 
 from taylorattr import cli
@@ -215,3 +215,49 @@ def test_a_broken_module_and_a_damaged_photo_are_one_line_before_any_estimate(us
                      "--budget", "none"]) == 0
     assert "2 maps (GI)" in capsys.readouterr().out
 
+
+
+def test_kernel_shap_out_of_reach_warns_before_its_first_row_and_the_budget_refuses(user,
+                                                                                   capsys):
+    """KernelShap with a player per pixel of a 3x64x64 image: 12,288 players, a
+    12,289-square solve per image. Its cost says it is out of reach; the call warns before
+    the model runs a coalition; the CLI's default budget refuses it in one line. With no players
+    given, an image gets patches (at most 8 x 8 of them): 64 players here."""
+    import warnings
+
+    from taylorattr.methods import KernelShap
+
+    calls = []
+    net = small_cnn().eval()
+    net.register_forward_hook(lambda *a: calls.append(1))
+    x = torch.rand(1, 3, 64, 64)
+    per_pixel = torch.arange(3 * 64 * 64).view(1, 3, 64, 64)
+    cost = KernelShap(net).cost(x, feature_mask=per_pixel)
+    assert "12,288 players" in cost.out_of_reach and "12,289-square" in cost.out_of_reach
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(RuntimeWarning, match=r"12,288 players.*group the features"):
+            KernelShap(net).attribute(x, 0.0, target=0, feature_mask=per_pixel)
+    assert calls == [1]  # warned after f(x) (the call's own forward), before any coalition
+    # the default players are the 8x8 patches: equal to passing them as a feature mask
+    patches = (torch.arange(64) // 8).view(1, 1, 64, 1) * 8 + (torch.arange(64) // 8).view(
+        1, 1, 1, 64)
+    patches = patches.expand(1, 3, 64, 64)
+    grouped = KernelShap(net).cost(x)
+    assert not grouped.out_of_reach and grouped.forward_rows <= 1 + 2 * 64 + 2048
+    assert grouped == KernelShap(net).cost(x, feature_mask=patches)
+    own = KernelShap(net).attribute(x, 0.0, target=0, n_samples=300, seed=1)
+    given = KernelShap(net).attribute(x, 0.0, target=0, n_samples=300, seed=1,
+                                      feature_mask=patches)
+    assert torch.equal(own, given)
+    # the CLI: the default budget refuses such a run in one line, before timing anything
+    # (KernelSHAP-4x4 on a 256x256 photo: 64 x 64 = 4,096 patches)
+    write_photo(user / "big" / "a.png", seed=1, size=256)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["attribute", "--data", "big", "--model", "mypkg.nets:small_cnn",
+                  "--methods", "KernelSHAP-4x4", "--out", "o"])
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ": error: " in ln]
+    assert exc.value.code == 2 and len(lines) == 1 and "estimate" not in err, err
+    assert "--budget" in lines[0] and "out of reach" in lines[0] and "4,096 players" in lines[0]
+    assert not (user / "o").exists()

@@ -36,7 +36,7 @@ from ..taylor.mode import timing_pass
 from . import commands
 from .arguments import CliError
 
-__all__ = ["DEFAULT_BUDGET", "Stage", "check_estimates", "command_stages"]
+__all__ = ["DEFAULT_BUDGET", "Stage", "check_estimates", "command_stages", "counted_stages"]
 
 #: The budget of a run without ``--budget``, on a terminal and in batch mode alike:
 #: generous, so that only runs meant for a GPU are refused (a batch job that means it
@@ -81,19 +81,30 @@ def timed(stage, cache: dict | None = None) -> Stage:
     return Stage(stage.label, total, stage.skipped, stage.notes)
 
 
-def command_stages(args) -> list[Stage]:
-    """One :class:`Stage` per stage of ``args.command`` (counted and timed, nothing run):
-    the command module's ``stages(args)``."""
+def counted_stages(args) -> list:
+    """The command module's ``stages(args)``: every stage's rows, counted (nothing timed)."""
     threads = torch.get_num_threads()
     # counting rows runs small ops only: one thread (on a busy machine a second one waits
     # for its descheduled sibling at every op, which made counting take a minute)
     torch.set_num_threads(1)
     try:
-        plans = commands.load(args.command).stages(args)
+        return commands.load(args.command).stages(args)
     finally:
         torch.set_num_threads(threads)
+
+
+def command_stages(args, plans=None) -> list[Stage]:
+    """One :class:`Stage` per stage of ``args.command`` (counted and timed, nothing run);
+    ``plans``: :func:`counted_stages` already counted."""
+    plans = counted_stages(args) if plans is None else plans
     cache: dict = {}  # one timing per architecture, row shape and call size
     return [timed(stage, cache) for stage in plans]
+
+
+def _out_of_reach(plans) -> str:
+    """Why a counted stage cannot finish whatever its rows cost ("" when all can)."""
+    return "; ".join(dict.fromkeys(c.out_of_reach for stage in plans for costs, *_ in
+                                   stage.parts for c in costs if c.out_of_reach))
 
 
 # ----------------------------------------------------------------------- print and refuse
@@ -122,7 +133,12 @@ def check_estimates(args) -> None:
     if budget is None and not args.estimate:
         return
     load = C.machine_load()
-    stages = command_stages(args)
+    plans = counted_stages(args)
+    why = _out_of_reach(plans)
+    if why and budget is not None:  # refused before any probe is timed
+        raise CliError("--budget", f"{args.command}: out of reach: {why}; cheaper: "
+                                   f"{command.CHEAPER}; --budget none runs it anyway")
+    stages = command_stages(args, plans)
     total = C.summed(s.cost for s in stages if s.cost is not None)
     busy = load is not None and load.busy
     lines = [stage.line() for stage in stages]

@@ -87,9 +87,10 @@ def image_sides(paths, argument: str, skip_bad: bool = False) -> list[int]:
 
 
 def _note_preprocessing(args, model, sides) -> None:
-    """Say once what is done to the images before the model sees them."""
+    """Say once what is done to the images before a model of the user's sees them (a
+    built-in classifier's preprocessing is its own, documented with it)."""
     *_, user_model = experiments()
-    if getattr(args, "said_preprocessing", False):
+    if getattr(args, "said_preprocessing", False) or args.model in user_model.BUILTIN_IMAGENET:
         return
     args.said_preprocessing = True
     line = user_model.describe_preprocessing(model, **_preprocessing(args),

@@ -85,8 +85,11 @@ class Cost:
     ``samples``: the explained samples (images); ``order``: the Taylor order of the
     Taylor-mode rows (0 without them); ``seconds``/``device``: set by :func:`estimate`;
     ``call_rows``: the rows per model call where the run fixes them (a training batch;
-    0: the automatic chunk size). Costs add (``a + b``: rows and seconds summed, samples
-    summed, the label kept when they agree, the smaller fixed call size).
+    0: the automatic chunk size); ``out_of_reach``: why the call cannot finish on this
+    machine whatever its rows cost (a method's own work beyond its model rows, e.g. a
+    solve too large; "" when none): a budget refuses it. Costs add (``a + b``: rows and
+    seconds summed, samples summed, the label kept when they agree, the smaller fixed call
+    size, the reasons out of reach joined).
     """
 
     label: str = ""
@@ -101,6 +104,7 @@ class Cost:
     device: str = ""
     notes: tuple[str, ...] = field(default=())
     call_rows: int = 0  # rows per model call where the run fixes it (a training batch); 0: chunks
+    out_of_reach: str = ""  # why no budget affords it ("" when none)
 
     def __post_init__(self):
         for name in ("samples", "forward_rows", "backward_rows", "taylor_passes",
@@ -125,7 +129,9 @@ class Cost:
                     device=self.device or other.device,
                     notes=tuple(dict.fromkeys(self.notes + other.notes)),
                     call_rows=min((c for c in (self.call_rows, other.call_rows) if c),
-                                  default=0))
+                                  default=0),
+                    out_of_reach="; ".join(dict.fromkeys(
+                        r for r in (self.out_of_reach, other.out_of_reach) if r)))
 
     def labelled(self, label: str, samples: int | None = None) -> Cost:
         return replace(self, label=label, samples=self.samples if samples is None else samples)
@@ -160,6 +166,8 @@ class Cost:
         text = ", ".join(parts)
         if self.gpu_scale:
             text += " (GPU-scale: a CPU cannot afford this; use a GPU or a coarser setting)"
+        if self.out_of_reach:
+            text += f" (out of reach: {self.out_of_reach})"
         return text + "".join(f"; {n}" for n in self.notes)
 
     __str__ = describe
@@ -494,7 +502,7 @@ def check_budget(cost: Cost, budget: float | None) -> Cost:
     check_real(budget, "budget", 0.0, strict=True)  # seconds
     if cost.seconds is None:
         raise ValueError("cost has no estimated seconds; pass it through estimate() first")
-    if cost.seconds <= budget:
+    if cost.seconds <= budget and not cost.out_of_reach:
         return cost
     raise CostError(f"{cost.describe()} exceeds the budget of {format_seconds(budget)}; "
                     f"cheaper: {', '.join(CHEAPER)}, or raise --budget")
