@@ -43,18 +43,23 @@ def seen(channels=3):
 '''
 
 
+def _forget_mypkg() -> None:
+    import sys
+
+    for name in [m for m in sys.modules if m == "mypkg" or m.startswith("mypkg.")]:
+        del sys.modules[name]  # another test's mypkg is another folder's
+
+
 @pytest.fixture
 def user(tmp_path, monkeypatch):
+    _forget_mypkg()
     write_package(tmp_path)
     (tmp_path / "mypkg" / "seen.py").write_text(SEEN)
     write_weights(tmp_path / "w.pt", seed=3)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
-    import sys
-
-    for name in [m for m in sys.modules if m == "mypkg" or m.startswith("mypkg.")]:
-        del sys.modules[name]  # another test's mypkg is another folder's
+    _forget_mypkg()
 
 
 def fails(argv, capsys) -> str:
@@ -159,7 +164,7 @@ def test_pt2_with_an_unbounded_dynamic_batch_runs_and_its_taylor_panels_are_smoo
     err = capsys.readouterr().err
     assert "images fed at 32x32 (the size the .pt2 program takes)" in err, err
     files = sorted(p.name for p in (user / "o" / "p-maps").glob("*.pt"))
-    assert files[0] == "gi.pt" and len(files) == 2 and "smoothed" in files[1], files
+    assert files[0] == "gi.pt" and len(files) == 2 and "smooth" in files[1], files
     gi, _ = hand_gi(net, pixels(photo))
     got = torch.load(user / "o" / "p-maps" / "gi.pt", weights_only=True)
     torch.testing.assert_close(got.double(), gi, rtol=1e-4, atol=1e-6)
@@ -206,7 +211,7 @@ def test_a_broken_module_and_a_damaged_photo_are_one_line_before_any_estimate(us
                   "--methods", "gi", "--out", "o"])  # the default budget: an estimate
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "Traceback" not in err and "estimate" not in err, err
-    assert "--data: photos/1.png: not an image Pillow can read" in err, err
+    assert "--data: dataset item 1 photos/1.png: not an image Pillow can read" in err, err
     assert "--bad-items skip" in err and len(err.strip().splitlines()) == 1, err
     assert not (user / "o").exists()
     # with --bad-items skip the other two are computed

@@ -179,8 +179,10 @@ def _cost_flags(p) -> None:
                         "batch; every stage's estimate is printed on stderr (default: 4 h, "
                         "in batch mode too; 'none' lifts it and skips the estimate)")
     p.add_argument("--estimate", action="store_true",
-                   help="print the estimates even with --budget none (to see them without "
-                        "running, give a tiny --budget)")
+                   help="print the estimates even with --budget none")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the estimates (with the fixed costs: start-up, model loading, "
+                        "graph captures) and exit 0 without running or writing anything")
 
 
 def _json_args(text: str):

@@ -68,7 +68,7 @@ def image_sides(paths, argument: str, skip_bad: bool = False) -> list[int]:
     from PIL import Image
 
     sides = []
-    for path in paths:
+    for i, path in enumerate(paths):
         try:
             with Image.open(path) as img:
                 side = min(img.size)
@@ -77,11 +77,13 @@ def image_sides(paths, argument: str, skip_bad: bool = False) -> list[int]:
             if skip_bad:
                 continue
             what = "" if "cannot identify" in str(exc) else f" ({_one_line(exc)[:120]})"
-            raise CliError(argument, f"{path}: not an image Pillow can read (an unknown "
+            item = f"dataset item {i} " if argument == "--data" else ""
+            raise CliError(argument, f"{item}{path}: not an image Pillow can read (an unknown "
                                      f"format, or the file is damaged or empty){what}; "
                                      "replace or remove it"
                            + (", or pass --bad-items skip to leave it out"
-                              if argument == "--data" else "")) from None
+                              if argument == "--data" else "; give an image file Pillow "
+                              "reads (PNG, JPEG, WebP, TIFF, BMP, ...)")) from None
         sides.append(side)
     return sides
 

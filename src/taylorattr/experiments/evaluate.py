@@ -325,7 +325,24 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
                    lambda units: merge_units(units, [b.label for b in bound], metrics, Path(out)),
                    device=dev, resume=resume, name_item=_namer(dataset),
                    progress=_stage(show_progress, "evaluate",
-                                   ", ".join(b.label for b in bound)))
+                                   ", ".join(b.label for b in bound)),
+                   items_per_call=_items_per_call(bound, model, shape, batch_size))
+
+
+#: An item on which the methods run at least this many model rows (forwards and
+#: backwards, :meth:`~taylorattr.runtime.cost.Cost.rows`) is computed, stored and counted
+#: on its own (progress moves per item, an interrupt keeps every finished one); cheaper
+#: items are computed a unit at a time (one batch: quicker, and done in moments).
+ITEM_ROWS = 16
+
+
+def _items_per_call(methods, model, shape, batch_size: int) -> int:
+    """How many of a unit's items one compute call takes (:data:`ITEM_ROWS`)."""
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()),
+                 torch.float32)
+    x = torch.zeros((1,) + tuple(shape), dtype=dtype, device=_model_device(model))
+    costs, _ = method_costs(methods, model, x)
+    return 1 if sum(c.rows for c in costs) >= ITEM_ROWS else batch_size
 
 
 def _stage(show: bool, command: str, label: str):
@@ -415,7 +432,8 @@ def attribute_dataset(model, dataset, method, *, out, batch_size: int = 16, seed
                    resume=resume, name_item=_namer(dataset),
                    progress=_stage(show_progress, "attribute", bound.label),
                    kept=lambda r: all(_still_there(out, row, dataset, previews)
-                                      for row in r["rows"]))
+                                      for row in r["rows"]),
+                   items_per_call=_items_per_call([bound], model, shape, batch_size))
 
 
 _INDEX_FIELDS = ["index", "source", "map", "target", "explained"]
