@@ -87,3 +87,27 @@ def test_an_interrupt_keeps_every_finished_item(tmp_path, monkeypatch):
         assert torch.equal(got, ref)
         direct = IntegratedGradients(model).attribute(data.x[i:i + 1], 0.0, target=i % 3)
         torch.testing.assert_close(got, direct[0], rtol=1e-5, atol=1e-7)
+
+
+def test_on_a_terminal_a_long_item_shows_its_model_rows(tmp_path, monkeypatch):
+    """Each item computed alone gets a bar over its model rows (leave=False) beside the
+    bar over the items; the maps are bitwise those of a run without bars."""
+    import tqdm.auto
+    from test_progress_units import Recorder
+
+    Recorder.bars = []
+    monkeypatch.setattr(tqdm.auto, "tqdm", Recorder)
+    monkeypatch.setattr(progress, "interactive", lambda stream=None: True)
+    E.attribute_dataset(net(), Items(), IG, out=tmp_path / "bars", batch_size=16,
+                        show_progress=True)
+    items = [b for b in Recorder.bars if b.unit == "item"]
+    rows = [b for b in Recorder.bars if b.unit == "row"]
+    assert len(items) == 1 and items[0].updates == [1] * 5
+    # IG, 32 steps: 32 rows per item (and the call's own forward of the item)
+    assert len(rows) == 5 and all(sum(b.updates) >= 32 and not b.leave_arg for b in rows)
+    plain = E.attribute_dataset(net(), Items(), IG, out=tmp_path / "plain", batch_size=16)
+    assert plain.computed == 5
+    for i in range(5):
+        a, b = (torch.load(tmp_path / d / f"{i:06d}.pt", weights_only=True)["attribution"]
+                for d in ("bars", "plain"))
+        assert torch.equal(a, b)

@@ -228,8 +228,10 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
                     unit_input = read(ranges[u])
                     old = _stored(store, key)
                     todo, why = _plan(old, fields, unit_input.digests, kept)
-                    reused += len(unit_input.digests) - len(todo)
-                    advance(len(unit_input.digests) - len(todo))
+                    kept_here = len(unit_input.digests) - len(todo)
+                    reused += kept_here
+                    if kept_here:
+                        advance(kept_here)
                     if todo:
                         tally.add(why)
                     # a stale result never stays beside its item's new digest
