@@ -62,7 +62,9 @@ def test_callable_and_program_give_the_library_maps(user):
     proc = run(["explain", "photo.png", "--model", "mypkg.nets:small_cnn", "--weights", "w.pt",
                 *common, "--out", "own"], user)
     assert proc.returncode == 0, proc.stderr
-    assert re.search(rf"\b{target} {target}\s+<- explained", proc.stdout), proc.stdout
+    # no class names: the index alone (not "1 1"), and the real count of classes
+    assert re.search(rf"%\s+{target}  <- explained", proc.stdout), proc.stdout
+    assert proc.stdout.startswith("top-3 classes:"), proc.stdout
     assert cli.main(["explain", "photo.png", "--model", "net.pt2", *common,
                      "--out", "program"]) == 0
     for folder in ("own", "program"):
