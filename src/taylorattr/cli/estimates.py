@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from ..registry import resolve
 from ..runtime import cost as C
 from ..runtime.distributed import env_world
 from ..taylor.mode import timing_pass
@@ -88,8 +89,6 @@ def capture_families(costs) -> set[str]:
     """The graph captures a stage's methods make, by engine: ``"layer-wise"`` (DeepLIFT,
     DeepLiftShap, LRP: one capture of the model) and ``"taylor"`` (Taylor mode: one of the
     model it expands), read from the registry rows the costs are labelled with."""
-    from ..registry import resolve
-
     families = set()
     for c in costs:
         if c.taylor_rows:

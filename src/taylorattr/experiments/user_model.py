@@ -27,6 +27,11 @@ preprocessing of its own gets the images as they are: their shorter side ``image
 network is not assumed to be ImageNet's). A ``size`` the program cannot take is a
 ValueError naming ``input_size``. :func:`describe_preprocessing` says what is applied, in
 one sentence; :func:`image_classifier` wraps a module with it and class names.
+
+Why one module: what the model is (a loaded callable, a program and its input ranges, a
+gray network's RGB front) decides how the images are prepared for it (the program's size,
+the channels, timm's settings); apart, the preprocessing would reach into each loader's
+internals.
 """
 from __future__ import annotations
 
