@@ -12,6 +12,10 @@ import torch
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
+#: What a user's model with no preprocessing of its own is fed by default: pixels in
+#: [0, 1], not normalised (issue 46).
+PIXEL_MEAN, PIXEL_STD = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+
 NETS = '''
 import torch
 from torch import nn

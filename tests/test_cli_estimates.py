@@ -32,16 +32,21 @@ def counts(line: str) -> dict:
 
 
 def estimate_lines(err: str, command: str) -> list[str]:
-    """The estimate lines of ``err``, without the note a busy machine adds (its load is
-    not the test's); the other lines may only be the run's stage lines (progress.stage in
-    a log: "started", "done")."""
+    """The stages' estimate lines of ``err``, without the note a busy machine adds (its
+    load is not the test's) and the total with the fixed costs (it ends with one of
+    "with fixed costs: ...", checked here); the other lines may only be the run's stage
+    lines (progress.stage in a log: "started", "done", "... done in")."""
     assert "Traceback" not in err
     lines = err.strip().splitlines()
     prefix = f"taylorattr {command}: estimate: "
     others = [line for line in lines if not line.startswith(prefix)]
-    assert all(re.match(rf"taylorattr {command}: .*: (started|done)", line) for line in others), lines
-    return [line for line in lines
-            if line.startswith(prefix) and not line.startswith(prefix + "the machine was busy")]
+    assert all(re.match(rf"taylorattr {command}: .*: (started|done|\d)", line)
+               for line in others), lines
+    totals = [line for line in lines if line.startswith((prefix + "in all: ",
+                                                          prefix + "all stages: "))]
+    assert len(totals) == 1 and ", with fixed costs: " in totals[0], lines
+    return [line for line in lines if line.startswith(prefix) and line not in totals
+            and not line.startswith(prefix + "the machine was busy")]
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +178,7 @@ def test_reproduce_estimate_one_line_per_stage(tmp_path, capsys, monkeypatch, ti
                            "saliency on C-sp and EfficientNet-Lite0"[:len(stages[4])],
                            "interactions"]
     assert "principles: not counted" in lines[2]
-    assert stages[6] == "all stages" and len(lines) == 7
+    assert len(lines) == 6  # and the total, "all stages" (estimate_lines)
     lines = lines[1:]
     x = data.mnist_split(*data.load_mnist(None), seed=0).held_images[:2].double()
     whole = torch.zeros(x.shape[1:], dtype=torch.long)
@@ -196,8 +201,9 @@ def test_explain_estimate_and_run(files, tmp_path, capsys, monkeypatch, counts_o
     ran = []  # the interactions of a 224x224 photo take a minute: the command is stubbed
     monkeypatch.setitem(cli.COMMANDS, "explain", lambda args: ran.append(args) or "ok")
     assert cli.main(argv_of("explain", files, out) + ["--estimate", "--interactions"]) == 0
-    maps, pairs, total = estimate_lines(capsys.readouterr().err, "explain")
-    assert total.split(": estimate: ")[1].startswith("all stages: about ")
+    err = capsys.readouterr().err
+    maps, pairs = estimate_lines(err, "explain")
+    assert "taylorattr explain: estimate: all stages: about " in err
     net = M.torchvision_model("resnet18", files["r18"])
     x = net.preprocess(data.load_image(files["img"]))
     gi = GradientInput(net).cost(x)
@@ -390,7 +396,8 @@ def test_default_budget_refuses_nothing_on_a_busy_machine(monkeypatch, capsys):
 
     stages = [E.Stage("validation", C.Cost(label="validation", forward_rows=10, seconds=3e4)),
               E.Stage("assessment", C.Cost(label="assessment", forward_rows=5, seconds=1e4))]
-    monkeypatch.setattr(E, "command_stages", lambda args: stages)
+    monkeypatch.setattr(E, "counted_stages", lambda args: [])
+    monkeypatch.setattr(E, "command_stages", lambda args, plans=None, captures=None: stages)
     args = type("Args", (), {"command": "reproduce", "budget": None, "estimate": False})()
     assert C.Load(1.0, 2).busy and not C.Load(0.9, 2).busy
     monkeypatch.setattr(C, "machine_load", lambda: C.Load(6.0, 2))
@@ -406,3 +413,39 @@ def test_default_budget_refuses_nothing_on_a_busy_machine(monkeypatch, capsys):
     args.budget = None
     with pytest.raises(CliError, match=r"exceeds the budget of 4.0 h \(the default\)"):
         E.check_estimates(args)
+
+
+def test_dry_run_prints_the_estimate_with_its_fixed_costs_and_exits_0(tmp_path, capsys,
+                                                                   monkeypatch):
+    """``--dry-run``: the estimate lines, exit status 0, nothing run or written. The total
+    counts the fixed costs besides the rows: the seconds already spent (start-up, model,
+    data, the estimate) and the graph captures of the chosen methods (DL: the layer-wise
+    capture; Taylor-1: Taylor mode's, timed by the probe that makes one)."""
+    import sys
+
+    from _user_model import write_package, write_photo, write_weights
+
+    for name in [m for m in sys.modules if m == "mypkg" or m.startswith("mypkg.")]:
+        monkeypatch.delitem(sys.modules, name)  # another test's mypkg is another folder's
+    ran = []
+    monkeypatch.setitem(cli.COMMANDS, "explain", lambda args: ran.append(1) or "")
+    write_package(tmp_path)
+    write_weights(tmp_path / "w.pt", seed=0)
+    write_photo(tmp_path / "p.png", seed=0, size=12)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    argv = ["explain", "p.png", "--model", "mypkg.nets:small_cnn", "--weights", "w.pt",
+            "--methods", "gi", "dl", "taylor-1", "--out", "o", "--dry-run"]
+    assert cli.main(argv) == 0 and not ran and not (tmp_path / "o").exists()
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ": estimate: " in ln]
+    stage = next((ln for ln in lines if "saliency maps on mypkg" in ln), err)
+    total = next(ln for ln in lines if ": estimate: in all: about " in ln)
+    assert "spent already (start-up, model, data, this estimate)" in total, total
+    assert "2 graph captures of about " in total, total  # layer-wise and Taylor mode
+
+    def seconds(line, after):
+        m = re.search(after + r"about ([0-9.]+) (s|min|h)", line)
+        return float(m.group(1)) * {"s": 1, "min": 60, "h": 3600}[m.group(2)]
+
+    assert seconds(total, "in all: ") > seconds(stage, "backwards.*?, ")

@@ -14,10 +14,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from _user_model import run, small_cnn, write_package, write_photo, write_weights
+from _user_model import (
+    PIXEL_MEAN,
+    PIXEL_STD,
+    run,
+    small_cnn,
+    write_package,
+    write_photo,
+    write_weights,
+)
 
 from taylorattr import cli
-from taylorattr.data import IMAGENET_MEAN, IMAGENET_STD, imagenet_transform, load_image
+from taylorattr.data import imagenet_transform, load_image
 
 PHOTOS = ["cat/cat1.png", "cat/cat2.png", "cat/cat3.png",
           "dog/dog1.png", "dog/dog2.png", "dog/dog3.png"]
@@ -37,7 +45,7 @@ def user(tmp_path, monkeypatch):
 def hand_gi(net, path: Path, size: int, resize: int) -> tuple[torch.Tensor, int]:
     """``(x * df_t/dx [3, H, W], t)`` in float64 on the CPU (where the image is read and
     the maps are loaded, whatever device ``net`` is on), ``t`` the predicted class."""
-    x = imagenet_transform(load_image(path), resize, size, IMAGENET_MEAN, IMAGENET_STD)[None]
+    x = imagenet_transform(load_image(path), resize, size, PIXEL_MEAN, PIXEL_STD)[None]
     net = copy.deepcopy(net).double().cpu().eval()
     x = x.double().requires_grad_(True)
     out = net(x)
@@ -80,8 +88,8 @@ def test_pt2_program_runs_at_the_size_it_was_exported_for(user, capsys):
     assert sorted(r["source"] for r in rows) == PHOTOS
     for r in rows:
         saved = torch.load(user / "maps_pt2" / r["map"], weights_only=True)
-        # 64 read from the program; the resize is 64 / 0.875 as for any model
-        expected, t = hand_gi(net, user / "photos" / r["source"], 64, round(64 / 0.875))
+        # 64 read from the program; the whole image's center square scaled to it
+        expected, t = hand_gi(net, user / "photos" / r["source"], 64, 64)
         assert saved["attribution"].shape == (3, 64, 64) and saved["target"] == t
         torch.testing.assert_close(saved["attribution"].double(), expected, rtol=1e-4,
                                    atol=1e-6)

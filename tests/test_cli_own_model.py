@@ -13,10 +13,19 @@ import re
 import numpy as np
 import pytest
 import torch
-from _user_model import run, small_cnn, write_package, write_photo, write_program, write_weights
+from _user_model import (
+    PIXEL_MEAN,
+    PIXEL_STD,
+    run,
+    small_cnn,
+    write_package,
+    write_photo,
+    write_program,
+    write_weights,
+)
 
 from taylorattr import cli
-from taylorattr.data import IMAGENET_MEAN, IMAGENET_STD, imagenet_transform, load_image
+from taylorattr.data import imagenet_transform, load_image
 
 
 @pytest.fixture
@@ -44,8 +53,8 @@ def test_callable_and_program_give_the_library_maps(user):
     """A real process for the callable (a user's first run), the .pt2 in this process."""
     torch.manual_seed(3)
     net = small_cnn().eval()
-    x = imagenet_transform(load_image(user / "photo.png"), 16, 16, IMAGENET_MEAN,
-                           IMAGENET_STD)[None]
+    x = imagenet_transform(load_image(user / "photo.png"), 16, 16, PIXEL_MEAN,
+                           PIXEL_STD)[None]
     target = int(net(x.to(next(net.parameters()).device)).argmax(1))
     expected = gradient_input_by_hand(net, x, target)
     common = ["--methods", "gi", "--save-maps", "--format", "npy", "--input-size", "16",
@@ -53,7 +62,9 @@ def test_callable_and_program_give_the_library_maps(user):
     proc = run(["explain", "photo.png", "--model", "mypkg.nets:small_cnn", "--weights", "w.pt",
                 *common, "--out", "own"], user)
     assert proc.returncode == 0, proc.stderr
-    assert re.search(rf"\b{target} {target}\s+<- explained", proc.stdout), proc.stdout
+    # no class names: the index alone (not "1 1"), and the real count of classes
+    assert re.search(rf"%\s+{target}  <- explained", proc.stdout), proc.stdout
+    assert proc.stdout.startswith("top-3 classes:"), proc.stdout
     assert cli.main(["explain", "photo.png", "--model", "net.pt2", *common,
                      "--out", "program"]) == 0
     for folder in ("own", "program"):
@@ -92,7 +103,7 @@ def test_labels_decide_what_a_class_folder_means(user, capsys):
     net = small_cnn().eval()
     for r in index_rows(user / "o3"):
         x = imagenet_transform(load_image(user / "data" / r["source"]), 16, 16,
-                               IMAGENET_MEAN, IMAGENET_STD)[None]
+                               PIXEL_MEAN, PIXEL_STD)[None]
         pred = int(net(x.to(next(net.parameters()).device)).argmax(1))
         assert r["explained"] == "predicted" and int(r["target"]) == pred
         got = torch.from_numpy(np.load(user / "o3" / r["map"]))

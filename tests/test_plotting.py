@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import matplotlib
 import pytest
@@ -148,7 +149,10 @@ def test_explain_smooth_model_maps_titles_colour_bar_and_saved_maps(tmp_path):
             __import__("re").sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower())
         assert np.array_equal(np.load(stem.with_suffix(".npy")), plotted), label
         assert np.array_equal(torch.load(stem.with_suffix(".pt")).numpy(), plotted), label
-    assert r.warnings_file.read_text() == "\n".join(r.warnings or ["no warnings"]) + "\n"
+    written = r.warnings_file.read_text().splitlines()  # the warnings, then what the
+    assert written[:len(r.warnings)] == r.warnings   # panels are (the figure's footer)
+    assert all(w.startswith(("Taylor panels: ", E.DIFFERENCE_LABEL + ": at most"))
+               for w in written[len(r.warnings):]), written
     check_png(r.figure)
 
 
@@ -196,8 +200,11 @@ def test_explain_smooths_a_relu6_network_for_its_taylor_panels(tmp_path):
     diff = next(k for k in r.panel.maps if k.startswith(E.DIFFERENCE_LABEL))
     assert float(r.panel.maps[diff].abs().max()) > 0
     x = net.preprocess(data.load_image(tmp_path / "img.png"))
-    title = next(k for k in r.panel.maps if k.startswith("Taylor-2"))
-    beta = float(title.split("beta = ")[1].split(" ")[0])
+    title = next(k for k in r.panel.maps if k.startswith("Taylor-2 ("))  # "smooth β=20"
+    note = next(w for w in r.warnings_file.read_text().splitlines()
+                if w.startswith("Taylor panels: "))  # the whole note, in the footer too
+    beta = float(note.split("beta = ")[1].split(" ")[0])
+    assert title == f"Taylor-2 (smooth β={beta:g})", title
     with torch.no_grad():
         df = float((net(x) - net(torch.zeros_like(x))).abs().max())
 
@@ -207,4 +214,40 @@ def test_explain_smooths_a_relu6_network_for_its_taylor_panels(tmp_path):
         assert gap(beta) <= 0.05 * df
         smaller = [b for b in AUTO_BETAS if b < beta]
         assert not smaller or gap(smaller[-1]) > 0.05 * df
-        assert "(auto: gap" in title and f"output gap {gap(beta):.2g}" in title
+        assert "(auto: gap" in note and f"output gap {gap(beta):.2g}" in note
+
+
+def test_unnamed_classes_short_taylor_titles_and_the_real_top_count(tmp_path, capsys,
+                                                                   monkeypatch):
+    """Without class names the title reads "class k" (not "class k: k"); the Taylor
+    panels' titles (smoothed copy, "Taylor-2 - Taylor-1") hold at most 2 lines, their
+    details in the footer; the CLI prints "top-2 classes" for a 2-class model, each
+    index once."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Flatten(), nn.Linear(4 * 8 * 8, 2))
+    model = ImageClassifier(net, (0.5,) * 3, (0.25,) * 3, None, size=16, resize=16).eval()
+    r = fast(tmp_path, model, methods=["gi", "taylor-1", "taylor-2"])
+    fig = draw_saliency_grid([r.panel])
+    head = fig.axes[0].get_title().splitlines()[0]
+    assert head == f"class {r.target}", head
+    titles = {label: ax.get_title() for ax, label in zip(fig.axes[1:-1], r.panel.maps)}
+    taylor = [t for k, t in titles.items() if k.startswith("Taylor")]
+    assert len(taylor) == 3 and all(len(t.splitlines()) <= 2 for t in taylor), taylor
+    assert any("smooth β=" in t for t in taylor), taylor  # ReLU and max-pool: smoothed
+    assert any("Taylor panels: smoothed, beta = " in w
+               for w in r.warnings_file.read_text().splitlines())
+    # the CLI's text: the real count, and no "1 1"
+    from _user_model import write_package, write_photo
+
+    write_package(tmp_path)
+    write_photo(tmp_path / "p.png", seed=3, size=16)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert cli.main(["explain", "p.png", "--model", "mypkg.nets:small_cnn", "--model-args",
+                     '{"classes": 2}', "--methods", "gi", "--out", "o", "--budget",
+                     "none"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "top-2 classes:", out
+    rows = out[1:3]
+    assert all(re.fullmatch(r"\s+[0-9.]+%\s+[01](  <- explained)?", row) for row in rows), rows

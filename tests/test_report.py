@@ -354,3 +354,30 @@ def test_readme_operation_tables_are_generated_from_the_rule_tables():
     for family, names in supported_ops().items():  # every op of both engines is listed
         assert family == "user" or all(n in block for n in names)
     assert all(row.operations in block for row in supported_operations())
+
+
+def test_wide_figures_scroll_at_a_readable_scale_and_numbers_never_wrap(tmp_path):
+    """A figure wider than the page at 2/3 of its pixels (a saliency grid) is shown at
+    that scale in a sideways-scrolling box; a narrow one fits the page; table cells keep
+    their numbers on one line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from taylorattr.reporting.report import READABLE_SCALE
+
+    paths = []
+    for name, width in (("wide", 16), ("narrow", 4)):
+        fig = plt.figure(figsize=(width, 2))
+        fig.savefig(tmp_path / f"{name}.png", dpi=150)
+        plt.close(fig)
+        paths.append(tmp_path / f"{name}.png")
+    write_report(tmp_path, "T", [Section("S", "| a |\n|---|\n| 1.5e-3 ± 2e-4 |", paths)])
+    page = (tmp_path / "report.html").read_text()
+    from PIL import Image
+
+    wide = round(Image.open(paths[0]).size[0] * READABLE_SCALE)
+    assert f'<figure class="wide"><img alt="wide" style="width:{wide}px"' in page
+    assert '<figure><img alt="narrow" src=' in page
+    assert "td{white-space:nowrap" in page and ".wide{overflow-x:auto}" in page

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 import warnings
 
 from .arguments import ASSESS_EXPERIMENTS, EXPLAIN_MODELS, IMAGENET_MODELS, CliError, _one_line
@@ -63,6 +64,7 @@ def _print(text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns 0, or raises ``SystemExit`` with status 2 (an expected
     failure, one line on stderr) or 130 (interrupted)."""
+    started = time.perf_counter()  # the estimate counts the seconds since (fixed costs)
     argv = sys.argv[1:] if argv is None else list(argv)
     command = next((a for a in argv if not a.startswith("-")), None)
     known = command if command in REGISTERED else None
@@ -70,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     # or an argument error (a command's help may read the registry, e.g. explain's methods)
     parser = build_parser(known or "", method_help=bool({"-h", "--help"} & set(argv)))
     args = parser.parse_args(argv)
+    args.started = started
     sub = f"taylorattr {args.command}"
     module = load(args.command)
     why = module.argument_errors(args) if hasattr(module, "argument_errors") else None
@@ -90,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                 from . import estimates  # torch: only once the arguments are parsed
 
                 estimates.check_estimates(args)  # last: the estimate builds models, reads data
+                if args.dry_run:
+                    return 0
             _print(COMMANDS[args.command](args))
         except KeyboardInterrupt:
             sys.stderr.write(f"{sub}: interrupted; rerun to resume\n")

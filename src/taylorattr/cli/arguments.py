@@ -179,8 +179,10 @@ def _cost_flags(p) -> None:
                         "batch; every stage's estimate is printed on stderr (default: 4 h, "
                         "in batch mode too; 'none' lifts it and skips the estimate)")
     p.add_argument("--estimate", action="store_true",
-                   help="print the estimates even with --budget none (to see them without "
-                        "running, give a tiny --budget)")
+                   help="print the estimates even with --budget none")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the estimates (with the fixed costs: start-up, model loading, "
+                        "graph captures) and exit 0 without running or writing anything")
 
 
 def _json_args(text: str):
@@ -226,16 +228,21 @@ def _model_flags(p, default: str | None) -> None:
                         "folders of --data must match them (without it the predicted class "
                         "is explained)")
     p.add_argument("--input-size", type=_positive_int, default=None, metavar="N",
-                   help="center crop side (default: the model's pretrained_cfg, else 224)")
+                   help="side of the square fed to the model (default: the model's own: a "
+                        "built-in's, a .pt2 program's input shape, timm's pretrained_cfg; "
+                        "else the images' own shorter side)")
     p.add_argument("--resize", type=_positive_int, default=None, metavar="N",
-                   help="shorter side before the crop (default: --input-size / crop_pct of "
-                        "the model's pretrained_cfg, else / 0.875)")
+                   help="shorter side before the center crop (default: the model's own, "
+                        "else --input-size: the whole center square)")
     p.add_argument("--mean", type=_rgb, nargs=3, default=None, metavar=("R", "G", "B"),
-                   help="normalisation mean (default: the model's pretrained_cfg, else "
-                        "ImageNet's 0.485 0.456 0.406)")
+                   help="normalisation mean (default: the model's own, else none: pixels "
+                        "in [0, 1]; ImageNet's is 0.485 0.456 0.406)")
     p.add_argument("--std", type=_rgb, nargs=3, default=None, metavar=("R", "G", "B"),
-                   help="normalisation std (default: the model's pretrained_cfg, else "
-                        "ImageNet's 0.229 0.224 0.225)")
+                   help="normalisation std (default: the model's own, else none; ImageNet's "
+                        "is 0.229 0.224 0.225)")
+    p.add_argument("--grayscale", action="store_true",
+                   help="feed one gray channel (0.299 R + 0.587 G + 0.114 B); automatic when "
+                        "the model's first convolution takes 1 channel")
 
 
 def _dataset_flags(p) -> None:
@@ -278,6 +285,14 @@ def _any_method(text: str) -> str:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("methods: ")) from None
     return text
+
+
+def method_names(method_help: bool) -> str:
+    """The registry's method names for a ``--methods`` help text (they read the registry,
+    a torch import: only for ``--help``)."""
+    if not method_help:
+        return "see --help for the names"
+    return "one of " + ", ".join(library().registry.METHODS)
 
 
 def _named_weights(text: str) -> tuple[str, Path]:

@@ -26,17 +26,20 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from dataclasses import dataclass, replace
 
 import torch
 
+from ..registry import resolve
 from ..runtime import cost as C
 from ..runtime.distributed import env_world
 from ..taylor.mode import timing_pass
 from . import commands
 from .arguments import CliError
 
-__all__ = ["DEFAULT_BUDGET", "Stage", "check_estimates", "command_stages"]
+__all__ = ["DEFAULT_BUDGET", "Stage", "capture_families", "check_estimates", "command_stages",
+           "counted_stages", "fixed_costs"]
 
 #: The budget of a run without ``--budget``, on a terminal and in batch mode alike:
 #: generous, so that only runs meant for a GPU are refused (a batch job that means it
@@ -52,6 +55,7 @@ class Stage:
     cost: object = None  # taylorattr.runtime.cost.Cost
     skipped: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    captures: int = 0  # graph captures its methods make (capture_families)
 
     def line(self) -> str:
         text = self.cost.describe() if self.cost is not None else f"{self.label}: not counted"
@@ -66,34 +70,101 @@ class Stage:
 PROBE_SECONDS = 0.05
 
 
-def timed(stage, cache: dict | None = None) -> Stage:
+def _captured_pass(model, captures: list):
+    """:func:`~taylorattr.taylor.mode.timing_pass` of ``model`` whose first call (the graph
+    capture, then one pass) is timed into ``captures``: what one capture costs the run."""
+    run = timing_pass(model)
+
+    def timed_run(*args):
+        if captures and captures[-1][0] is model:
+            return run(*args)
+        start = time.perf_counter()
+        out = run(*args)
+        captures.append((model, time.perf_counter() - start))
+        return out
+    return timed_run
+
+
+def capture_families(costs) -> set[str]:
+    """The graph captures a stage's methods make, by engine: ``"layer-wise"`` (DeepLIFT,
+    DeepLiftShap, LRP: one capture of the model) and ``"taylor"`` (Taylor mode: one of the
+    model it expands), read from the registry rows the costs are labelled with."""
+    families = set()
+    for c in costs:
+        if c.taylor_rows:
+            families.add("taylor")
+        try:
+            cls = resolve(c.label).spec.cls
+        except ValueError:  # not a method's row (the target's forward, a metric)
+            continue
+        if any("layerwise" in k.__module__ for k in cls.__mro__):
+            families.add("layer-wise")
+    return families
+
+
+def timed(stage, cache: dict | None = None, captures: list | None = None) -> Stage:
     """A stage's :class:`~taylorattr.experiments.plans.StageCost` in seconds: each part
     timed on its model at the stage's own call sizes, at most about :data:`PROBE_SECONDS`
-    per probe call; ``cache`` shares the timings of one architecture between parts."""
+    per probe call; ``cache`` shares the timings of one architecture between parts;
+    ``captures`` collects the seconds of the graph captures the probes made."""
+    captures = [] if captures is None else captures
+
     def seconds(costs, model, x):
         cost = C.summed(costs)
         return C.estimate(cost, model, x[:1], probe_seconds=PROBE_SECONDS, cache=cache,
-                        taylor_pass=timing_pass(model) if cost.taylor_rows else None)
+                          taylor_pass=_captured_pass(model, captures) if cost.taylor_rows
+                          else None)
 
     total = C.summed(seconds(*part) for part in stage.parts if part[0])
     if total is not None:
         total = replace(total, label=stage.label, samples=stage.samples)
-    return Stage(stage.label, total, stage.skipped, stage.notes)
+    families = set().union(*(capture_families(part[0]) for part in stage.parts))
+    return Stage(stage.label, total, stage.skipped, stage.notes, len(families))
 
 
-def command_stages(args) -> list[Stage]:
-    """One :class:`Stage` per stage of ``args.command`` (counted and timed, nothing run):
-    the command module's ``stages(args)``."""
+def counted_stages(args) -> list:
+    """The command module's ``stages(args)``: every stage's rows, counted (nothing timed)."""
     threads = torch.get_num_threads()
     # counting rows runs small ops only: one thread (on a busy machine a second one waits
     # for its descheduled sibling at every op, which made counting take a minute)
     torch.set_num_threads(1)
     try:
-        plans = commands.load(args.command).stages(args)
+        return commands.load(args.command).stages(args)
     finally:
         torch.set_num_threads(threads)
+
+
+def command_stages(args, plans=None, captures: list | None = None) -> list[Stage]:
+    """One :class:`Stage` per stage of ``args.command`` (counted and timed, nothing run);
+    ``plans``: :func:`counted_stages` already counted; ``captures`` collects the seconds
+    of the graph captures the probes made."""
+    plans = counted_stages(args) if plans is None else plans
     cache: dict = {}  # one timing per architecture, row shape and call size
-    return [timed(stage, cache) for stage in plans]
+    return [timed(stage, cache, captures) for stage in plans]
+
+
+def fixed_costs(stages, captures: list, started: float) -> tuple[float, str]:
+    """``(seconds, words)``: what a run costs besides its rows: the seconds spent since
+    ``started`` (start-up, imports, model loading, reading the data, this estimate: the
+    run has paid them when it starts its work) and each graph capture the stages' methods
+    make, at the seconds of the probes' own capture (the first one, with torch.export's
+    imports, an upper bound of the others)."""
+    spent = time.perf_counter() - started
+    n = sum(s.captures for s in stages)
+    each = max((t for _, t in captures), default=None)
+    words = f"{C.format_seconds(spent)} spent already (start-up, model, data, this estimate)"
+    if n and each is not None:
+        words += f", {n} graph capture{'s' if n != 1 else ''} of about {C.format_seconds(each)}"
+        return spent + n * each, words
+    if n:
+        words += f"; {n} graph capture{'s' if n != 1 else ''} not timed"
+    return spent, words
+
+
+def _out_of_reach(plans) -> str:
+    """Why a counted stage cannot finish whatever its rows cost ("" when all can)."""
+    return "; ".join(dict.fromkeys(c.out_of_reach for stage in plans for costs, *_ in
+                                   stage.parts for c in costs if c.out_of_reach))
 
 
 # ----------------------------------------------------------------------- print and refuse
@@ -119,16 +190,31 @@ def check_estimates(args) -> None:
     budget = default if args.budget is None else args.budget
     if budget == math.inf:
         budget = None
-    if budget is None and not args.estimate:
+    dry = getattr(args, "dry_run", False)
+    if dry:
+        budget = None  # a dry run refuses nothing: it says
+    if budget is None and not (args.estimate or dry):
         return
     load = C.machine_load()
-    stages = command_stages(args)
+    plans = counted_stages(args)
+    why = _out_of_reach(plans)
+    if why and budget is not None:  # refused before any probe is timed
+        raise CliError("--budget", f"{args.command}: out of reach: {why}; cheaper: "
+                                   f"{command.CHEAPER}; --budget none runs it anyway")
+    captures: list = []
+    stages = command_stages(args, plans, captures)
     total = C.summed(s.cost for s in stages if s.cost is not None)
     busy = load is not None and load.busy
     lines = [stage.line() for stage in stages]
-    if total is not None and len(stages) > 1:
-        lines.append(f"all stages: about {C.format_seconds(total.seconds)} on "
-                     f"{total.device or 'cpu'}")
+    if why:
+        lines.append(f"out of reach: {why}")
+    if total is not None:
+        fixed, words = fixed_costs(stages, captures,
+                                   getattr(args, "started", time.perf_counter()))
+        total = replace(total, seconds=total.seconds + fixed)
+        lines.append(f"{'all stages' if len(stages) > 1 else 'in all'}: about "
+                     f"{C.format_seconds(total.seconds)} on {total.device or 'cpu'}, with "
+                     f"fixed costs: {words}")
     if busy:
         lines.append(f"the machine was busy while timing (load average {load.average:.1f} on "
                      f"{load.cpus} CPUs): the times hold while it stays so busy, and are "

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from .arguments import IMAGENET_MODELS, CliError, _one_line, library, require_package
 
-__all__ = ["build_job", "build_model", "dataset_job", "dataset_stages", "experiments", "explain_network",
-           "job_lines", "plural", "run_job"]
+__all__ = ["build_job", "build_model", "dataset_job", "dataset_stages", "experiments",
+           "explain_network", "image_sides", "job_lines", "plural", "run_job"]
 
 
 def experiments():
@@ -22,7 +22,7 @@ def experiments():
 
 _FLAGS = {"weights": "--weights", "model": "--model", "model_args": "--model-args",
           "labels": "--labels", "data": "--data", "mean and std": "--mean",
-          "input_size": "--input-size"}
+          "input_size": "--input-size", "grayscale": "--grayscale"}
 
 
 def _library_error(exc: Exception) -> CliError:
@@ -61,6 +61,54 @@ def _preprocessing(args) -> dict:
     return {"size": args.input_size, "resize": args.resize, "mean": args.mean, "std": args.std}
 
 
+def image_sides(paths, argument: str, skip_bad: bool = False) -> list[int]:
+    """The shorter side of each image in ``paths``, read from its header (Pillow's
+    ``verify``: the file's structure and checksums, no decoding), so that a damaged file
+    is named before any estimate or work; with ``skip_bad`` it is left out instead."""
+    from PIL import Image
+
+    sides = []
+    for i, path in enumerate(paths):
+        try:
+            with Image.open(path) as img:
+                side = min(img.size)
+                img.verify()
+        except Exception as exc:  # noqa: BLE001 - any failure to read it is the file's
+            if skip_bad:
+                continue
+            what = "" if "cannot identify" in str(exc) else f" ({_one_line(exc)[:120]})"
+            item = f"dataset item {i} " if argument == "--data" else ""
+            raise CliError(argument, f"{item}{path}: not an image Pillow can read (an unknown "
+                                     f"format, or the file is damaged or empty){what}; "
+                                     "replace or remove it"
+                           + (", or pass --bad-items skip to leave it out"
+                              if argument == "--data" else "; give an image file Pillow "
+                              "reads (PNG, JPEG, WebP, TIFF, BMP, ...)")) from None
+        sides.append(side)
+    return sides
+
+
+def _note_preprocessing(args, model, sides) -> None:
+    """Say once what is done to the images before a model of the user's sees them (a
+    built-in classifier's preprocessing is its own, documented with it)."""
+    *_, user_model = experiments()
+    if getattr(args, "said_preprocessing", False) or args.model in user_model.BUILTIN_IMAGENET:
+        return
+    args.said_preprocessing = True
+    line = user_model.describe_preprocessing(model, **_preprocessing(args),
+                                             image_side=min(sides) if sides else None,
+                                             image_sides=sides)
+    print(f"taylorattr {args.command}: note: {line}", file=sys.stderr, flush=True)
+
+
+def _rgb(model, args):
+    *_, user_model = experiments()
+    try:
+        return user_model.rgb_input(model, args.grayscale)
+    except ValueError as exc:
+        raise _library_error(exc) from None
+
+
 def _labels(args):
     if args.labels is None:
         return None
@@ -76,11 +124,15 @@ def explain_network(args):
     ``--labels`` names (built once: the estimate probes it, the command explains with it)."""
     if getattr(args, "network", None) is None:
         *_, user_model = experiments()
+        model = _rgb(build_model(args), args)
+        sides = image_sides([args.image], "IMAGE")
         try:
-            args.network = user_model.image_classifier(build_model(args), _labels(args),
-                                                       args.model, **_preprocessing(args))
+            args.network = user_model.image_classifier(model, _labels(args), args.model,
+                                                       **_preprocessing(args),
+                                                       image_side=sides[0])
         except ValueError as exc:
             raise _library_error(exc) from None
+        _note_preprocessing(args, model, sides)
     return args.network
 
 
@@ -107,12 +159,24 @@ def build_job(args):
         if not Path(args.data).is_dir():
             raise CliError("--data", f"{args.data} is neither mnist, cluttered nor a folder")
         require_package("PIL", "--data", "reading images", "paper")
+        from ..data.photos import image_files_pillow_reads  # torch: after parsing
+
+        model = _rgb(model, args)
+        try:
+            files, _ = image_files_pillow_reads(args.data)
+        except ValueError as exc:
+            raise _library_error(exc) from None
+        if args.samples is not None:
+            files = files[:args.samples]
+        sides = image_sides(files, "--data", skip_bad=args.bad_items == "skip")
         try:
             dataset = evaluation.items.ImageFolderItems(
                 args.data, labels=_labels(args),
-                **user_model.preprocessing(model, **_preprocessing(args)))
+                **user_model.preprocessing(model, **_preprocessing(args),
+                                           image_side=min(sides, default=None)))
         except ValueError as exc:
             raise _library_error(exc) from None
+        _note_preprocessing(args, model, sides)
         if dataset.skipped_files:
             shown = [p.relative_to(args.data).as_posix() for p in dataset.skipped_files[:5]]
             more = len(dataset.skipped_files) - len(shown)

@@ -93,15 +93,18 @@ def resolve_methods(methods) -> list[_registry.BoundMethod]:
     return out
 
 
-def _attribute(bound, model, x, targets, baseline, indices, seed):
-    """Attributions of a batch; a method with a ``seed`` runs per sample with its seed."""
+def _attribute(bound, model, x, targets, baseline, indices, seed, rows_bar: bool = False):
+    """Attributions of a batch; a method with a ``seed`` runs per sample with its seed.
+    ``rows_bar``: a bar over the model rows of the call (a terminal's view inside a long
+    item; it only observes)."""
     if "seed" not in bound.spec.options():
-        return bound(model, x, baseline, targets).detach()
+        return bound(model, x, baseline, targets, show_progress=rows_bar).detach()
     rows = []
     for j, i in enumerate(indices):
         own = dataclasses.replace(bound, settings=MappingProxyType(
             {**bound.settings, "seed": sample_seed(seed, i)}))
-        rows.append(own(model, x[j:j + 1], baseline, targets[j:j + 1]).detach())
+        rows.append(own(model, x[j:j + 1], baseline, targets[j:j + 1],
+                        show_progress=rows_bar).detach())
     return torch.cat(rows)
 
 
@@ -297,7 +300,7 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
             idx = [it.index for it in items]
             changes = None  # the square removals' output changes, shared by every method
             for b in bound:
-                a = _attribute(b, model, x, t, baseline, idx, seed)
+                a = _attribute(b, model, x, t, baseline, idx, seed, rows_bar)
                 if "infidelity" in metrics:
                     if square:
                         if changes is None:
@@ -320,12 +323,32 @@ def evaluate(model, dataset, methods, metrics=("infidelity",), *, out, batch_siz
                                               for k in metrics} for m in scores}})
 
     model = _prepare(model, dev)
+    per_call = _items_per_call(bound, model, shape, batch_size)
+    # an item computed alone is long: on a terminal a bar shows its model rows
+    rows_bar = per_call == 1 and show_progress and progress.interactive()
     return run_job(Path(out), config, fields, n, batch_size,
                    _reader(dataset, shape, need_mask, on_bad_item), compute,
                    lambda units: merge_units(units, [b.label for b in bound], metrics, Path(out)),
                    device=dev, resume=resume, name_item=_namer(dataset),
                    progress=_stage(show_progress, "evaluate",
-                                   ", ".join(b.label for b in bound)))
+                                   ", ".join(b.label for b in bound)),
+                   items_per_call=per_call)
+
+
+#: An item on which the methods run at least this many model rows (forwards and
+#: backwards, :meth:`~taylorattr.runtime.cost.Cost.rows`) is computed, stored and counted
+#: on its own (progress moves per item, an interrupt keeps every finished one); cheaper
+#: items are computed a unit at a time (one batch: quicker, and done in moments).
+ITEM_ROWS = 16
+
+
+def _items_per_call(methods, model, shape, batch_size: int) -> int:
+    """How many of a unit's items one compute call takes (:data:`ITEM_ROWS`)."""
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()),
+                 torch.float32)
+    x = torch.zeros((1,) + tuple(shape), dtype=dtype, device=_model_device(model))
+    costs, _ = method_costs(methods, model, x)
+    return 1 if sum(c.rows for c in costs) >= ITEM_ROWS else batch_size
 
 
 def _stage(show: bool, command: str, label: str):
@@ -384,7 +407,8 @@ def attribute_dataset(model, dataset, method, *, out, batch_size: int = 16, seed
         rows = []
         if items:
             x, t, _ = _batch(items, model, device)
-            a = _attribute(bound, model, x, t, baseline, [it.index for it in items], seed).cpu()
+            a = _attribute(bound, model, x, t, baseline, [it.index for it in items], seed,
+                           rows_bar).cpu()
             for j, it in enumerate(items):
                 name = map_name(dataset, it.index, map_format)
                 save_map(a[j], out / name, map_format, {
@@ -410,12 +434,15 @@ def attribute_dataset(model, dataset, method, *, out, batch_size: int = 16, seed
         return result
 
     model = _prepare(model, dev)
+    per_call = _items_per_call([bound], model, shape, batch_size)
+    rows_bar = per_call == 1 and show_progress and progress.interactive()  # as evaluate's
     return run_job(out, config, fields, n, batch_size,
                    _reader(dataset, shape, False, on_bad_item), compute, merge, device=dev,
                    resume=resume, name_item=_namer(dataset),
                    progress=_stage(show_progress, "attribute", bound.label),
                    kept=lambda r: all(_still_there(out, row, dataset, previews)
-                                      for row in r["rows"]))
+                                      for row in r["rows"]),
+                   items_per_call=per_call)
 
 
 _INDEX_FIELDS = ["index", "source", "map", "target", "explained"]

@@ -135,8 +135,10 @@ def _difference_panel(maps: dict, notes: list[str], by_order: dict) -> None:
         return
     diff = two - one
     rel = float(diff.abs().max() / one.abs().max().clamp_min(1e-30))
-    maps[f"{DIFFERENCE_LABEL} (max {rel:.2g} of Taylor-1)"] = diff
-    if rel == 0.0:
+    maps[DIFFERENCE_LABEL] = diff
+    if rel > 0.0:
+        notes.append(f"{DIFFERENCE_LABEL}: at most {rel:.2g} of Taylor-1's largest |value|")
+    else:
         notes.append(f"{DIFFERENCE_LABEL}: identical maps; the network is piecewise linear "
                      "here (second derivatives vanish), so order 2 adds nothing to order 1 "
                      "(and Taylor-1 equals GI)")
@@ -167,6 +169,12 @@ def _interaction_figure(net, x, target: int, taylor_model, out: Path, stem: str,
         f" ({note})" if note else "")
     interaction_map(image, result, title=title, path=path)
     return path
+
+
+def class_text(net, index: int) -> str:
+    """``"class 3: cat"``, or ``"class 3"`` when the model has no class names."""
+    name = net.class_name(index)
+    return f"class {index}" if name == str(index) else f"class {index}: {name}"
 
 
 def explain(image, model="efficientnet-lite0", weights=None, methods=None, target=None,
@@ -224,18 +232,23 @@ def explain(image, model="efficientnet-lite0", weights=None, methods=None, targe
     lines = notes + [f"{k} left out: {why}" for k, why in left_out.items()]
 
     p = float(probs[target])
-    title = (f"class {target}: {net.class_name(target)}\n"
+    title = (f"{class_text(net, target)}\n"
              f"p = {p:.3g} ({'chosen' if chosen else 'predicted'})")
     panel = SaliencyPanel(Path(image).stem, net.unnormalize(x[0]), title, shown, lines)
     out, stem = Path(out_dir), Path(image).stem
     footer = [f"{k} left out: {why}" for k, why in left_out.items()]
     if chosen and target != int(top.indices[0]):
-        footer.append(f"top class: {int(top.indices[0])} {net.class_name(int(top.indices[0]))} "
+        footer.append(f"top class: {class_text(net, int(top.indices[0]))} "
                       f"(p = {float(top.values[0]):.3g})")
+    # what the panels are (not warnings): in the footer and the warnings file, not printed
+    described = [n for n in notes if n.startswith((DIFFERENCE_LABEL + ": at most",
+                                                   "Taylor panels: "))]
+    footer += described
+    lines = [ln for ln in lines if ln not in described]
     plotted = {k: plotting.signed_map(v, sign) for k, v in shown.items()}
     figure = plotting.saliency_grid([panel], out / f"{stem}-saliency.png", sign=sign,
                                     overlay=overlay, footer="\n".join(footer) or None)
-    warnings_file, map_files = _write_outputs(out, stem, plotted, lines, save_maps,
+    warnings_file, map_files = _write_outputs(out, stem, plotted, lines + described, save_maps,
                                               tuple(map_formats))
     return Explanation([(net.class_name(int(i)), float(q)) for q, i in zip(top.values, top.indices)],
                        target, panel, figure, p, chosen, [int(i) for i in top.indices], lines,

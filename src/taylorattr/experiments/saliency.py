@@ -8,6 +8,7 @@ another method. Each image is a resumable unit under ``out/saliency/units``.
 """
 from __future__ import annotations
 
+import re
 import textwrap
 import warnings
 from dataclasses import dataclass, field
@@ -77,9 +78,9 @@ def taylor_maps(net, x, target: int, columns: dict, taylor_model,
     if taylor:
         expanded, note = (net, "") if taylor_model is None else taylor_model(net)
         t_maps, t_notes = saliency_maps(expanded, x, target, taylor, show_progress)
-        suffix = f" ({note})" if note else ""
+        suffix = f" ({short_note(note)})" if note else ""
         maps.update({label + suffix: v for label, v in t_maps.items()})
-        notes += t_notes
+        notes += t_notes + ([f"Taylor panels: {note}"] if short_note(note) != note else [])
         return maps, notes, {m.settings["order"]: m.label + suffix for m in taylor}
     return maps, notes, {}
 
@@ -87,9 +88,15 @@ def taylor_maps(net, x, target: int, columns: dict, taylor_model,
 def smoothed_taylor_model(x, target: int, beta: float | str):
     """``taylor_model`` hook: ``ta.smooth(net, beta, inputs=x)`` (``beta="auto"``: the
     smallest beta whose output gap on the photo is within 5% of its output change) with a
-    note of the beta, its gap and the class."""
+    note of the beta, its gap and the class. A classifier whose network holds its kinks
+    in a captured graph (a ``.pt2`` program) is smoothed through that network
+    (``ImageClassifier.forward`` is ``net(x)``); one with no kink at all is expanded as
+    it is."""
     def hook(net):
         sm = smooth(net, beta, inputs=x)
+        inner = getattr(net, "net", None)
+        if not sm.replaced and isinstance(inner, torch.nn.Module):
+            sm = smooth(inner, beta, inputs=x)
         if not sm.replaced:
             return net, ""
         with torch.no_grad():
@@ -99,6 +106,13 @@ def smoothed_taylor_model(x, target: int, beta: float | str):
                   if beta == "auto" else f"beta = {sm.beta:g}")
         return sm, f"smoothed, {chosen}, output gap {sm.output_gap:.2g}, {same}"
     return hook
+
+
+def short_note(note: str) -> str:
+    """A Taylor panel's suffix for its title: ``"smooth β=20"`` of a smoothing note (the
+    whole note goes to the figure's footer), else the note."""
+    found = re.match(r"smoothed, beta = ([0-9.e+-]+)", note)
+    return f"smooth β={found.group(1)}" if found else note
 
 
 def refusal_reason(exc: BaseException) -> str:

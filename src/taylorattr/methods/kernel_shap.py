@@ -43,6 +43,18 @@ the global generator as Captum does.
 
 ``return_input_shape=False`` returns the ``[B, G]`` player values instead of every feature
 carrying its player's value (Captum's option).
+
+Images: with no ``feature_mask`` and no ``patch``, the paired sampler on a ``[B, C, H, W]``
+input of sides >= ``2 IMAGE_GRID`` groups its pixels into square patches, at most
+:data:`IMAGE_GRID` x :data:`IMAGE_GRID` of them (all channels of a pixel together), as
+SHAP's and Captum's image examples group superpixels: a player per feature would be a
+``(C H W + 1)``-square solve per image (12,289 for 3x64x64). ``sampler="captum"`` keeps
+Captum's default of a player per feature.
+
+Out of reach: the fit solves a ``(G + 1)``-square system per sample (``sampler="captum"``: a
+least-squares fit of ``n_samples x G``); from :data:`SOLVE_PLAYERS` players on, its cost
+(``cost()``'s ``out_of_reach``, which a budget refuses) is beyond a CPU, and a call warns
+before it runs a model row.
 """
 from __future__ import annotations
 
@@ -61,14 +73,42 @@ from ._passes import check_optional_positive_int
 from .kernel_design import draw_coalitions, paired_design, plan
 from .shapley_values import SampledShapley, coalition_values
 
-__all__ = ["END_POINT_WEIGHT", "SAMPLERS", "KernelShap", "default_n_samples",
-           "draw_coalitions", "paired_design"]
+__all__ = ["END_POINT_WEIGHT", "IMAGE_GRID", "SAMPLERS", "SOLVE_PLAYERS", "KernelShap",
+           "default_n_samples", "default_patch", "draw_coalitions", "out_of_reach",
+           "paired_design"]
 
 #: Regression weight of the all-players and no-player coalitions (Captum's ``inf_weight``).
 END_POINT_WEIGHT = 1_000_000.0
 SAMPLERS = ("paired", "captum")
 #: SHAP's default budget: ``2 G + 2048`` rows, or every coalition when fewer.
 _BASE_ROWS = 2048
+#: Images get at most this many patches per side as players by default (module docstring).
+IMAGE_GRID = 8
+#: Players per sample from which the fit is out of reach: its ``(G + 1)``-square float64
+#: system is 134 MB and a pseudo-inverse of ``G^3 = 7e10`` operations per sample at 4,096
+#: (the 12,288 players of a 3x64x64 image ran over 10 minutes at 11 GB).
+SOLVE_PLAYERS = 4096
+
+
+def default_patch(x: torch.Tensor, feature_mask, patch, sampler: str) -> int | None:
+    """The patch side of the default image players (module docstring), else ``patch``."""
+    if patch is not None or feature_mask is not None or sampler != "paired" or x.dim() != 4:
+        return patch
+    h, w = x.shape[-2:]
+    if min(h, w) < 2 * IMAGE_GRID:
+        return None
+    return -(-max(h, w) // IMAGE_GRID)
+
+
+def out_of_reach(G: int, sampler: str) -> str:
+    """Why the fit of ``G`` players cannot run here ("" when it can)."""
+    if G < SOLVE_PLAYERS:
+        return ""
+    what = (f"a least-squares fit over {G:,} players per sample" if sampler == "captum"
+            else f"a {G + 1:,}-square solve per sample ({8 * (G + 1) ** 2 / 1e9:.1f} GB, "
+                 f"about {float(G) ** 3:.1e} operations)")
+    return (f"KernelShap with {G:,} players: {what}, beyond a CPU from {SOLVE_PLAYERS:,} "
+            "players; group the features (patch=8, or a feature_mask of superpixels)")
 
 
 def default_n_samples(n_players: int) -> int:
@@ -221,7 +261,13 @@ class KernelShap(SampledShapley):
         if not return_input_shape and layout is not None and layout.flat:
             raise ValueError("return_input_shape=False gives one [B, G] tensor of player values; "
                              "it is for one-tensor inputs (tuple inputs get their input shapes)")
+        if layout is None or not layout.flat:  # one tensor input
+            patch = default_patch(x, feature_mask, patch, sampler)
         ids, G = player_ids(feature_mask, x, patch, layout)
+        why = out_of_reach(G, sampler)
+        if why:  # before any model row runs
+            warnings.warn(f"{why}; this call may run for hours and exhaust memory",
+                          RuntimeWarning, stacklevel=4)
         n = self._budget(n_samples, G, sampler)
         if sampler == "captum":
             if num_features is not None:
@@ -291,13 +337,15 @@ class KernelShap(SampledShapley):
         """``n_samples`` model rows per sample (default ``min(2^G - 1, 2 G + 2048)``; the
         paired sampler may leave one row unused); one reference."""
 
-        _, G = player_ids(options.get("feature_mask"), x, options.get("patch"))
         sampler = options.get("sampler", "paired")
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {list(SAMPLERS)}, got {sampler!r}")
+        mask = options.get("feature_mask")
+        _, G = player_ids(mask, x, default_patch(x, mask, options.get("patch"), sampler))
         n = options.get("n_samples")
         n = default_n_samples(G) if n is None else check_positive_int(n, "n_samples")
+        why = out_of_reach(G, sampler)
         if sampler == "paired":
             enumerated, _, U = plan(G, max(n - 1, 0))
             n = 1 + sum(math.comb(G, s) for s in enumerated) + 2 * U
-        return Cost(forward_rows=x.shape[0] * n), 1
+        return Cost(forward_rows=x.shape[0] * n, out_of_reach=why), 1

@@ -253,7 +253,7 @@ def draw_saliency_grid(panels: Sequence, *, sign: str = "all", overlay: bool = F
                 ax.imshow(v, cmap=cmap, norm=norm, alpha=0.85 * alpha)
             else:
                 ax.imshow(shown[label].numpy(), cmap=cmap, norm=norm)
-            title = "\n".join(textwrap.wrap(label, 22))
+            title = "\n".join(textwrap.wrap(label, 26))
             if not isinstance(value, str):
                 title += (f"\nsum {float(shown[label].double().sum()):.3g}, "
                           f"scale {'±' if sign == 'all' else ''}{scale:.2g}")

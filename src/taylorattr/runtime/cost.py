@@ -53,7 +53,7 @@ from .batching import chunk_rows
 
 __all__ = ["GPU_SCALE_ROWS", "Cost", "CostError", "Load", "Rates", "RowCounter",
            "call_line", "check_budget", "estimate", "format_seconds", "machine_load",
-           "measure_rates", "per_row_seconds", "stage_estimate", "summed"]
+           "measure_rates", "per_row_seconds", "probe_budget", "stage_estimate", "summed"]
 
 #: Rows per explained sample from which a cost is flagged as GPU-scale when it runs on a
 #: CPU: pixel-level occlusion of a 224x224 image is 50,176 rows per image.
@@ -85,8 +85,11 @@ class Cost:
     ``samples``: the explained samples (images); ``order``: the Taylor order of the
     Taylor-mode rows (0 without them); ``seconds``/``device``: set by :func:`estimate`;
     ``call_rows``: the rows per model call where the run fixes them (a training batch;
-    0: the automatic chunk size). Costs add (``a + b``: rows and seconds summed, samples
-    summed, the label kept when they agree, the smaller fixed call size).
+    0: the automatic chunk size); ``out_of_reach``: why the call cannot finish on this
+    machine whatever its rows cost (a method's own work beyond its model rows, e.g. a
+    solve too large; "" when none): a budget refuses it. Costs add (``a + b``: rows and
+    seconds summed, samples summed, the label kept when they agree, the smaller fixed call
+    size, the reasons out of reach joined).
     """
 
     label: str = ""
@@ -101,6 +104,7 @@ class Cost:
     device: str = ""
     notes: tuple[str, ...] = field(default=())
     call_rows: int = 0  # rows per model call where the run fixes it (a training batch); 0: chunks
+    out_of_reach: str = ""  # why no budget affords it ("" when none)
 
     def __post_init__(self):
         for name in ("samples", "forward_rows", "backward_rows", "taylor_passes",
@@ -125,7 +129,9 @@ class Cost:
                     device=self.device or other.device,
                     notes=tuple(dict.fromkeys(self.notes + other.notes)),
                     call_rows=min((c for c in (self.call_rows, other.call_rows) if c),
-                                  default=0))
+                                  default=0),
+                    out_of_reach="; ".join(dict.fromkeys(
+                        r for r in (self.out_of_reach, other.out_of_reach) if r)))
 
     def labelled(self, label: str, samples: int | None = None) -> Cost:
         return replace(self, label=label, samples=self.samples if samples is None else samples)
@@ -160,6 +166,8 @@ class Cost:
         text = ", ".join(parts)
         if self.gpu_scale:
             text += " (GPU-scale: a CPU cannot afford this; use a GPU or a coarser setting)"
+        if self.out_of_reach:
+            text += f" (out of reach: {self.out_of_reach})"
         return text + "".join(f"; {n}" for n in self.notes)
 
     __str__ = describe
@@ -241,7 +249,8 @@ def _sync(device: torch.device) -> None:
 
 
 def call_line(call, limit: int, device, probe_seconds: float, repeats: int = 3,
-              level_seconds: float | None = None) -> tuple[float, float, int]:
+              level_seconds: float | None = None, row_budget: int | None = None
+              ) -> tuple[float, float, int]:
     r"""``(a, b, n)``: the per-call seconds ``a`` and per-row seconds ``b`` of ``call(m)`` (a
     call on ``m`` rows), :math:`t(m) = f\,(a_0 + b_0\,m)` (``a``: dispatch, thread start-up;
     ``b``: the rows), and the largest size timed, ``n <= limit``.
@@ -260,12 +269,23 @@ def call_line(call, limit: int, device, probe_seconds: float, repeats: int = 3,
     count; at most 1,000 calls) over the least one. A run pays the mean, not the least: on a quiet machine
     ``f`` is about 1, and on a busy one it is the slowdown the load causes while the
     probe runs (a descheduled moment only ever adds to a timing, and the least of a few
-    short calls is a lucky draw that changes from try to try)."""
+    short calls is a lucky draw that changes from try to try).
+
+    ``row_budget``: the rows the probe may run in all (a stage of few rows is not timed
+    with more work than it holds: an estimate that cost as much as the run): the sizes
+    stop growing, and the repeats and the level stop, once the rows timed reach it (every
+    size timed once at least)."""
+    spent = [0]
+
     def timed(m):
         start = time.perf_counter()
         call(m)
         _sync(device)
+        spent[0] += m
         return time.perf_counter() - start
+
+    def affordable(m) -> bool:
+        return row_budget is None or spent[0] + m <= row_budget
 
     n = min(limit, 8)
     call(n)  # warm-up (first-call allocations)
@@ -273,14 +293,15 @@ def call_line(call, limit: int, device, probe_seconds: float, repeats: int = 3,
     seen = {n: [timed(n)]}
     last = 0.0
     while n < limit and (n < MIN_LINE_ROWS or seen[n][0] < max(probe_seconds, 2 * last)) \
-            and seen[n][0] < 20 * probe_seconds:
+            and seen[n][0] < 20 * probe_seconds and affordable(min(limit, 4 * n)):
         last, n = seen[n][0], min(limit, 4 * n)
         seen[n] = [timed(n)]
     for _ in range(repeats - 1):  # the last two sizes, `repeats` times, interleaved so
         for size in list(seen)[-2:]:  # that both see the same moments of a busy machine
-            seen[size].append(timed(size))
+            if affordable(size):
+                seen[size].append(timed(size))
     while sum(seen[n]) < (LEVEL_SECONDS if level_seconds is None else level_seconds) \
-            and len(seen[n]) < 1000:  # a call of microseconds: 1,000 are enough
+            and len(seen[n]) < 1000 and affordable(n):  # microsecond calls: 1,000 do
         seen[n].append(timed(n))
     least = {size: min(times) for size, times in seen.items()}
     level = max(1.0, sum(seen[n]) / len(seen[n]) / least[n]) if least[n] > 0 else 1.0
@@ -316,7 +337,8 @@ def _model_key(model):
 def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order: int = 0,
                   probe_rows: int | None = None, taylor_directions: int = 4,
                   max_rows: int | None = None, probe_seconds: float = 0.5,
-                  taylor_pass=None, cache: dict | None = None) -> Rates:
+                  taylor_pass=None, cache: dict | None = None,
+                  row_budget: int | None = None) -> Rates:
     """Time the model on copies of the first row of ``x``: forward without gradient and,
     with ``backward``, forward + reverse sweep, per row at the rows per call the stage's
     chunked passes use (the automatic chunk size, at most ``max_rows``; ``probe_rows``
@@ -330,6 +352,7 @@ def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order
     direction the same way. :func:`probe_sizes` picks sizes like a stage's own.
     ``cache``: a dict that keeps the timings of (architecture, row shape, dtype, device,
     threads, sizes) for later calls (an estimate of many stages on copies of few models).
+    ``row_budget``: the rows each kind of pass may time (:func:`call_line`).
     """
     x = check_inputs(x).detach()
     if max_rows is not None:
@@ -365,7 +388,8 @@ def measure_rates(model, x: torch.Tensor, *, backward: bool = True, taylor_order
         """Seconds per row at ``cap`` rows per call, from the kind's one line (timed up to
         ``limit`` rows; every stage of one model shares it, whatever its call size)."""
         a, b, n = cached(base + (kind, limit),
-                         lambda: call_line(call, limit, x.device, probe_seconds))
+                         lambda: call_line(call, limit, x.device, probe_seconds,
+                                           row_budget=row_budget))
         return a / cap + b, min(n, cap)
 
     def chunk_limit(is_backward):
@@ -431,6 +455,17 @@ def machine_load() -> Load | None:
     return Load(average, cpus)
 
 
+#: The probe of a stage times at most this fraction of the stage's own rows per kind of
+#: pass (at least :data:`MIN_PROBE_ROWS`): an estimate costs a small part of the run.
+PROBE_FRACTION = 0.25
+MIN_PROBE_ROWS = 64
+
+
+def probe_budget(cost: Cost) -> int:
+    """The rows :func:`estimate`'s probe may time per kind of pass for ``cost``."""
+    return max(MIN_PROBE_ROWS, int(PROBE_FRACTION * cost.rows))
+
+
 def probe_sizes(cost: Cost) -> dict:
     """Probe sizes close to the stage's own: at most the stage's forward rows per call, and
     Taylor-mode passes of its average rows per pass (at most 256, as directions of one
@@ -456,7 +491,7 @@ def estimate(cost: Cost, model=None, x: torch.Tensor | None = None, *,
         rates = measure_rates(model, x, backward=cost.backward_rows > 0,
                               taylor_order=cost.order if cost.taylor_rows else 0,
                               probe_seconds=probe_seconds, taylor_pass=taylor_pass,
-                              cache=cache, **probe_sizes(cost))
+                              cache=cache, row_budget=probe_budget(cost), **probe_sizes(cost))
     if (cost.taylor_rows or cost.taylor_backward_rows) and (rates.taylor is None or rates.order != cost.order):
         raise ValueError(f"rates were measured without order-{cost.order} Taylor-mode rows; "
                          f"measure_rates(..., taylor_order={cost.order})")
@@ -494,7 +529,7 @@ def check_budget(cost: Cost, budget: float | None) -> Cost:
     check_real(budget, "budget", 0.0, strict=True)  # seconds
     if cost.seconds is None:
         raise ValueError("cost has no estimated seconds; pass it through estimate() first")
-    if cost.seconds <= budget:
+    if cost.seconds <= budget and not cost.out_of_reach:
         return cost
     raise CostError(f"{cost.describe()} exceeds the budget of {format_seconds(budget)}; "
                     f"cheaper: {', '.join(CHEAPER)}, or raise --budget")

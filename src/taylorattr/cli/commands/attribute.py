@@ -1,17 +1,20 @@
 """``taylorattr attribute``: attributions of a whole dataset, one map per input."""
 from __future__ import annotations
 
-from ..arguments import MAP_FORMATS, _any_method, _dataset_flags, _output_dir
+from ..arguments import MAP_FORMATS, _any_method, _dataset_flags, _output_dir, method_names
 from ..jobs import dataset_job, dataset_stages, experiments, job_lines, plural, run_job
 from ..preflight import check_writable
 
-CHEAPER = "fewer --samples, a cheaper --method, --device cuda, several processes (torchrun)"
+CHEAPER = "fewer --samples, a cheaper --methods, --device cuda, several processes (torchrun)"
 
 
 def arguments(p, method_help: bool) -> None:
     _dataset_flags(p)
-    p.add_argument("--method", required=True, type=_any_method,
-                   help="registry name or label, e.g. IG")
+    p.add_argument("--methods", "--method", dest="methods", nargs="+", required=True,
+                   type=_any_method, metavar="METHOD",
+                   help="the method whose maps are written: a registry name "
+                        f"({method_names(method_help)}) or a label such as IG, Occ-2x2 "
+                        "(--method is the same flag)")
     p.add_argument("--previews", action="store_true",
                    help="also write a PNG beside each map (<map>.preview.png)")
     p.add_argument("--format", choices=MAP_FORMATS, default="pt",
@@ -21,12 +24,21 @@ def arguments(p, method_help: bool) -> None:
                         "(cat/a.jpg.pt), index.csv, summary.json")
 
 
+def argument_errors(args) -> str | None:
+    if len(args.methods) > 1:
+        return (f"--methods: attribute writes one map per input, so it takes one method, got "
+                f"{len(args.methods)} ({' '.join(args.methods)}); run it once per method "
+                "with its own --out, or use evaluate for several")
+    args.method = args.methods[0]
+    return None
+
+
 def check(args) -> None:
     check_writable(args.out)
 
 
 def stages(args) -> list:
-    return dataset_stages(args, [args.method], "--method")
+    return dataset_stages(args, [args.method], "--methods")
 
 
 def run(args) -> str:

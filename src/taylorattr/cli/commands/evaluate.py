@@ -1,7 +1,7 @@
 """``taylorattr evaluate``: attribute and score a whole dataset (torchrun-ready)."""
 from __future__ import annotations
 
-from ..arguments import _any_method, _dataset_flags, _output_dir, _positive_int
+from ..arguments import _any_method, _dataset_flags, _output_dir, _positive_int, method_names
 from ..jobs import dataset_job, dataset_stages, experiments, job_lines, plural, run_job
 from ..preflight import check_writable
 
@@ -12,7 +12,8 @@ CHEAPER = ("fewer --samples, --methods or --metrics, a smaller --max-side or a l
 def arguments(p, method_help: bool) -> None:
     _dataset_flags(p)
     p.add_argument("--methods", nargs="+", required=True, metavar="METHOD", type=_any_method,
-                   help="registry names or labels, e.g. gradient_input IG Occ-2x2")
+                   help=f"registry names ({method_names(method_help)}) or labels, e.g. "
+                        "gradient_input IG Occ-2x2")
     p.add_argument("--metrics", nargs="+", default=["infidelity"], choices=("infidelity", "bbox"),
                    help="metrics (bbox needs box masks)")
     p.add_argument("--max-side", type=_positive_int, default=10,

@@ -1,4 +1,4 @@
-"""``taylorattr explain IMAGE``: saliency maps and the top-5 classes of one image, on any
+"""``taylorattr explain IMAGE``: saliency maps and the top classes (up to 5) of one image, on any
 model."""
 from __future__ import annotations
 
@@ -106,8 +106,10 @@ def run(args) -> str:
         show_progress=sys.stderr.isatty())  # bars on a terminal, not in logs
     for line in result.warnings:
         print(f"taylorattr explain: warning: {_one_line(line)}", file=sys.stderr)
-    lines = ["top-5 classes:"] + [
-        f"  {p:6.2%}  {i:4d} {label}" + ("  <- explained" if i == result.target else "")
+    n = len(result.top5)
+    lines = [f"top-{n} class{'es' if n != 1 else ''}:" if n < 5 else "top-5 classes:"] + [
+        f"  {p:6.2%}  {i:4d}" + ("" if label == str(i) else f" {label}")
+        + ("  <- explained" if i == result.target else "")
         for (label, p), i in zip(result.top5, result.top5_indices)]
     if result.target not in result.top5_indices:
         lines.append(f"explained class: {result.target} (p = {result.probability:.3g}, chosen)")

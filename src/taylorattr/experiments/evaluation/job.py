@@ -124,7 +124,9 @@ def _plan(old: _Stored, fields: Mapping, digests: list, kept=None) -> tuple[list
         if same and (kept is None or kept(old.results[i])):
             continue
         todo.append(i)
-        if old.fields is not None and not same:
+        if old.fields is not None and not same and (
+                i in old.results or old.fields != fields or old.digests.get(i) != str(d)):
+            # (an item of an interrupted unit, never computed, is missing, not changed)
             diff = changed(old.fields, fields) if old.fields else ["fingerprint"]
             if old.digests.get(i) != str(d):
                 diff = [*diff, "inputs"]
@@ -174,7 +176,8 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
             read: Callable[[range], UnitInput],
             compute: Callable[[list[int], object], Mapping[int, dict]],
             merge: Callable[[list[dict]], object], device=None, resume: str = "auto",
-            name_item: Callable[[int], str] = str, progress=None, kept=None) -> JobReport:
+            name_item: Callable[[int], str] = str, progress=None, kept=None,
+            items_per_call: int | None = None) -> JobReport:
     """Run a job of ``n`` samples in units of ``batch_size`` (see the module docstring).
     ``read(range_of_indices) -> UnitInput``; ``compute(indices, unit_input.data) ->
     {index: result}`` for the listed indices of the unit (computed as one batch);
@@ -182,7 +185,10 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
     ``name_item(index)``: how a changed item is named in messages; ``progress(total)``:
     a context manager over this rank's ``total`` items yielding ``advance(n)``, called
     after each unit (:func:`taylorattr.runtime.progress.stage`); ``kept(result)``: whether a stored result's files (e.g. its map) are still
-    there (a result whose files are gone is computed again)."""
+    there (a result whose files are gone is computed again); ``items_per_call``: a unit's
+    items to compute are computed this many at a time (default: all at once), and the unit
+    file is rewritten and progress advanced after each call, so that an interrupt keeps
+    every finished call's items."""
     if resume not in RESUME:
         raise ValueError(f"resume must be one of {RESUME}, got {resume!r}")
     out = Path(out)
@@ -222,17 +228,26 @@ def run_job(out: Path, config: dict, fields: Mapping, n: int, batch_size: int,
                     unit_input = read(ranges[u])
                     old = _stored(store, key)
                     todo, why = _plan(old, fields, unit_input.digests, kept)
-                    reused += len(unit_input.digests) - len(todo)
+                    kept_here = len(unit_input.digests) - len(todo)
+                    reused += kept_here
+                    if kept_here:
+                        advance(kept_here)
                     if todo:
                         tally.add(why)
-                        results = {**old.results, **compute(todo, unit_input.data)}
+                    # a stale result never stays beside its item's new digest
+                    results = {i: r for i, r in old.results.items() if i not in todo}
+                    step = items_per_call or len(todo) or 1
+                    for start in range(0, len(todo), step):
+                        piece = todo[start:start + step]
+                        results.update(compute(piece, unit_input.data))
                         _io.save_tensors({
-                            "items": [[int(i), results[int(i)]] for i, _ in unit_input.digests],
+                            "items": [[int(i), results[int(i)]] for i, _ in unit_input.digests
+                                      if int(i) in results],
                             "fingerprint": _unit_fingerprint(fields, unit_input.digests),
                             "item_digests": [[int(i), str(d)] for i, d in unit_input.digests]},
                             store.path(key))
-                        computed += len(todo)
-                    advance(len(ranges[u]))
+                        computed += len(piece)
+                        advance(len(piece))
             ctx.barrier()
             merged = None
             if ctx.is_main:
