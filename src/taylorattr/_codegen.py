@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -124,7 +125,7 @@ def generate(graph: fx.Graph, emit: Callable[[fx.Node], Call | Constant] = defau
     var: dict = {}
     placeholders = [n for n in graph.nodes if n.op == "placeholder"]
     for i, n in enumerate(graph.nodes):
-        var[n] = f"v{i}_{n.name}"[:60]
+        var[n] = f"v{i}_" + re.sub(r"\W", "_", n.name, flags=re.ASCII)[:56]  # identifiers only
     lines: list[tuple[str, list]] = []  # (code, nodes it reads)
     result = None
     for n in graph.nodes:

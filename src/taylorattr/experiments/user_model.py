@@ -368,7 +368,7 @@ class GrayInput(torch.nn.Sequential):
     def __init__(self, net: torch.nn.Module):
         to_gray = torch.nn.Conv2d(3, 1, 1, bias=False)
         with torch.no_grad():
-            to_gray.weight.copy_(torch.tensor(LUMA).view(1, 3, 1, 1))
+            to_gray.weight.copy_(torch.tensor(LUMA, device=to_gray.weight.device).view(1, 3, 1, 1))
         to_gray.weight.requires_grad_(False)
         super().__init__(to_gray, net)
         self.source_digest = digest(["gray", getattr(net, "source_digest", "")])

@@ -138,7 +138,7 @@ def _answers(tokenizer, answer, n: int) -> list:
             kw = {"add_special_tokens": False}
             a = tokenizer(a, **kw)["input_ids"] if callable(tokenizer) else \
                 tokenizer.encode(a, **kw)
-        out.append(torch.as_tensor(a, dtype=torch.long).view(-1).tolist())
+        out.append(torch.as_tensor(a, dtype=torch.long, device="cpu").view(-1).tolist())
     return out
 
 
@@ -216,7 +216,7 @@ def _explain_one(model, tokenizer, ids, answer, method, output, baseline_token, 
     convert = getattr(tokenizer, "convert_ids_to_tokens", None)
     names = (lambda t: list(convert(t))) if convert else (lambda t: [str(i) for i in t])
     return GenerationExplanation(method, output, names(ids), names(answer),
-                                 torch.tensor(answer), token_attr, outputs, base_out,
+                                 torch.tensor(answer, device="cpu"), token_attr, outputs, base_out,
                                  convergence, orders)
 
 

@@ -62,7 +62,7 @@ def default_perturb_func(original_inp, **kwargs) -> torch.Tensor:
     if "num_interp_features" not in kwargs:
         raise ValueError("default_perturb_func needs num_interp_features")
     device = (original_inp if isinstance(original_inp, torch.Tensor) else original_inp[0]).device
-    probs = torch.ones(1, int(kwargs["num_interp_features"])) * 0.5
+    probs = torch.ones(1, int(kwargs["num_interp_features"]), device=torch.get_default_device()) * 0.5
     return torch.bernoulli(probs).to(device=device).long()
 
 
@@ -128,7 +128,7 @@ class SkLearnLassoModel:
         x, y, w = next(iter(loader))
         model = Lasso(alpha=self.alpha).fit(x.float().cpu().numpy(), y.float().cpu().numpy(),
                                             sample_weight=w.float().cpu().numpy())
-        self.coef = torch.as_tensor(model.coef_, dtype=torch.float32).reshape(1, -1)
+        self.coef = torch.as_tensor(model.coef_, dtype=torch.float32, device="cpu").reshape(1, -1)
         # Captum's model then holds its coefficients in an nn.Linear, whose initialisation
         # draws from the global generator: the same draws, so that later samples match
         torch.nn.Linear(x.shape[1], 1 if y.dim() == 1 else y.shape[1],
@@ -186,7 +186,7 @@ class LimeBase(PerturbationAttribution):
                 raise AssertionError("Number of outputs is not appropriate, must return one "
                                      "output per perturbed input")
             return out.flatten()
-        return torch.tensor([out])
+        return torch.tensor([out], device=torch.get_default_device())
 
     def attribute(self, inputs, target=None, additional_forward_args=None,
                   n_samples: int = 50, perturbations_per_eval: int = 1,
@@ -208,7 +208,7 @@ class LimeBase(PerturbationAttribution):
                 pending.append(model_input)
                 sim = self.similarity_func(inputs, model_input, interp, **kwargs)
                 sims.append(sim.flatten() if isinstance(sim, torch.Tensor)
-                            else torch.tensor([sim]))
+                            else torch.tensor([sim], device=torch.get_default_device()))
                 if len(pending) == perturbations_per_eval:
                     outputs.append(self._evaluate(pending, target, additional_forward_args))
                     pending = []

@@ -45,6 +45,13 @@ __all__ = ["FeatureAblation", "FeaturePermutation", "KernelShap", "LayerFeatureA
            "ShapleyValues"]
 
 
+
+def _as_output(out) -> torch.Tensor:
+    """A forward's output as a tensor: a tensor as it is (on its device), a number or a
+    sequence of numbers on the default device (Captum's scalar-returning forwards)."""
+    return out if isinstance(out, torch.Tensor) else torch.as_tensor(
+        out, device=torch.get_default_device())
+
 def _rows_per_call(perturbations_per_eval: int, inputs) -> int | None:
     if isinstance(perturbations_per_eval, bool) or not isinstance(perturbations_per_eval, int) \
             or perturbations_per_eval < 1:
@@ -247,7 +254,7 @@ class ShapleyValueSampling(PerturbationAttribution):
             extra = additional_forward_args
             extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
             with torch.no_grad():
-                out = torch.as_tensor(self._native.model(*parts, *extra))
+                out = _as_output(self._native.model(*parts, *extra))
             if out.dim() == 2 and out.shape[0] == parts[0].shape[0] and out.shape[1] > 1:
                 # Captum's multi-task output: every column explained, [B, C, ...] (the same
                 # orders for each)
@@ -506,7 +513,7 @@ def _captum_forward(forward, target, extra):
     extra = () if extra is None else (extra if isinstance(extra, tuple) else (extra,))
 
     def evaluate(parts):
-        out = torch.as_tensor(forward(*parts, *extra))
+        out = _as_output(forward(*parts, *extra))
         return _captum_select(out, target).reshape(-1)
     return evaluate
 

@@ -184,4 +184,4 @@ class RemoteLLMAttribution(LLMAttribution):
         if len(values) != len(target):
             raise ValueError(f"Number of token logprobs from provider ({len(values)}) does "
                              f"not match expected target token length ({len(target)})")
-        return prompt, torch.tensor(values, dtype=torch.float64)
+        return prompt, torch.tensor(values, dtype=torch.float64, device="cpu")
