@@ -88,7 +88,6 @@ def test_a_model_that_cannot_be_dynamic_is_said_once_and_captured_per_shape(monk
 
 
 def test_twenty_sequence_lengths_make_one_capture_on_a_tiny_llama():
-    pytest.importorskip("transformers")
     llama = tiny_llama(dtype=torch.float32)  # (in float64 its RMSNorm computes in float32)
     model = NextTokenLogProb(llama).eval()
     gen = torch.Generator().manual_seed(0)

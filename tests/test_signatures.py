@@ -88,7 +88,7 @@ def test_the_full_documentation_of_attribute_is_its_options_and_the_shared_argum
 
 
 def test_an_editor_reads_the_options_of_attribute():
-    jedi = pytest.importorskip("jedi")  # the dev extra installs it
+    import jedi  # the dev extra installs it
     src = str(Path(ta.__file__).parents[1])
     site = [p for p in sys.path if p.endswith("site-packages")]
     code = "import taylorattr as ta\nmodel = None\nta.methods.IntegratedGradients(model).attribute("
